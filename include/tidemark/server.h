@@ -1,0 +1,202 @@
+/*
+ * server.h - the MCP server of libtidemark (Streamable HTTP).
+ *
+ * Register tools, resources, prompts and completion, then start the server.
+ * Handlers run on a worker pool and may block (sleep, wait for the client's
+ * answer to a sampling request, ...) without stalling network I/O. Every
+ * message a handler sends on a stream is appended to the event log first
+ * and emitted only once durable (commit-then-emit).
+ *
+ * JSON values are jansson's json_t. Ownership: arguments passed to handlers
+ * are borrowed; a handler's result is handed over (the library decrefs it).
+ */
+#ifndef TIDEMARK_SERVER_H
+#define TIDEMARK_SERVER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tidemark/tidemark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tidemark_server tidemark_server_t;
+typedef struct tidemark_call tidemark_call_t;
+
+/* What a resume of a stale cursor yields (DESIGN.md §5). */
+typedef enum tidemark_on_gap {
+    TIDEMARK_ON_GAP_ERROR = 0, /* 400 resumption_gap */
+    TIDEMARK_ON_GAP_EVENT = 1, /* "event: gap", then the retained events */
+} tidemark_on_gap_t;
+
+typedef struct tidemark_server_config {
+    const char *host;            /* bind address; default "127.0.0.1" */
+    unsigned port;               /* 0 picks a free port (see tidemark_server_port) */
+    const char *path;            /* endpoint; default "/mcp" */
+    const char *store;           /* store URI; default "memory" */
+    uint64_t retain_events;      /* per-stream retention by count; 0 = keep all */
+    unsigned retry_ms;           /* SSE "retry:" advertised; 0 = none; default 1000 */
+    unsigned keepalive_ms;       /* SSE keep-alive comment interval; default 15000 */
+    size_t max_body;             /* request body limit in bytes; default 4 MiB */
+    unsigned workers;            /* handler threads; default 16 */
+    unsigned io_threads;         /* HTTP polling threads; default 2 */
+    unsigned page_size;          /* list page size; default 100 */
+    const char *const *allowed_origins; /* NULL-terminated; NULL = loopback origins only */
+    const char *const *allowed_hosts;   /* NULL-terminated; NULL = loopback hosts only */
+    tidemark_on_gap_t on_gap;
+    const char *name;            /* serverInfo.name; default "tidemark" */
+    const char *version;         /* serverInfo.version; default TIDEMARK_VERSION */
+    const char *instructions;    /* optional initialize instructions */
+} tidemark_server_config_t;
+
+/* Fill a config with the defaults above. */
+void tidemark_server_config_init(tidemark_server_config_t *cfg);
+
+/* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
+int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **srv);
+/* Open the store and start listening. */
+int tidemark_server_start(tidemark_server_t *srv);
+/* The port actually bound (after start). */
+unsigned tidemark_server_port(const tidemark_server_t *srv);
+/* Stop listening, cancel running calls, wait for handlers, close the store. */
+void tidemark_server_stop(tidemark_server_t *srv);
+/* Stop if running, then free everything. */
+void tidemark_server_free(tidemark_server_t *srv);
+
+/* ---- tools ------------------------------------------------------------- */
+
+/* Tool annotation hints (MCP ToolAnnotations). */
+#define TIDEMARK_TOOL_READ_ONLY    0x01u
+#define TIDEMARK_TOOL_DESTRUCTIVE  0x02u
+#define TIDEMARK_TOOL_IDEMPOTENT   0x04u
+#define TIDEMARK_TOOL_OPEN_WORLD   0x08u
+
+/*
+ * A tool handler. args: the call's arguments object (borrowed, never NULL).
+ * On success store a CallToolResult object in *result (owned by the library)
+ * and return 0. A tool-level failure is a result with "isError": true
+ * (tidemark_result_error). Returning a negative code makes a JSON-RPC error.
+ */
+typedef int (*tidemark_tool_fn)(tidemark_call_t *call, json_t *args, json_t **result, void *ud);
+
+typedef struct tidemark_tool {
+    const char *name;
+    const char *title;          /* optional */
+    const char *description;    /* optional */
+    const char *input_schema;   /* JSON text; NULL = {"type":"object"} */
+    const char *output_schema;  /* JSON text or NULL */
+    unsigned hints;             /* TIDEMARK_TOOL_* */
+    tidemark_tool_fn fn;
+    void *ud;
+} tidemark_tool_t;
+
+/* Register a tool (copied). Sends tools/list_changed when the server runs. */
+int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *tool);
+/* Remove a tool by name. */
+int tidemark_server_remove_tool(tidemark_server_t *srv, const char *name);
+
+/* ---- resources --------------------------------------------------------- */
+
+/*
+ * Read a resource: store a contents array (of {uri, mimeType, text|blob}) in
+ * *contents. Return TIDEMARK_ENOTFOUND for an unknown URI.
+ */
+typedef int (*tidemark_resource_fn)(tidemark_call_t *call, const char *uri, json_t **contents,
+                                    void *ud);
+
+typedef struct tidemark_resource {
+    const char *uri;            /* for templates: the RFC 6570 uriTemplate */
+    const char *name;
+    const char *title;          /* optional */
+    const char *description;    /* optional */
+    const char *mime_type;      /* optional */
+    tidemark_resource_fn fn;
+    void *ud;
+} tidemark_resource_t;
+
+int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *res);
+/* A template matches URIs of the form of its uriTemplate ({var} segments). */
+int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *tpl);
+/* Tell every session subscribed to uri that it changed. */
+int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri);
+
+/* ---- prompts ----------------------------------------------------------- */
+
+/* Produce a GetPromptResult ({description?, messages}) in *result. */
+typedef int (*tidemark_prompt_fn)(tidemark_call_t *call, json_t *args, json_t **result, void *ud);
+
+typedef struct tidemark_prompt {
+    const char *name;
+    const char *title;          /* optional */
+    const char *description;    /* optional */
+    const char *arguments;      /* JSON text: array of {name, description?, required?}, or NULL */
+    tidemark_prompt_fn fn;
+    void *ud;
+} tidemark_prompt_t;
+
+int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *prompt);
+
+/* ---- completion -------------------------------------------------------- */
+
+/*
+ * Complete an argument. ref: {"type":"ref/prompt","name":..} or
+ * {"type":"ref/resource","uri":..}; argument: {name, value}; context: the
+ * request's context object or NULL. Store a string array in *values.
+ */
+typedef int (*tidemark_complete_fn)(tidemark_call_t *call, json_t *ref, json_t *argument,
+                                    json_t *context, json_t **values, void *ud);
+int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn fn, void *ud);
+
+/* ---- notifications to every session ------------------------------------ */
+
+/* Send notifications/{tools,resources,prompts}/list_changed to every session. */
+int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind);
+
+/* ---- inside a running handler ------------------------------------------ */
+
+/* The session id of the call. */
+const char *tidemark_call_session(const tidemark_call_t *call);
+/* The negotiated protocol version of the call's session. */
+const char *tidemark_call_protocol_version(const tidemark_call_t *call);
+/* "<session>/<request id>": hand this to outside systems to dedup effects. */
+const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
+/* 1 once the client cancelled the request (or the server is stopping). */
+int tidemark_call_cancelled(const tidemark_call_t *call);
+/* Send notifications/progress for the request's progress token (no-op when
+ * the client gave none). total < 0 and message NULL are omitted. */
+int tidemark_call_progress(tidemark_call_t *call, double progress, double total,
+                           const char *message);
+/* Send notifications/message at level (debug..emergency) if the session's
+ * logging level lets it through. data is borrowed. */
+int tidemark_call_log(tidemark_call_t *call, const char *level, const char *logger, json_t *data);
+/* Send any notification on the request's stream. params is borrowed. */
+int tidemark_call_notify(tidemark_call_t *call, const char *method, json_t *params);
+/*
+ * Send a request to the client on the call's stream (sampling/createMessage,
+ * elicitation/create, roots/list) and wait up to timeout_ms for its answer.
+ * OUT result: the client's result (caller decrefs). TIDEMARK_EPEER when the
+ * client answered with an error (then *result holds the error object).
+ */
+int tidemark_call_request(tidemark_call_t *call, const char *method, json_t *params,
+                          int timeout_ms, json_t **result);
+/* 1 if the client declared the capability ("sampling", "elicitation", "roots"). */
+int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
+/* End the call's SSE connection now (SEP-1699 polling): the client
+ * reconnects with GET + Last-Event-ID and the call's events continue there. */
+int tidemark_call_close_stream(tidemark_call_t *call);
+
+/* ---- result helpers (return new references) ---------------------------- */
+
+/* {"content":[{"type":"text","text":text}]} */
+json_t *tidemark_result_text(const char *text);
+/* {"content":[{"type":"text","text":text}],"isError":true} */
+json_t *tidemark_result_error(const char *text);
+/* {"type":"text","text":text} */
+json_t *tidemark_content_text(const char *text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,45 @@
+/*
+ * tidemark.h - common definitions of libtidemark: error codes, versions.
+ *
+ * Every function of the library returns an int: 0 on success, a negative
+ * TIDEMARK_E* code on failure. Results travel through OUT parameters, which
+ * come last in the argument list.
+ */
+#ifndef TIDEMARK_TIDEMARK_H
+#define TIDEMARK_TIDEMARK_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIDEMARK_VERSION "0.1.0"
+
+/* Error codes (negative). */
+#define TIDEMARK_OK          0
+#define TIDEMARK_EINVAL     -1   /* bad argument or malformed input */
+#define TIDEMARK_ENOMEM     -2   /* allocation failed */
+#define TIDEMARK_EIO        -3   /* I/O or storage failure */
+#define TIDEMARK_ENOTFOUND  -4   /* no such session, stream, tool, ... */
+#define TIDEMARK_EEXIST     -5   /* already exists */
+#define TIDEMARK_EBUSY      -6   /* resource in use (stream attached) */
+#define TIDEMARK_ETIMEDOUT  -7   /* deadline passed */
+#define TIDEMARK_ECANCELED  -8   /* cancelled by the peer or by shutdown */
+#define TIDEMARK_ENOTSUP    -9   /* not supported (by the peer or build) */
+#define TIDEMARK_ERANGE    -10   /* value or size out of bounds */
+#define TIDEMARK_EPROTO    -11   /* protocol violation by the peer */
+#define TIDEMARK_ECLOSED   -12   /* session or stream already closed */
+#define TIDEMARK_EPEER     -13   /* the peer answered with an error */
+
+/* Protocol versions this library speaks, newest first. */
+#define TIDEMARK_PROTOCOL_2025_11_25 "2025-11-25"
+#define TIDEMARK_PROTOCOL_2025_06_18 "2025-06-18"
+#define TIDEMARK_PROTOCOL_2025_03_26 "2025-03-26"
+#define TIDEMARK_PROTOCOL_LATEST TIDEMARK_PROTOCOL_2025_11_25
+
+/* Returns a static, human-readable description of an error code. */
+const char *tidemark_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* server_cli.c - flags and run loop shared by tidemark-server and
+ * tidemark-everything. */
+#include "server_cli.h"
+#include "../../src/base/log.h"
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f, const char *prog, const char *about)
+{
+    fprintf(f,
+            "Usage: %s [options]\n"
+            "%s\n\n"
+            "Options:\n"
+            "  --listen HOST:PORT     address to bind (default 127.0.0.1:8080; port 0 picks one)\n"
+            "  --path PATH            MCP endpoint path (default /mcp)\n"
+            "  --store URI            event log: memory (default memory)\n"
+            "  --retain-events N      keep at most N events per stream (default: all)\n"
+            "  --on-gap error|event   stale cursor: 400 resumption_gap (default) or an\n"
+            "                         'event: gap' followed by the retained events\n"
+            "  --retry-ms MS          SSE retry advertised to clients (default 1000; 0 = none)\n"
+            "  --keepalive-ms MS      SSE keep-alive comment interval (default 15000)\n"
+            "  --max-body BYTES       request body limit (default 4194304)\n"
+            "  --workers N            handler threads (default 16)\n"
+            "  --allow-origin ORIGIN  allow this Origin (repeatable; '*' allows any;\n"
+            "                         default: http(s) origins on localhost/127.0.0.1/[::1])\n"
+            "  --allow-host HOST      allow this Host header (repeatable; '*' allows any;\n"
+            "                         default: localhost, 127.0.0.1, [::1])\n"
+            "  --log-level LEVEL      error|warn|info|debug (default info)\n"
+            "  --help                 show this help\n",
+            prog, about);
+}
+
+static int parse_u64(const char *s, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || end == s || s[0] == '-' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, const char *about)
+{
+    memset(cli, 0, sizeof *cli);
+    tidemark_server_config_init(&cli->cfg);
+    cli->cfg.port = 8080;
+    cli->log_level = "info";
+    static const struct option opts[] = {
+        {"listen", required_argument, 0, 'l'},      {"path", required_argument, 0, 'p'},
+        {"store", required_argument, 0, 's'},       {"retain-events", required_argument, 0, 'R'},
+        {"on-gap", required_argument, 0, 'g'},      {"retry-ms", required_argument, 0, 'r'},
+        {"keepalive-ms", required_argument, 0, 'k'}, {"max-body", required_argument, 0, 'b'},
+        {"workers", required_argument, 0, 'w'},     {"allow-origin", required_argument, 0, 'o'},
+        {"allow-host", required_argument, 0, 'H'},  {"log-level", required_argument, 0, 'L'},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    int c;
+    unsigned long long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': {
+            const char *colon = strrchr(optarg, ':');
+            if (!colon || parse_u64(colon + 1, 65535, &v) != 0 ||
+                (size_t)(colon - optarg) >= sizeof cli->host) {
+                fprintf(stderr, "%s: --listen wants HOST:PORT, got '%s'\n", prog, optarg);
+                return -1;
+            }
+            const char *h = optarg;
+            size_t hl = (size_t)(colon - optarg);
+            if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+                h++;
+                hl -= 2;
+            }
+            memcpy(cli->host, h, hl);
+            cli->host[hl] = '\0';
+            cli->cfg.host = cli->host;
+            cli->cfg.port = (unsigned)v;
+            break;
+        }
+        case 'p': cli->cfg.path = optarg; break;
+        case 's': cli->cfg.store = optarg; break;
+        case 'R':
+            if (parse_u64(optarg, 1ULL << 62, &v)) goto bad;
+            cli->cfg.retain_events = v;
+            break;
+        case 'g':
+            if (strcmp(optarg, "error") == 0) cli->cfg.on_gap = TIDEMARK_ON_GAP_ERROR;
+            else if (strcmp(optarg, "event") == 0) cli->cfg.on_gap = TIDEMARK_ON_GAP_EVENT;
+            else goto bad;
+            break;
+        case 'r':
+            if (parse_u64(optarg, 3600000, &v)) goto bad;
+            cli->cfg.retry_ms = (unsigned)v;
+            break;
+        case 'k':
+            if (parse_u64(optarg, 3600000, &v) || v < 10) goto bad;
+            cli->cfg.keepalive_ms = (unsigned)v;
+            break;
+        case 'b':
+            if (parse_u64(optarg, 1ULL << 32, &v) || v == 0) goto bad;
+            cli->cfg.max_body = (size_t)v;
+            break;
+        case 'w':
+            if (parse_u64(optarg, 1024, &v) || v == 0) goto bad;
+            cli->cfg.workers = (unsigned)v;
+            break;
+        case 'o':
+            if (cli->norigins == 64) goto bad;
+            cli->origins[cli->norigins++] = optarg;
+            cli->cfg.allowed_origins = cli->origins;
+            break;
+        case 'H':
+            if (cli->nhosts == 64) goto bad;
+            cli->hosts[cli->nhosts++] = optarg;
+            cli->cfg.allowed_hosts = cli->hosts;
+            break;
+        case 'L': {
+            enum tm_log_level l;
+            if (tm_log_parse_level(optarg, &l)) goto bad;
+            tm_log_set_level(l);
+            cli->log_level = optarg;
+            break;
+        }
+        case 'h': usage(stdout, prog, about); return 1;
+        default: usage(stderr, prog, about); return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "%s: bad option value '%s' (see --help)\n", prog, optarg);
+        return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
+{
+    const char *cli_host_for_url = cli->cfg.host ? cli->cfg.host : "127.0.0.1";
+    const char *cli_path = cli->cfg.path ? cli->cfg.path : "/mcp";
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started below inherit it */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = tidemark_server_start(srv);
+    if (rc) {
+        fprintf(stderr, "cannot start: %s\n", tidemark_strerror(rc));
+        return 1;
+    }
+    printf("listening on http://%s:%u%s\n", cli_host_for_url, tidemark_server_port(srv), cli_path);
+    fflush(stdout);
+    int sig;
+    sigwait(&set, &sig);
+    TM_INFO("signal %d: stopping", sig);
+    tidemark_server_stop(srv);
+    return 0;
+}

@@ -1,0 +1,21 @@
+/* server_cli.h - command-line flags shared by the server programs. */
+#ifndef TM_SERVER_CLI_H
+#define TM_SERVER_CLI_H
+#include "tidemark/server.h"
+
+typedef struct server_cli {
+    tidemark_server_config_t cfg;
+    char host[256];
+    const char *origins[65];
+    const char *hosts[65];
+    int norigins, nhosts;
+    const char *log_level;
+} server_cli;
+
+/* Parse argv into cli. Prints help / errors itself. Returns 0 to run,
+ * 1 to exit successfully (--help), -1 on a usage error. */
+int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, const char *about);
+/* Start srv, print the listening URL on stdout, wait for SIGINT/SIGTERM, stop. */
+int server_cli_run(tidemark_server_t *srv, const server_cli *cli);
+
+#endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what Tidemark needs on a bare Debian machine: the Debian packages
+# it builds and tests with, and the pinned npm peers (conformance suite and
+# the official TypeScript SDK) into the git-ignored folder peers/node_modules.
+# Idempotent: a package already present is not reinstalled.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+
+pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
+      libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libcmocka-dev
+      redis-server nodejs npm curl)
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        # nodejs/npm may come from outside Debian; accept a working binary.
+        case "$p" in
+            nodejs) command -v node >/dev/null && continue ;;
+            npm) command -v npm >/dev/null && continue ;;
+        esac
+        missing+=("$p")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+if [ -f "$here/peers/package-lock.json" ]; then
+    stamp="$here/peers/node_modules/.tidemark-lock"
+    if [ ! -f "$stamp" ] || ! cmp -s "$here/peers/package-lock.json" "$stamp"; then
+        echo "install-deps: npm ci in peers/"
+        (cd "$here/peers" && npm ci --no-audit --no-fund)
+        cp "$here/peers/package-lock.json" "$stamp"
+    fi
+fi

@@ -1,0 +1,86 @@
+/* event_id.c - strict parse/format of event ids. */
+#include "event_id.h"
+#include "tidemark/tidemark.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+int tm_epoch_valid(const char *s)
+{
+    for (int i = 0; i < TM_EPOCH_LEN; i++)
+        if (!is_hex_lower(s[i]))
+            return 0;
+    return s[TM_EPOCH_LEN] == '\0';
+}
+
+/* Decimal without sign or leading zero, value >= 1, at most 18 digits so it
+ * cannot overflow. Returns digits consumed, 0 if invalid. */
+static size_t parse_pos_dec(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 18 || s[0] == '0')
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return len;
+}
+
+static int stream_valid_n(const char *s, size_t len)
+{
+    if (len == 1 && s[0] == 'g')
+        return 1;
+    uint64_t n = 0;
+    return len >= 2 && s[0] == 'r' && parse_pos_dec(s + 1, len - 1, &n) == len - 1;
+}
+
+int tm_stream_name_valid(const char *s)
+{
+    size_t len = strlen(s);
+    return len < TM_STREAM_MAX && stream_valid_n(s, len);
+}
+
+int tm_event_id_parse(const char *s, tm_event_id *out)
+{
+    if (!s)
+        return TIDEMARK_EINVAL;
+    size_t len = strlen(s);
+    if (len >= TM_EVENT_ID_MAX || len < TM_EPOCH_LEN + 4)
+        return TIDEMARK_EINVAL;
+    for (size_t i = 0; i < TM_EPOCH_LEN; i++)
+        if (!is_hex_lower(s[i]))
+            return TIDEMARK_EINVAL;
+    if (s[TM_EPOCH_LEN] != '-')
+        return TIDEMARK_EINVAL;
+    const char *st = s + TM_EPOCH_LEN + 1;
+    const char *dash = strchr(st, '-');
+    if (!dash)
+        return TIDEMARK_EINVAL;
+    size_t slen = (size_t)(dash - st);
+    if (slen >= TM_STREAM_MAX || !stream_valid_n(st, slen))
+        return TIDEMARK_EINVAL;
+    const char *sq = dash + 1;
+    uint64_t seq = 0;
+    size_t qlen = strlen(sq);
+    if (parse_pos_dec(sq, qlen, &seq) != qlen)
+        return TIDEMARK_EINVAL;
+    memcpy(out->epoch, s, TM_EPOCH_LEN);
+    out->epoch[TM_EPOCH_LEN] = '\0';
+    memcpy(out->stream, st, slen);
+    out->stream[slen] = '\0';
+    out->seq = seq;
+    return 0;
+}
+
+int tm_event_id_format(char *out, size_t n, const char *epoch, const char *stream, uint64_t seq)
+{
+    int w = snprintf(out, n, "%s-%s-%" PRIu64, epoch, stream, seq);
+    if (w < 0 || (size_t)w >= n)
+        return TIDEMARK_ERANGE;
+    return w;
+}

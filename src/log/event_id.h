@@ -1,0 +1,31 @@
+/*
+ * event_id.h - the event id codec: "<epoch>-<stream>-<seq>" (DESIGN.md §3).
+ *   epoch  16 lowercase hex digits (writer generation)
+ *   stream "g" (standalone GET stream) or "r<n>", n >= 1, no leading zero
+ *   seq    decimal >= 1, no leading zero, dense per stream
+ */
+#ifndef TM_EVENT_ID_H
+#define TM_EVENT_ID_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define TM_EPOCH_LEN 16
+#define TM_STREAM_MAX 24   /* buffer size for a stream name, NUL included */
+#define TM_EVENT_ID_MAX 64 /* buffer size for a formatted id, NUL included */
+
+typedef struct tm_event_id {
+    char epoch[TM_EPOCH_LEN + 1];
+    char stream[TM_STREAM_MAX];
+    uint64_t seq;
+} tm_event_id;
+
+/* Parse an id strictly. Returns 0 or TIDEMARK_EINVAL. */
+int tm_event_id_parse(const char *s, tm_event_id *out);
+/* Format an id into out (size n >= TM_EVENT_ID_MAX). Returns length or negative. */
+int tm_event_id_format(char *out, size_t n, const char *epoch, const char *stream, uint64_t seq);
+/* 1 if s is a valid stream name ("g" or "r<n>"), else 0. */
+int tm_stream_name_valid(const char *s);
+/* 1 if s is exactly 16 lowercase hex digits. */
+int tm_epoch_valid(const char *s);
+
+#endif

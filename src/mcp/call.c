@@ -1,0 +1,313 @@
+/* call.c - the API a running handler uses (progress, logging, requests to
+ * the client, stream close), the registration API, result helpers. */
+#include "server_int.h"
+#include "../base/log.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
+                    const char *method, json_t *params, int timeout_ms, json_t **result);
+
+static json_t *number(double v);
+
+const char *tidemark_call_session(const tidemark_call_t *c) { return c->sess->id; }
+const char *tidemark_call_protocol_version(const tidemark_call_t *c) { return c->sess->version; }
+const char *tidemark_call_idempotency_key(const tidemark_call_t *c) { return c->idem; }
+
+int tidemark_call_cancelled(const tidemark_call_t *c)
+{
+    return atomic_load(&((tidemark_call_t *)c)->cancelled) || c->sess->closed ||
+           atomic_load(&c->srv->stopping);
+}
+
+int tidemark_call_client_has(const tidemark_call_t *c, const char *capability)
+{
+    return tm_sess_client_has(c->sess, capability);
+}
+
+/* The stream the call's messages go to, or NULL (JSON-answered requests). */
+static const char *call_stream(const tidemark_call_t *c)
+{
+    return c->job && c->job->sse ? c->job->stream : NULL;
+}
+
+int tidemark_call_notify(tidemark_call_t *c, const char *method, json_t *params)
+{
+    const char *st = call_stream(c);
+    if (!st) {
+        TM_DEBUG("%s dropped: request answered as JSON", method);
+        return TIDEMARK_ENOTSUP;
+    }
+    json_t *msg = tm_jsonrpc_notification(method, params ? json_incref(params) : NULL);
+    int rc = tm_sess_append(c->srv, c->sess, st, msg, 0);
+    json_decref(msg);
+    return rc;
+}
+
+int tidemark_call_progress(tidemark_call_t *c, double progress, double total, const char *message)
+{
+    if (!c->progress_token)
+        return 0;
+    json_t *p = json_object();
+    json_object_set(p, "progressToken", c->progress_token);
+    json_object_set_new(p, "progress", number(progress));
+    if (total >= 0)
+        json_object_set_new(p, "total", number(total));
+    if (message)
+        json_object_set_new(p, "message", json_string(message));
+    int rc = tidemark_call_notify(c, "notifications/progress", p);
+    json_decref(p);
+    return rc;
+}
+
+int tidemark_call_log(tidemark_call_t *c, const char *level, const char *logger, json_t *data)
+{
+    int lvl = tm_log_level_index(level);
+    if (lvl < 0)
+        return TIDEMARK_EINVAL;
+    pthread_mutex_lock(&c->sess->mu);
+    int min = c->sess->log_level;
+    pthread_mutex_unlock(&c->sess->mu);
+    if (lvl < min)
+        return 0;
+    json_t *p = json_object();
+    json_object_set_new(p, "level", json_string(level));
+    if (logger)
+        json_object_set_new(p, "logger", json_string(logger));
+    json_object_set(p, "data", data ? data : json_null());
+    int rc = tidemark_call_notify(c, "notifications/message", p);
+    json_decref(p);
+    return rc;
+}
+
+int tidemark_call_request(tidemark_call_t *c, const char *method, json_t *params, int timeout_ms,
+                          json_t **result)
+{
+    *result = NULL;
+    const char *st = call_stream(c);
+    if (!st)
+        return TIDEMARK_ENOTSUP;
+    return tm_sess_request(c->srv, c, st, method, params, timeout_ms, result);
+}
+
+int tidemark_call_close_stream(tidemark_call_t *c)
+{
+    const char *st = call_stream(c);
+    if (!st)
+        return TIDEMARK_ENOTSUP;
+    tm_http_close_stream(c->srv->http, c->sess->id, st);
+    return 0;
+}
+
+/* ---- registration ---------------------------------------------------------- */
+
+static json_t *parse_or(const char *txt, json_t *def)
+{
+    if (!txt)
+        return def;
+    json_t *v = json_loads(txt, 0, NULL);
+    if (!v)
+        return NULL;
+    json_decref(def);
+    return v;
+}
+
+/* Integral values stay integers on the wire ("3", not "3.0"). */
+static json_t *number(double v)
+{
+    if (v == (double)(json_int_t)v)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+static void set_str(json_t *o, const char *k, const char *v)
+{
+    if (v)
+        json_object_set_new(o, k, json_string(v));
+}
+
+static void list_changed(tidemark_server_t *srv, const char *kind)
+{
+    if (atomic_load(&srv->running))
+        tidemark_server_list_changed(srv, kind);
+}
+
+int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *t)
+{
+    if (!t || !t->name || !t->fn)
+        return TIDEMARK_EINVAL;
+    json_t *d = json_object();
+    set_str(d, "name", t->name);
+    set_str(d, "title", t->title);
+    set_str(d, "description", t->description);
+    json_t *in = parse_or(t->input_schema, json_pack("{s:s}", "type", "object"));
+    if (!in) {
+        json_decref(d);
+        return TIDEMARK_EINVAL;
+    }
+    json_object_set_new(d, "inputSchema", in);
+    if (t->output_schema) {
+        json_t *out = parse_or(t->output_schema, NULL);
+        if (!out) {
+            json_decref(d);
+            return TIDEMARK_EINVAL;
+        }
+        json_object_set_new(d, "outputSchema", out);
+    }
+    if (t->hints) {
+        json_t *a = json_object();
+        json_object_set_new(a, "readOnlyHint", json_boolean(t->hints & TIDEMARK_TOOL_READ_ONLY));
+        json_object_set_new(a, "destructiveHint", json_boolean(t->hints & TIDEMARK_TOOL_DESTRUCTIVE));
+        json_object_set_new(a, "idempotentHint", json_boolean(t->hints & TIDEMARK_TOOL_IDEMPOTENT));
+        json_object_set_new(a, "openWorldHint", json_boolean(t->hints & TIDEMARK_TOOL_OPEN_WORLD));
+        json_object_set_new(d, "annotations", a);
+    }
+    int rc = tm_registry_put(srv->reg, TM_REG_TOOL, t->name, d, (void *)t->fn, t->ud, t->hints);
+    if (rc == 0)
+        list_changed(srv, "tools");
+    return rc;
+}
+
+int tidemark_server_remove_tool(tidemark_server_t *srv, const char *name)
+{
+    int rc = tm_registry_remove(srv->reg, TM_REG_TOOL, name);
+    if (rc == 0)
+        list_changed(srv, "tools");
+    return rc;
+}
+
+static int add_res(tidemark_server_t *srv, const tidemark_resource_t *r, tm_reg_kind k)
+{
+    if (!r || !r->uri || !r->name || !r->fn)
+        return TIDEMARK_EINVAL;
+    json_t *d = json_object();
+    set_str(d, k == TM_REG_TEMPLATE ? "uriTemplate" : "uri", r->uri);
+    set_str(d, "name", r->name);
+    set_str(d, "title", r->title);
+    set_str(d, "description", r->description);
+    set_str(d, "mimeType", r->mime_type);
+    int rc = tm_registry_put(srv->reg, k, r->uri, d, (void *)r->fn, r->ud, 0);
+    if (rc == 0)
+        list_changed(srv, "resources");
+    return rc;
+}
+
+int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *r)
+{
+    return add_res(srv, r, TM_REG_RESOURCE);
+}
+
+int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *r)
+{
+    return add_res(srv, r, TM_REG_TEMPLATE);
+}
+
+int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *p)
+{
+    if (!p || !p->name || !p->fn)
+        return TIDEMARK_EINVAL;
+    json_t *d = json_object();
+    set_str(d, "name", p->name);
+    set_str(d, "title", p->title);
+    set_str(d, "description", p->description);
+    if (p->arguments) {
+        json_t *a = parse_or(p->arguments, NULL);
+        if (!json_is_array(a)) {
+            json_decref(a);
+            json_decref(d);
+            return TIDEMARK_EINVAL;
+        }
+        json_object_set_new(d, "arguments", a);
+    }
+    int rc = tm_registry_put(srv->reg, TM_REG_PROMPT, p->name, d, (void *)p->fn, p->ud, 0);
+    if (rc == 0)
+        list_changed(srv, "prompts");
+    return rc;
+}
+
+int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn fn, void *ud)
+{
+    srv->complete_fn = fn;
+    srv->complete_ud = ud;
+    return 0;
+}
+
+/* ---- notifications to sessions -------------------------------------------- */
+
+typedef struct bcast {
+    tidemark_server_t *srv;
+    tm_sess **v;
+    size_t n;
+} bcast;
+
+static void collect(const char *k, void *val, void *ud)
+{
+    (void)k;
+    bcast *b = ud;
+    b->v[b->n++] = tm_sess_ref(val);
+}
+
+/* Snapshot the sessions so no server lock is held while appending. */
+static bcast snapshot(tidemark_server_t *srv)
+{
+    bcast b = {srv, NULL, 0};
+    pthread_mutex_lock(&srv->mu);
+    b.v = calloc(tm_map_count(srv->sessions) + 1, sizeof *b.v);
+    if (b.v)
+        tm_map_each(srv->sessions, collect, &b);
+    pthread_mutex_unlock(&srv->mu);
+    return b;
+}
+
+int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind)
+{
+    char method[64];
+    snprintf(method, sizeof method, "notifications/%s/list_changed", kind);
+    bcast b = snapshot(srv);
+    for (size_t i = 0; i < b.n; i++) {
+        json_t *msg = tm_jsonrpc_notification(method, NULL);
+        tm_sess_notify_standalone(srv, b.v[i], msg);
+        json_decref(msg);
+        tm_sess_unref(b.v[i]);
+    }
+    free(b.v);
+    return 0;
+}
+
+int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri)
+{
+    bcast b = snapshot(srv);
+    for (size_t i = 0; i < b.n; i++) {
+        pthread_mutex_lock(&b.v[i]->mu);
+        int sub = tm_map_get(b.v[i]->subs, uri) != NULL;
+        pthread_mutex_unlock(&b.v[i]->mu);
+        if (sub) {
+            json_t *msg = tm_jsonrpc_notification("notifications/resources/updated",
+                                                  json_pack("{s:s}", "uri", uri));
+            tm_sess_notify_standalone(srv, b.v[i], msg);
+            json_decref(msg);
+        }
+        tm_sess_unref(b.v[i]);
+    }
+    free(b.v);
+    return 0;
+}
+
+/* ---- result helpers -------------------------------------------------------- */
+
+json_t *tidemark_content_text(const char *text)
+{
+    return json_pack("{s:s,s:s}", "type", "text", "text", text ? text : "");
+}
+
+json_t *tidemark_result_text(const char *text)
+{
+    return json_pack("{s:[o]}", "content", tidemark_content_text(text));
+}
+
+json_t *tidemark_result_error(const char *text)
+{
+    return json_pack("{s:[o],s:b}", "content", tidemark_content_text(text), "isError", 1);
+}

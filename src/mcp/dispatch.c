@@ -1,0 +1,284 @@
+/* dispatch.c - MCP methods: lifecycle, tools, resources, prompts,
+ * completion, logging, ping. Runs on worker threads. */
+#include "server_int.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/random.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const versions[] = {TIDEMARK_PROTOCOL_2025_11_25, TIDEMARK_PROTOCOL_2025_06_18,
+                                       TIDEMARK_PROTOCOL_2025_03_26, NULL};
+
+static json_t *err(json_t *id, int code, const char *reason, const char *msg)
+{
+    return tm_jsonrpc_error(id, code, msg, reason, NULL);
+}
+
+json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess **out)
+{
+    *out = NULL;
+    json_t *params = m->params;
+    json_t *pv = json_object_get(params, "protocolVersion");
+    if (!json_is_object(params) || !json_is_string(pv))
+        return err(m->id, TM_RPC_INVALID_PARAMS, "invalid_params",
+                   "initialize needs params.protocolVersion");
+    const char *want = json_string_value(pv), *chosen = versions[0];
+    for (int i = 0; versions[i]; i++)
+        if (strcmp(want, versions[i]) == 0)
+            chosen = versions[i];
+    char id[TM_SESSION_ID_LEN + 1];
+    if (tm_random_hex(id, TM_SESSION_ID_LEN / 2) != 0)
+        return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "no randomness");
+    json_t *client = json_object();
+    json_object_set(client, "clientInfo", json_object_get(params, "clientInfo"));
+    json_t *caps = json_object_get(params, "capabilities");
+    json_object_set(client, "capabilities", json_is_object(caps) ? caps : json_object());
+    char *client_txt = json_dumps(client, JSON_COMPACT);
+    int64_t now = tm_wall_ms();
+    tm_session_rec rec = {.id = id, .protocol_version = (char *)chosen, .client = client_txt,
+                          .created_ms = now, .last_seen_ms = now};
+    int rc = tm_store_session_create(srv->store, &rec);
+    char g[TM_STREAM_MAX];
+    if (rc == 0)
+        rc = tm_store_stream_open(srv->store, id, "g", g);
+    free(client_txt);
+    tm_sess *s = rc == 0 ? tm_sess_new(id, chosen, client) : NULL;
+    json_decref(client);
+    if (!s)
+        return err(m->id, TM_RPC_INTERNAL_ERROR, "store_error", "cannot create session");
+    pthread_mutex_lock(&srv->mu);
+    rc = tm_map_put(srv->sessions, s->id, tm_sess_ref(s));
+    pthread_mutex_unlock(&srv->mu);
+    if (rc) {
+        tm_sess_unref(s);
+        tm_sess_unref(s);
+        return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory");
+    }
+    TM_INFO("session %s initialized (%s)", s->id, chosen);
+    json_t *res = json_pack(
+        "{s:s,s:{s:{s:b},s:{s:b,s:b},s:{s:b},s:{},s:{}},s:{s:s,s:s}}", "protocolVersion", chosen,
+        "capabilities", "tools", "listChanged", 1, "resources", "subscribe", 1, "listChanged", 1,
+        "prompts", "listChanged", 1, "logging", "completions", "serverInfo", "name", srv->name,
+        "version", srv->version);
+    if (srv->instructions)
+        json_object_set_new(res, "instructions", json_string(srv->instructions));
+    *out = s;
+    return tm_jsonrpc_result(m->id, res);
+}
+
+static const char *cursor_of(json_t *params)
+{
+    return json_string_value(json_object_get(params, "cursor"));
+}
+
+static json_t *list(tidemark_call_t *c, tm_reg_kind k, const char *field)
+{
+    json_t *page;
+    json_t *cur = json_object_get(c->params, "cursor");
+    if (cur && !json_is_string(cur))
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_cursor", "cursor must be a string");
+    if (tm_registry_page(c->srv->reg, k, field, cursor_of(c->params), c->srv->cfg.page_size,
+                         &page) != 0)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_cursor", "Invalid cursor");
+    return tm_jsonrpc_result(c->id, page);
+}
+
+static json_t *handler_failed(tidemark_call_t *c, int rc)
+{
+    if (rc == TIDEMARK_ECANCELED || atomic_load(&c->cancelled))
+        return NULL; /* no response after cancellation */
+    json_t *x = json_pack("{s:s}", "error", tidemark_strerror(rc));
+    return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Handler failed", "handler_failed", x);
+}
+
+static json_t *tools_call(tidemark_call_t *c)
+{
+    const char *name = json_string_value(json_object_get(c->params, "name"));
+    if (!name)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "tools/call needs params.name");
+    json_t *args = json_object_get(c->params, "arguments");
+    if (args && !json_is_object(args))
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "arguments must be an object");
+    tm_reg_entry e;
+    if (tm_registry_get(c->srv->reg, TM_REG_TOOL, name, &e) != 0) {
+        json_t *x = json_pack("{s:s}", "tool", name);
+        return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS, "Unknown tool", "unknown_tool", x);
+    }
+    json_decref(e.desc);
+    json_t *owned_args = args ? json_incref(args) : json_object();
+    json_t *result = NULL;
+    int rc = ((tidemark_tool_fn)e.fn)(c, owned_args, &result, e.ud);
+    json_decref(owned_args);
+    if (rc) {
+        json_decref(result);
+        return handler_failed(c, rc);
+    }
+    if (atomic_load(&c->cancelled)) {
+        json_decref(result);
+        return NULL;
+    }
+    if (!json_is_object(result)) {
+        json_decref(result);
+        result = tidemark_result_text("");
+    }
+    return tm_jsonrpc_result(c->id, result);
+}
+
+static json_t *resources_read(tidemark_call_t *c)
+{
+    const char *uri = json_string_value(json_object_get(c->params, "uri"));
+    if (!uri)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "resources/read needs params.uri");
+    tm_reg_entry e;
+    if (tm_registry_get(c->srv->reg, TM_REG_RESOURCE, uri, &e) != 0 &&
+        tm_registry_match_template(c->srv->reg, uri, &e) != 0) {
+        json_t *x = json_pack("{s:s}", "uri", uri);
+        return tm_jsonrpc_error(c->id, TM_RPC_RESOURCE_NOT_FOUND, "Resource not found",
+                                "resource_not_found", x);
+    }
+    json_decref(e.desc);
+    json_t *contents = NULL;
+    int rc = ((tidemark_resource_fn)e.fn)(c, uri, &contents, e.ud);
+    if (rc == TIDEMARK_ENOTFOUND) {
+        json_decref(contents);
+        json_t *x = json_pack("{s:s}", "uri", uri);
+        return tm_jsonrpc_error(c->id, TM_RPC_RESOURCE_NOT_FOUND, "Resource not found",
+                                "resource_not_found", x);
+    }
+    if (rc) {
+        json_decref(contents);
+        return handler_failed(c, rc);
+    }
+    if (!json_is_array(contents)) {
+        json_decref(contents);
+        contents = json_array();
+    }
+    return tm_jsonrpc_result(c->id, json_pack("{s:o}", "contents", contents));
+}
+
+static json_t *subscribe(tidemark_call_t *c, int on)
+{
+    const char *uri = json_string_value(json_object_get(c->params, "uri"));
+    if (!uri)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "params.uri is required");
+    pthread_mutex_lock(&c->sess->mu);
+    if (on)
+        tm_map_put(c->sess->subs, uri, (void *)1);
+    else
+        tm_map_del(c->sess->subs, uri);
+    pthread_mutex_unlock(&c->sess->mu);
+    return tm_jsonrpc_result(c->id, json_object());
+}
+
+static json_t *prompts_get(tidemark_call_t *c)
+{
+    const char *name = json_string_value(json_object_get(c->params, "name"));
+    if (!name)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "prompts/get needs params.name");
+    tm_reg_entry e;
+    if (tm_registry_get(c->srv->reg, TM_REG_PROMPT, name, &e) != 0) {
+        json_t *x = json_pack("{s:s}", "prompt", name);
+        return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS, "Unknown prompt", "unknown_prompt", x);
+    }
+    json_t *args = json_object_get(c->params, "arguments");
+    if (args && !json_is_object(args)) {
+        json_decref(e.desc);
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "arguments must be an object");
+    }
+    /* Required arguments must be present. */
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(e.desc, "arguments"), i, a) {
+        const char *an = json_string_value(json_object_get(a, "name"));
+        if (an && json_is_true(json_object_get(a, "required")) && !json_object_get(args, an)) {
+            json_decref(e.desc);
+            json_t *x = json_pack("{s:s}", "argument", an);
+            return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS, "Missing required argument",
+                                    "missing_argument", x);
+        }
+    }
+    json_decref(e.desc);
+    json_t *owned = args ? json_incref(args) : json_object();
+    json_t *result = NULL;
+    int rc = ((tidemark_prompt_fn)e.fn)(c, owned, &result, e.ud);
+    json_decref(owned);
+    if (rc) {
+        json_decref(result);
+        return handler_failed(c, rc);
+    }
+    return tm_jsonrpc_result(c->id, json_is_object(result) ? result : json_object());
+}
+
+static json_t *complete(tidemark_call_t *c)
+{
+    json_t *ref = json_object_get(c->params, "ref");
+    json_t *arg = json_object_get(c->params, "argument");
+    if (!json_is_object(ref) || !json_is_object(arg))
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params",
+                   "completion/complete needs ref and argument");
+    json_t *values = NULL;
+    if (c->srv->complete_fn) {
+        int rc = c->srv->complete_fn(c, ref, arg, json_object_get(c->params, "context"), &values,
+                                     c->srv->complete_ud);
+        if (rc) {
+            json_decref(values);
+            return handler_failed(c, rc);
+        }
+    }
+    if (!json_is_array(values)) {
+        json_decref(values);
+        values = json_array();
+    }
+    size_t total = json_array_size(values);
+    while (json_array_size(values) > 100)
+        json_array_remove(values, json_array_size(values) - 1);
+    return tm_jsonrpc_result(c->id, json_pack("{s:{s:o,s:I,s:b}}", "completion", "values", values,
+                                              "total", (json_int_t)total, "hasMore", total > 100));
+}
+
+static json_t *set_level(tidemark_call_t *c)
+{
+    int lvl = tm_log_level_index(json_string_value(json_object_get(c->params, "level")));
+    if (lvl < 0)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_log_level", "Unknown logging level");
+    pthread_mutex_lock(&c->sess->mu);
+    c->sess->log_level = lvl;
+    pthread_mutex_unlock(&c->sess->mu);
+    return tm_jsonrpc_result(c->id, json_object());
+}
+
+json_t *tm_dispatch(tidemark_call_t *c)
+{
+    const char *m = c->method;
+    if (c->params && !json_is_object(c->params))
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "params must be an object");
+    if (strcmp(m, "ping") == 0)
+        return tm_jsonrpc_result(c->id, json_object());
+    if (strcmp(m, "tools/list") == 0)
+        return list(c, TM_REG_TOOL, "tools");
+    if (strcmp(m, "tools/call") == 0)
+        return tools_call(c);
+    if (strcmp(m, "resources/list") == 0)
+        return list(c, TM_REG_RESOURCE, "resources");
+    if (strcmp(m, "resources/templates/list") == 0)
+        return list(c, TM_REG_TEMPLATE, "resourceTemplates");
+    if (strcmp(m, "resources/read") == 0)
+        return resources_read(c);
+    if (strcmp(m, "resources/subscribe") == 0)
+        return subscribe(c, 1);
+    if (strcmp(m, "resources/unsubscribe") == 0)
+        return subscribe(c, 0);
+    if (strcmp(m, "prompts/list") == 0)
+        return list(c, TM_REG_PROMPT, "prompts");
+    if (strcmp(m, "prompts/get") == 0)
+        return prompts_get(c);
+    if (strcmp(m, "completion/complete") == 0)
+        return complete(c);
+    if (strcmp(m, "logging/setLevel") == 0)
+        return set_level(c);
+    json_t *x = json_pack("{s:s}", "method", m);
+    return tm_jsonrpc_error(c->id, TM_RPC_METHOD_NOT_FOUND, "Method not found", "method_not_found", x);
+}

@@ -1,0 +1,201 @@
+/* jsonrpc.c - JSON-RPC 2.0 parse, validate, build. */
+#include "jsonrpc.h"
+#include "tidemark/tidemark.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+
+/* jansson has no depth limit on decode; refuse deep nesting before parsing so
+ * hostile input cannot exhaust the stack. Strings are skipped exactly. */
+static int depth_ok(const char *s, size_t len)
+{
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            if (++depth > MAX_DEPTH)
+                return 0;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    return 1;
+}
+
+int tm_jsonrpc_parse(const char *body, size_t len, json_t **root, char *err, size_t errlen)
+{
+    *root = NULL;
+    if (!depth_ok(body, len)) {
+        snprintf(err, errlen, "nesting deeper than %d", MAX_DEPTH);
+        return TIDEMARK_EINVAL;
+    }
+    json_error_t e;
+    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    if (!v) {
+        snprintf(err, errlen, "%s (line %d, column %d)", e.text, e.line, e.column);
+        return TIDEMARK_EINVAL;
+    }
+    *root = v;
+    return 0;
+}
+
+int tm_jsonrpc_id_valid(const json_t *id)
+{
+    return id && (json_is_integer(id) || json_is_string(id));
+}
+
+int tm_jsonrpc_id_key(const json_t *id, char *out, size_t n)
+{
+    if (json_is_integer(id)) {
+        int w = snprintf(out, n, "i:%" JSON_INTEGER_FORMAT, json_integer_value(id));
+        return (w < 0 || (size_t)w >= n) ? TIDEMARK_ERANGE : 0;
+    }
+    if (json_is_string(id)) {
+        const char *s = json_string_value(id);
+        size_t len = json_string_length(id), o = 0;
+        if (n < 3)
+            return TIDEMARK_ERANGE;
+        out[o++] = 's';
+        out[o++] = ':';
+        for (size_t i = 0; i < len; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (c == 0 || c == '%') { /* keep NUL and '%' distinct and printable */
+                if (o + 3 >= n)
+                    return TIDEMARK_ERANGE;
+                o += (size_t)snprintf(out + o, n - o, "%%%02x", c);
+            } else {
+                if (o + 1 >= n)
+                    return TIDEMARK_ERANGE;
+                out[o++] = (char)c;
+            }
+        }
+        out[o] = '\0';
+        return 0;
+    }
+    return TIDEMARK_EINVAL;
+}
+
+static void invalid(tm_msg *m, const char *why, const char *detail)
+{
+    m->kind = TM_MSG_INVALID;
+    m->why = why;
+    m->detail = detail;
+}
+
+void tm_jsonrpc_classify(json_t *v, tm_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->raw = v;
+    if (!json_is_object(v))
+        return invalid(m, "invalid_request", "message is not a JSON object");
+    json_t *id = json_object_get(v, "id");
+    /* Keep a usable id for the error response when it is valid. */
+    if (tm_jsonrpc_id_valid(id))
+        m->id = id;
+    json_t *ver = json_object_get(v, "jsonrpc");
+    if (!json_is_string(ver) || strcmp(json_string_value(ver), "2.0") != 0)
+        return invalid(m, "invalid_jsonrpc_version", "\"jsonrpc\" must be \"2.0\"");
+    json_t *method = json_object_get(v, "method");
+    json_t *result = json_object_get(v, "result");
+    json_t *error = json_object_get(v, "error");
+    if (method) {
+        if (!json_is_string(method) || json_string_length(method) == 0)
+            return invalid(m, "invalid_method", "\"method\" must be a non-empty string");
+        if (result || error)
+            return invalid(m, "invalid_request", "a request cannot carry result or error");
+        json_t *params = json_object_get(v, "params");
+        if (params && !json_is_object(params) && !json_is_array(params))
+            return invalid(m, "invalid_params", "\"params\" must be an object or array");
+        m->method = json_string_value(method);
+        m->params = params;
+        if (!id) {
+            m->kind = TM_MSG_NOTIFICATION;
+            return;
+        }
+        if (!tm_jsonrpc_id_valid(id))
+            return invalid(m, "invalid_id", "\"id\" must be a string or an integer");
+        m->kind = TM_MSG_REQUEST;
+        return;
+    }
+    if (!!result == !!error)
+        return invalid(m, "invalid_request", "need exactly one of method, result, error");
+    if (!tm_jsonrpc_id_valid(id))
+        return invalid(m, "invalid_id", "\"id\" must be a string or an integer");
+    if (result) {
+        m->kind = TM_MSG_RESULT;
+        m->result = result;
+    } else {
+        if (!json_is_object(error) || !json_is_integer(json_object_get(error, "code")) ||
+            !json_is_string(json_object_get(error, "message")))
+            return invalid(m, "invalid_error", "\"error\" needs integer code and string message");
+        m->kind = TM_MSG_ERROR;
+        m->error = error;
+    }
+}
+
+json_t *tm_jsonrpc_result(json_t *id, json_t *result)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "jsonrpc", json_string("2.0"));
+    json_object_set(o, "id", id ? id : json_null());
+    json_object_set_new(o, "result", result ? result : json_object());
+    return o;
+}
+
+json_t *tm_jsonrpc_error(json_t *id, int code, const char *message, const char *reason,
+                         json_t *extra)
+{
+    json_t *o = json_object();
+    json_t *err = json_object();
+    json_t *data = json_is_object(extra) ? extra : json_object();
+    if (extra && !json_is_object(extra))
+        json_decref(extra);
+    if (reason)
+        json_object_set_new(data, "reason", json_string(reason));
+    json_object_set_new(err, "code", json_integer(code));
+    json_object_set_new(err, "message", json_string(message ? message : ""));
+    json_object_set_new(err, "data", data);
+    json_object_set_new(o, "jsonrpc", json_string("2.0"));
+    json_object_set(o, "id", id ? id : json_null());
+    json_object_set_new(o, "error", err);
+    return o;
+}
+
+json_t *tm_jsonrpc_notification(const char *method, json_t *params)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "jsonrpc", json_string("2.0"));
+    json_object_set_new(o, "method", json_string(method));
+    if (params)
+        json_object_set_new(o, "params", params);
+    return o;
+}
+
+json_t *tm_jsonrpc_request(json_t *id, const char *method, json_t *params)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "jsonrpc", json_string("2.0"));
+    json_object_set_new(o, "id", id);
+    json_object_set_new(o, "method", json_string(method));
+    if (params)
+        json_object_set_new(o, "params", params);
+    return o;
+}
+
+char *tm_jsonrpc_dump(const json_t *v, size_t *len)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (s && len)
+        *len = strlen(s);
+    return s;
+}

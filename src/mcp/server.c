@@ -1,0 +1,782 @@
+/*
+ * server.c - the MCP server over Streamable HTTP: configuration, lifecycle,
+ * and the HTTP rules of POST / GET / DELETE (spec 2025-11-25 "Transports"
+ * plus DESIGN.md §5). Everything that may block runs on the worker pool.
+ */
+#include "server_int.h"
+#include "../base/log.h"
+#include "../base/random.h"
+#include "../base/clock.h"
+#include "../log/resume.h"
+#include "../transport/sse.h"
+#include "tidemark/tidemark.h"
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const supported_versions[] = {
+    TIDEMARK_PROTOCOL_2025_11_25, TIDEMARK_PROTOCOL_2025_06_18, TIDEMARK_PROTOCOL_2025_03_26, NULL};
+
+static int version_supported(const char *v)
+{
+    for (int i = 0; supported_versions[i]; i++)
+        if (strcmp(v, supported_versions[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tidemark_server_config_init(tidemark_server_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->path = "/mcp";
+    c->store = "memory";
+    c->retry_ms = 1000;
+    c->keepalive_ms = 15000;
+    c->max_body = 4u << 20;
+    c->workers = 16;
+    c->io_threads = 2;
+    c->page_size = 100;
+    c->name = "tidemark";
+    c->version = TIDEMARK_VERSION;
+}
+
+static char *dup_or(const char *s, const char *def)
+{
+    return strdup(s ? s : def);
+}
+
+static char **dup_list(const char *const *l)
+{
+    if (!l)
+        return NULL;
+    size_t n = 0;
+    while (l[n])
+        n++;
+    char **o = calloc(n + 1, sizeof *o);
+    for (size_t i = 0; o && i < n; i++)
+        o[i] = strdup(l[i]);
+    return o;
+}
+
+static void free_list(char **l)
+{
+    for (size_t i = 0; l && l[i]; i++)
+        free(l[i]);
+    free(l);
+}
+
+int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **out)
+{
+    tidemark_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return TIDEMARK_ENOMEM;
+    tidemark_server_config_t def;
+    tidemark_server_config_init(&def);
+    s->cfg = cfg ? *cfg : def;
+    s->host = dup_or(s->cfg.host, def.host);
+    s->path = dup_or(s->cfg.path, def.path);
+    s->store_uri = dup_or(s->cfg.store, def.store);
+    s->name = dup_or(s->cfg.name, def.name);
+    s->version = dup_or(s->cfg.version, def.version);
+    s->instructions = s->cfg.instructions ? strdup(s->cfg.instructions) : NULL;
+    s->origins = dup_list(s->cfg.allowed_origins);
+    s->hosts = dup_list(s->cfg.allowed_hosts);
+    if (!s->cfg.workers)
+        s->cfg.workers = def.workers;
+    if (!s->cfg.max_body)
+        s->cfg.max_body = def.max_body;
+    if (!s->cfg.page_size)
+        s->cfg.page_size = def.page_size;
+    s->reg = tm_registry_new();
+    s->sessions = tm_map_new();
+    pthread_mutex_init(&s->mu, NULL);
+    if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
+        !s->sessions) {
+        tidemark_server_free(s);
+        return TIDEMARK_ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ---- helpers for answers ------------------------------------------------ */
+
+static void reply_json(tm_http_req *r, unsigned status, json_t *body /* stolen */)
+{
+    size_t len;
+    char *txt = tm_jsonrpc_dump(body, &len);
+    json_decref(body);
+    tm_http_reply(r, status, "application/json", txt, txt ? len : 0);
+    free(txt);
+}
+
+/* An HTTP-level error with a JSON-RPC error body carrying data.reason. */
+static void reply_error(tm_http_req *r, unsigned status, int code, const char *reason,
+                        const char *message, json_t *extra)
+{
+    reply_json(r, status, tm_jsonrpc_error(NULL, code, message, reason, extra));
+}
+
+/* Does the Accept header admit this media type (wildcards included)? */
+static int accepts(const char *accept, const char *type)
+{
+    if (!accept)
+        return 0;
+    const char *slash = strchr(type, '/');
+    size_t major = (size_t)(slash - type);
+    const char *p = accept;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ';')
+            e++;
+        size_t n = (size_t)(e - p);
+        while (n && p[n - 1] == ' ')
+            n--;
+        if ((n == strlen(type) && strncasecmp(p, type, n) == 0) || (n == 3 && strncmp(p, "*/*", 3) == 0) ||
+            (n == major + 2 && strncasecmp(p, type, major) == 0 && strncmp(p + major, "/*", 2) == 0))
+            return 1;
+        while (*e && *e != ',')
+            e++;
+        p = e;
+    }
+    return 0;
+}
+
+/* Host part of a Host header or of an Origin's authority, port removed. */
+static void host_only(const char *in, char *out, size_t n)
+{
+    size_t i = 0;
+    if (*in == '[') {
+        const char *e = strchr(in, ']');
+        size_t len = e ? (size_t)(e - in + 1) : strlen(in);
+        if (len >= n)
+            len = n - 1;
+        memcpy(out, in, len);
+        out[len] = '\0';
+        return;
+    }
+    while (in[i] && in[i] != ':' && in[i] != '/' && i + 1 < n) {
+        out[i] = (char)tolower((unsigned char)in[i]);
+        i++;
+    }
+    out[i] = '\0';
+}
+
+static int is_loopback_host(const char *h)
+{
+    return strcmp(h, "localhost") == 0 || strcmp(h, "127.0.0.1") == 0 || strcmp(h, "[::1]") == 0;
+}
+
+static int host_allowed(tidemark_server_t *s, const char *host)
+{
+    if (!host)
+        return 0;
+    char h[256];
+    host_only(host, h, sizeof h);
+    if (s->hosts) {
+        for (size_t i = 0; s->hosts[i]; i++)
+            if (strcasecmp(s->hosts[i], h) == 0 || strcasecmp(s->hosts[i], host) == 0 ||
+                strcmp(s->hosts[i], "*") == 0)
+                return 1;
+        return 0;
+    }
+    return is_loopback_host(h);
+}
+
+static int origin_allowed(tidemark_server_t *s, const char *origin)
+{
+    if (s->origins) {
+        for (size_t i = 0; s->origins[i]; i++)
+            if (strcasecmp(s->origins[i], origin) == 0 || strcmp(s->origins[i], "*") == 0)
+                return 1;
+        return 0;
+    }
+    const char *p = strstr(origin, "://");
+    if (!p || (strncmp(origin, "http://", 7) != 0 && strncmp(origin, "https://", 8) != 0))
+        return 0;
+    char h[256];
+    host_only(p + 3, h, sizeof h);
+    return is_loopback_host(h);
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+static void job_free(tm_job *j)
+{
+    if (j->sess)
+        tm_sess_unref(j->sess);
+    json_decref(j->responses);
+    json_decref(j->root);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* A call of the job ended with response (stolen, may be NULL). The last one
+ * closes the stream (SSE) or answers the POST (JSON). */
+static void job_complete(tm_job *j, json_t *response)
+{
+    tidemark_server_t *srv = j->srv;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->remaining == 0;
+    if (j->sse) {
+        if (response)
+            tm_sess_append(srv, j->sess, j->stream, response, last ? TM_APPEND_FINAL : 0);
+        else if (last)
+            tm_store_close_stream(srv->store, j->sess->id, j->stream);
+        json_decref(response);
+    } else if (response) {
+        json_array_append_new(j->responses, response);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!last)
+        return;
+    if (!j->sse) {
+        size_t n = json_array_size(j->responses);
+        if (n == 0)
+            tm_http_reply(j->req, 202, NULL, NULL, 0);
+        else
+            reply_json(j->req, 200, j->batch ? json_incref(j->responses)
+                                             : json_incref(json_array_get(j->responses, 0)));
+    }
+    job_free(j);
+}
+
+static void run_call(void *arg)
+{
+    tidemark_call_t *c = arg;
+    json_t *resp = tm_dispatch(c);
+    tm_job *j = c->job;
+    if (c->registered) {
+        pthread_mutex_lock(&c->sess->mu);
+        tm_map_del(c->sess->calls, c->idkey);
+        pthread_mutex_unlock(&c->sess->mu);
+    }
+    json_decref(c->id);
+    free(c);
+    job_complete(j, resp);
+}
+
+typedef struct init_job {
+    tidemark_server_t *srv;
+    tm_http_req *req;
+    json_t *root;
+    tm_msg msg;
+} init_job;
+
+static void run_initialize(void *arg)
+{
+    init_job *ij = arg;
+    tm_sess *sess = NULL;
+    json_t *resp = tm_dispatch_initialize(ij->srv, &ij->msg, &sess);
+    if (sess) {
+        tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
+        tm_sess_unref(sess);
+        reply_json(ij->req, 200, resp);
+    } else {
+        reply_json(ij->req, json_object_get(resp, "error") ? 400 : 200, resp);
+    }
+    json_decref(ij->root);
+    free(ij);
+}
+
+/* ---- POST ------------------------------------------------------------------ */
+
+static int is_call(const tm_msg *m)
+{
+    return m->kind == TM_MSG_REQUEST && strcmp(m->method, "tools/call") == 0;
+}
+
+static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m)
+{
+    if (strcmp(m->method, "notifications/cancelled") == 0) {
+        tm_sess_cancel(sess, json_object_get(m->params, "requestId"));
+    } else {
+        TM_DEBUG("session %s: notification %s", sess->id, m->method);
+    }
+    (void)srv;
+}
+
+static tm_sess *require_session(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *sid = tm_http_req_header(r, "Mcp-Session-Id");
+    if (!sid) {
+        reply_error(r, 400, TM_RPC_INVALID_REQUEST, "session_required",
+                    "Bad Request: Mcp-Session-Id header is required", NULL);
+        return NULL;
+    }
+    tm_sess *s = tm_sess_find(srv, sid);
+    if (!s || s->closed) {
+        if (s)
+            tm_sess_unref(s);
+        reply_error(r, 404, TM_RPC_SESSION_NOT_FOUND, "unknown_session", "Session not found", NULL);
+        return NULL;
+    }
+    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    if (pv && strcmp(pv, s->version) != 0) {
+        json_t *x = json_pack("{s:s,s:s}", "received", pv, "negotiated", s->version);
+        reply_error(r, 400, TM_RPC_INVALID_REQUEST,
+                    version_supported(pv) ? "protocol_version_mismatch"
+                                          : "unsupported_protocol_version",
+                    "Bad Request: MCP-Protocol-Version does not match the session", x);
+        tm_sess_unref(s);
+        return NULL;
+    }
+    tm_store_session_touch(srv->store, s->id, tm_wall_ms());
+    return s;
+}
+
+static void handle_post(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *ctype = tm_http_req_header(r, "Content-Type");
+    if (!ctype || strncasecmp(ctype, "application/json", 16) != 0)
+        return reply_error(r, 415, TM_RPC_INVALID_REQUEST, "unsupported_media_type",
+                           "Unsupported Media Type: Content-Type must be application/json", NULL);
+    const char *accept = tm_http_req_header(r, "Accept");
+    if (!accepts(accept, "application/json") || !accepts(accept, "text/event-stream"))
+        return reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
+                           "Not Acceptable: Accept must list application/json and text/event-stream",
+                           NULL);
+    if (tm_http_req_body_too_large(r)) {
+        json_t *x = json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body);
+        return reply_error(r, 413, TM_RPC_INVALID_REQUEST, "body_too_large",
+                           "Payload Too Large", x);
+    }
+    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    if (pv && !version_supported(pv)) {
+        json_t *x = json_pack("{s:s,s:[sss]}", "received", pv, "supported",
+                              supported_versions[0], supported_versions[1], supported_versions[2]);
+        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
+                           "Bad Request: unsupported MCP-Protocol-Version", x);
+    }
+    size_t len;
+    const char *body = tm_http_req_body(r, &len);
+    json_t *root;
+    char perr[200];
+    if (tm_jsonrpc_parse(body, len, &root, perr, sizeof perr) != 0) {
+        json_t *x = json_pack("{s:s}", "detail", perr);
+        return reply_error(r, 400, TM_RPC_PARSE_ERROR, "parse_error", "Parse error", x);
+    }
+    int batch = json_is_array(root);
+    size_t n = batch ? json_array_size(root) : 1;
+    if (batch && n == 0) {
+        json_decref(root);
+        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
+                           "Invalid Request: empty batch", NULL);
+    }
+    tm_msg *msgs = calloc(n, sizeof *msgs);
+    if (!msgs) {
+        json_decref(root);
+        return reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+    }
+    size_t nreq = 0, ninit = 0, ninvalid = 0, ncall = 0;
+    for (size_t i = 0; i < n; i++) {
+        tm_jsonrpc_classify(batch ? json_array_get(root, i) : root, &msgs[i]);
+        if (msgs[i].kind == TM_MSG_INVALID)
+            ninvalid++;
+        if (msgs[i].kind == TM_MSG_REQUEST) {
+            nreq++;
+            if (strcmp(msgs[i].method, "initialize") == 0)
+                ninit++;
+            if (is_call(&msgs[i]))
+                ncall++;
+        }
+    }
+
+    /* initialize: alone, creates the session. */
+    if (ninit) {
+        if (batch) {
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
+                        "Invalid Request: initialize must not be part of a batch", NULL);
+            goto done;
+        }
+        init_job *ij = calloc(1, sizeof *ij);
+        if (!ij) {
+            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+            goto done;
+        }
+        ij->srv = srv;
+        ij->req = r;
+        ij->root = root;
+        ij->msg = msgs[0];
+        root = NULL;
+        if (tm_pool_submit(srv->pool, run_initialize, ij) != 0) {
+            json_decref(ij->root);
+            free(ij);
+            reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+        }
+        goto done;
+    }
+
+    if (!batch && msgs[0].kind == TM_MSG_INVALID) {
+        reply_json(r, 400, tm_jsonrpc_error(msgs[0].id, TM_RPC_INVALID_REQUEST, msgs[0].detail,
+                                            msgs[0].why, NULL));
+        goto done;
+    }
+
+    tm_sess *sess = require_session(srv, r);
+    if (!sess)
+        goto done;
+    if (batch && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_03_26) != 0) {
+        json_t *x = json_pack("{s:s}", "protocolVersion", sess->version);
+        reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
+                    "Invalid Request: JSON-RPC batches are not allowed in this protocol version", x);
+        tm_sess_unref(sess);
+        goto done;
+    }
+
+    /* Notifications and responses take effect now. */
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].kind == TM_MSG_NOTIFICATION)
+            handle_notification(srv, sess, &msgs[i]);
+        else if (msgs[i].kind == TM_MSG_RESULT || msgs[i].kind == TM_MSG_ERROR)
+            tm_sess_deliver_response(sess, &msgs[i]);
+    }
+    if (nreq == 0 && ninvalid == 0) {
+        tm_sess_unref(sess);
+        tm_http_reply(r, 202, NULL, NULL, 0);
+        goto done;
+    }
+
+    tm_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        tm_sess_unref(sess);
+        reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        goto done;
+    }
+    j->srv = srv;
+    j->sess = sess;
+    j->req = r;
+    j->batch = batch;
+    j->sse = ncall > 0;
+    j->root = root;
+    root = NULL;
+    j->responses = json_array();
+    pthread_mutex_init(&j->mu, NULL);
+    j->remaining = (int)(nreq + ninvalid) + 1; /* +1 held while submitting */
+
+    if (j->sse) {
+        int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
+        if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
+            rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
+        tm_http_stream_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
+                                 .retry_ms = srv->cfg.retry_ms};
+        if (rc == 0) {
+            tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+            rc = tm_http_reply_stream(r, &o);
+        }
+        if (rc) {
+            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            j->sse = 0;
+            j->req = NULL;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].kind == TM_MSG_INVALID) {
+            job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INVALID_REQUEST, msgs[i].detail,
+                                             msgs[i].why, NULL));
+            continue;
+        }
+        if (msgs[i].kind != TM_MSG_REQUEST)
+            continue;
+        tidemark_call_t *c = calloc(1, sizeof *c);
+        if (!c) {
+            job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INTERNAL_ERROR, "out of memory",
+                                             "internal_error", NULL));
+            continue;
+        }
+        c->srv = srv;
+        c->sess = sess;
+        c->job = j;
+        c->id = json_incref(msgs[i].id);
+        c->method = msgs[i].method;
+        c->params = msgs[i].params;
+        json_t *meta = json_object_get(c->params, "_meta");
+        c->progress_token = json_object_get(meta, "progressToken");
+        tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
+        snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->idkey);
+        pthread_mutex_lock(&sess->mu);
+        if (!tm_map_get(sess->calls, c->idkey) && tm_map_put(sess->calls, c->idkey, c) == 0)
+            c->registered = 1;
+        pthread_mutex_unlock(&sess->mu);
+        if (tm_pool_submit(srv->pool, run_call, c) != 0) {
+            if (c->registered) {
+                pthread_mutex_lock(&sess->mu);
+                tm_map_del(sess->calls, c->idkey);
+                pthread_mutex_unlock(&sess->mu);
+            }
+            json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
+                                         "shutting_down", NULL);
+            json_decref(c->id);
+            free(c);
+            job_complete(j, e);
+        }
+    }
+    if (!j->sse && !j->req) {
+        /* The stream could not be set up and the POST was answered; the
+         * calls still run but their responses are dropped. */
+    }
+    job_complete(j, NULL); /* release the submit hold */
+done:
+    json_decref(root);
+    free(msgs);
+}
+
+/* ---- GET ----------------------------------------------------------------- */
+
+static void handle_get(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *accept = tm_http_req_header(r, "Accept");
+    if (!accepts(accept, "text/event-stream"))
+        return reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
+                           "Not Acceptable: Accept must list text/event-stream", NULL);
+    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    if (pv && !version_supported(pv))
+        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
+                           "Bad Request: unsupported MCP-Protocol-Version", NULL);
+    tm_sess *sess = require_session(srv, r);
+    if (!sess)
+        return;
+    const char *cursor = tm_http_req_header(r, "Last-Event-ID");
+    tm_http_stream_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms};
+    tm_buf prelude;
+    tm_buf_init(&prelude, 4096);
+    tm_resume_decision d;
+    if (cursor) {
+        int rc = tm_resume_decide(srv->store, sess->id, cursor, &d);
+        if (rc) {
+            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            goto out;
+        }
+        json_t *x = NULL;
+        switch (d.outcome) {
+        case TM_RESUME_OK:
+            break;
+        case TM_RESUME_MALFORMED:
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "malformed_cursor",
+                        "Bad Request: Last-Event-ID is not an event id of this server", NULL);
+            goto out;
+        case TM_RESUME_UNKNOWN_STREAM:
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unknown_stream",
+                        "Bad Request: Last-Event-ID names no stream of this session", NULL);
+            goto out;
+        case TM_RESUME_AHEAD:
+            TM_WARN("session %s: cursor_ahead %s (durable head %llu)", sess->id, cursor,
+                    (unsigned long long)d.head);
+            x = json_pack("{s:I}", "durable_head", (json_int_t)d.head);
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "cursor_ahead",
+                        "Bad Request: Last-Event-ID is ahead of the durable head", x);
+            goto out;
+        case TM_RESUME_GAP:
+            x = json_pack("{s:[I,I]}", "missing", (json_int_t)d.gap_from, (json_int_t)d.gap_to);
+            if (srv->cfg.on_gap == TIDEMARK_ON_GAP_EVENT) {
+                char *txt = json_dumps(x, JSON_COMPACT);
+                json_decref(x);
+                if (txt)
+                    tm_sse_frame(&prelude, "gap", NULL, txt, strlen(txt));
+                free(txt);
+                break;
+            }
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "resumption_gap",
+                        "Bad Request: events after Last-Event-ID were trimmed", x);
+            goto out;
+        case TM_RESUME_EPOCH:
+            reply_error(r, 400, TM_RPC_INVALID_REQUEST, "epoch_mismatch",
+                        "Bad Request: the event Last-Event-ID names was lost and its seq reused",
+                        NULL);
+            goto out;
+        }
+        o.stream = d.stream;
+        o.after_seq = d.after_seq;
+        o.prelude = prelude.data;
+        o.prelude_len = prelude.len;
+    } else {
+        tm_stream_bounds b;
+        char g[TM_STREAM_MAX];
+        int rc = tm_store_stream_open(srv->store, sess->id, "g", g);
+        if (rc == 0)
+            rc = tm_store_bounds(srv->store, sess->id, "g", &b);
+        if (rc) {
+            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            goto out;
+        }
+        o.stream = "g";
+        o.after_seq = b.head;
+    }
+    tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+    int rc = tm_http_reply_stream(r, &o);
+    if (rc == TIDEMARK_EBUSY) {
+        reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
+                    "Conflict: the stream is already attached to a live connection", NULL);
+    } else if (rc) {
+        reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
+    } else if (!cursor) {
+        pthread_mutex_lock(&sess->mu);
+        sess->get_opened = 1;
+        pthread_mutex_unlock(&sess->mu);
+        if (strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
+            tm_store_append(srv->store, sess->id, "g", "", 0, 0, NULL, NULL);
+    }
+out:
+    tm_buf_free(&prelude);
+    tm_sess_unref(sess);
+}
+
+/* ---- DELETE ---------------------------------------------------------------- */
+
+static void handle_delete(tidemark_server_t *srv, tm_http_req *r)
+{
+    tm_sess *sess = require_session(srv, r);
+    if (!sess)
+        return;
+    tm_sess_close(sess);
+    pthread_mutex_lock(&srv->mu);
+    if (tm_map_get(srv->sessions, sess->id) == sess) {
+        tm_map_del(srv->sessions, sess->id);
+        tm_sess_unref(sess);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    tm_http_close_session(srv->http, sess->id);
+    tm_store_session_delete(srv->store, sess->id);
+    TM_INFO("session %s deleted", sess->id);
+    tm_sess_unref(sess);
+    tm_http_reply(r, 200, NULL, NULL, 0);
+}
+
+/* ---- entry ---------------------------------------------------------------- */
+
+static void on_http(void *ud, tm_http_req *r)
+{
+    tidemark_server_t *srv = ud;
+    const char *method = tm_http_req_method(r);
+    const char *path = tm_http_req_path(r);
+    if (strcmp(path, srv->path) != 0)
+        return reply_error(r, 404, TM_RPC_INVALID_REQUEST, "not_found", "Not Found", NULL);
+    const char *host = tm_http_req_header(r, "Host");
+    if (!host_allowed(srv, host)) {
+        json_t *x = host ? json_pack("{s:s}", "host", host) : NULL;
+        return reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_host",
+                           "Forbidden: Host header not allowed", x);
+    }
+    const char *origin = tm_http_req_header(r, "Origin");
+    if (origin && !origin_allowed(srv, origin)) {
+        json_t *x = json_pack("{s:s}", "origin", origin);
+        return reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_origin",
+                           "Forbidden: Origin not allowed", x);
+    }
+    if (atomic_load(&srv->stopping))
+        return reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    if (strcmp(method, "POST") == 0)
+        return handle_post(srv, r);
+    if (strcmp(method, "GET") == 0)
+        return handle_get(srv, r);
+    if (strcmp(method, "DELETE") == 0)
+        return handle_delete(srv, r);
+    tm_http_req_add_header(r, "Allow", "GET, POST, DELETE");
+    reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed", "Method Not Allowed", NULL);
+}
+
+static void on_commit(void *ud, const char *session, const char *stream, uint64_t seq)
+{
+    (void)seq;
+    tidemark_server_t *srv = ud;
+    if (srv->http)
+        tm_http_wake(srv->http, session, stream);
+}
+
+int tidemark_server_start(tidemark_server_t *srv)
+{
+    if (atomic_load(&srv->running))
+        return TIDEMARK_EBUSY;
+    tm_store_options so = {.retain_events = srv->cfg.retain_events};
+    int rc = tm_store_open(srv->store_uri, &so, &srv->store);
+    if (rc) {
+        TM_ERROR("cannot open store %s: %s", srv->store_uri, tidemark_strerror(rc));
+        return rc;
+    }
+    tm_store_set_listener(srv->store, on_commit, srv);
+    rc = tm_pool_new(srv->cfg.workers, &srv->pool);
+    if (rc)
+        goto fail;
+    tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
+                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms};
+    atomic_store(&srv->stopping, 0);
+    rc = tm_http_start(&hc, srv->store, on_http, srv, &srv->http);
+    if (rc)
+        goto fail;
+    atomic_store(&srv->running, 1);
+    TM_INFO("listening on http://%s:%u%s (store %s, epoch %s)", srv->host, tm_http_port(srv->http),
+            srv->path, srv->store_uri, tm_store_epoch(srv->store));
+    return 0;
+fail:
+    tm_pool_free(srv->pool);
+    srv->pool = NULL;
+    tm_store_close(srv->store);
+    srv->store = NULL;
+    return rc;
+}
+
+unsigned tidemark_server_port(const tidemark_server_t *srv)
+{
+    return srv->http ? tm_http_port(srv->http) : 0;
+}
+
+static void close_each(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    tm_sess_close(v);
+}
+
+static void unref_each(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    tm_sess_unref(v);
+}
+
+void tidemark_server_stop(tidemark_server_t *srv)
+{
+    if (!atomic_load(&srv->running))
+        return;
+    atomic_store(&srv->stopping, 1);
+    pthread_mutex_lock(&srv->mu);
+    tm_map_each(srv->sessions, close_each, NULL);
+    pthread_mutex_unlock(&srv->mu);
+    tm_pool_free(srv->pool); /* runs what is queued; blocked calls see cancellation */
+    srv->pool = NULL;
+    tm_http_stop(srv->http);
+    srv->http = NULL;
+    tm_store_close(srv->store);
+    srv->store = NULL;
+    pthread_mutex_lock(&srv->mu);
+    tm_map_each(srv->sessions, unref_each, NULL);
+    tm_map_free(srv->sessions);
+    srv->sessions = tm_map_new();
+    pthread_mutex_unlock(&srv->mu);
+    atomic_store(&srv->running, 0);
+}
+
+void tidemark_server_free(tidemark_server_t *srv)
+{
+    if (!srv)
+        return;
+    tidemark_server_stop(srv);
+    tm_registry_free(srv->reg);
+    if (srv->sessions)
+        tm_map_free(srv->sessions);
+    free_list(srv->origins);
+    free_list(srv->hosts);
+    free(srv->host);
+    free(srv->path);
+    free(srv->store_uri);
+    free(srv->name);
+    free(srv->version);
+    free(srv->instructions);
+    pthread_mutex_destroy(&srv->mu);
+    free(srv);
+}

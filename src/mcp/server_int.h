@@ -1,0 +1,105 @@
+/* server_int.h - private structures shared by the server modules. */
+#ifndef TM_SERVER_INT_H
+#define TM_SERVER_INT_H
+#include "tidemark/server.h"
+#include "jsonrpc.h"
+#include "registry.h"
+#include "../base/map.h"
+#include "../base/pool.h"
+#include "../log/store.h"
+#include "../transport/http_server.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define TM_SESSION_ID_LEN 32 /* 128 bits as hex */
+
+/* Runtime state of one session (its durable part lives in the store). */
+typedef struct tm_sess {
+    atomic_int refs;
+    char id[TM_SESSION_ID_LEN + 1];
+    char version[16];
+    json_t *client;          /* initialize params */
+    pthread_mutex_t mu;      /* guards everything below */
+    pthread_cond_t cv;       /* server->client answers, cancellation */
+    int log_level;           /* index into tm_log_levels; lower = more verbose */
+    int closed;              /* deleted */
+    int get_opened;          /* the standalone stream was ever opened */
+    tm_map *subs;            /* subscribed uri -> (void*)1 */
+    tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
+    tm_map *pending;         /* server request id key -> struct tm_waiter */
+    uint64_t next_req;
+} tm_sess;
+
+/* One POST's requests and how they are answered. */
+typedef struct tm_job {
+    tidemark_server_t *srv;
+    tm_sess *sess;           /* NULL for initialize */
+    tm_http_req *req;        /* JSON mode: answered when all calls end */
+    int sse;                 /* answered as an SSE stream */
+    int batch;
+    char stream[TM_STREAM_MAX];
+    pthread_mutex_t mu;
+    int remaining;
+    json_t *responses;       /* JSON mode: collected responses */
+    json_t *root;            /* the parsed body, kept alive for the calls */
+} tm_job;
+
+struct tidemark_call {
+    tidemark_server_t *srv;
+    tm_sess *sess;
+    tm_job *job;
+    json_t *id;
+    char idkey[160];
+    char idem[TM_SESSION_ID_LEN + 170];
+    const char *method;
+    json_t *params;
+    json_t *progress_token;
+    atomic_int cancelled;
+    int registered;           /* present in sess->calls */
+};
+
+struct tidemark_server {
+    tidemark_server_config_t cfg;
+    char **origins, **hosts;  /* owned copies, NULL-terminated */
+    char *host, *path, *store_uri, *name, *version, *instructions;
+    tm_store *store;
+    tm_http *http;
+    tm_pool *pool;
+    tm_registry *reg;
+    pthread_mutex_t mu;       /* guards sessions */
+    tm_map *sessions;         /* id -> tm_sess */
+    atomic_int running;
+    atomic_int stopping;
+    tidemark_complete_fn complete_fn;
+    void *complete_ud;
+};
+
+extern const char *const tm_log_levels[8];
+int tm_log_level_index(const char *name);
+
+/* session.c */
+tm_sess *tm_sess_new(const char *id, const char *version, json_t *client);
+tm_sess *tm_sess_ref(tm_sess *s);
+void tm_sess_unref(tm_sess *s);
+/* Find a live session, loading it from the store after a restart. New ref. */
+tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id);
+int tm_sess_client_has(const tm_sess *s, const char *capability);
+/* Append a message to a stream of the session. msg is borrowed. */
+int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,
+                   unsigned flags);
+/* Send a notification on the standalone stream, if one was ever opened. */
+int tm_sess_notify_standalone(tidemark_server_t *srv, tm_sess *s, json_t *msg);
+/* Mark deleted, cancel calls, wake waiters. */
+void tm_sess_close(tm_sess *s);
+/* Route a client's response to a waiting server->client request. */
+void tm_sess_deliver_response(tm_sess *s, const tm_msg *m);
+/* Cancel an in-flight call by its request id. */
+void tm_sess_cancel(tm_sess *s, json_t *request_id);
+
+/* dispatch.c: run one request; returns the response (new ref) or NULL when
+ * no response must be sent (cancelled). */
+json_t *tm_dispatch(tidemark_call_t *call);
+/* initialize: creates the session. OUT sess on success. */
+json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess **sess);
+
+#endif

@@ -1,0 +1,238 @@
+/* session.c - runtime session state: calls in flight, server->client
+ * requests waiting for answers, subscriptions, logging level. */
+#include "server_int.h"
+#include "../base/log.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const tm_log_levels[8] = {"debug",    "info",  "notice", "warning",
+                                      "error",    "critical", "alert", "emergency"};
+
+int tm_log_level_index(const char *name)
+{
+    for (int i = 0; i < 8; i++)
+        if (name && strcmp(name, tm_log_levels[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* A server->client request waiting for its answer. */
+typedef struct tm_waiter {
+    int done;
+    int is_error;
+    json_t *value;
+} tm_waiter;
+
+tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
+{
+    tm_sess *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    atomic_init(&s->refs, 1);
+    snprintf(s->id, sizeof s->id, "%s", id);
+    snprintf(s->version, sizeof s->version, "%s", version);
+    s->client = client ? json_incref(client) : json_object();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->log_level = 0;
+    s->subs = tm_map_new();
+    s->calls = tm_map_new();
+    s->pending = tm_map_new();
+    if (!s->subs || !s->calls || !s->pending) {
+        tm_sess_unref(s);
+        return NULL;
+    }
+    return s;
+}
+
+tm_sess *tm_sess_ref(tm_sess *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
+void tm_sess_unref(tm_sess *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    json_decref(s->client);
+    tm_map_free(s->subs);
+    tm_map_free(s->calls);
+    tm_map_free(s->pending);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
+{
+    if (!id || strlen(id) != TM_SESSION_ID_LEN)
+        return NULL;
+    pthread_mutex_lock(&srv->mu);
+    tm_sess *s = tm_map_get(srv->sessions, id);
+    if (s)
+        tm_sess_ref(s);
+    pthread_mutex_unlock(&srv->mu);
+    if (s)
+        return s;
+    /* Not in memory: a session created before a restart lives in the store. */
+    tm_session_rec rec;
+    if (tm_store_session_get(srv->store, id, &rec) != 0)
+        return NULL;
+    json_t *client = rec.client ? json_loads(rec.client, 0, NULL) : NULL;
+    tm_sess *n = tm_sess_new(rec.id, rec.protocol_version ? rec.protocol_version : "", client);
+    json_decref(client);
+    tm_session_rec_clear(&rec);
+    if (!n)
+        return NULL;
+    pthread_mutex_lock(&srv->mu);
+    s = tm_map_get(srv->sessions, id);
+    if (s) {
+        tm_sess_ref(s);
+        tm_sess_unref(n);
+    } else if (tm_map_put(srv->sessions, n->id, n) == 0) {
+        s = tm_sess_ref(n);
+    } else {
+        tm_sess_unref(n);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return s;
+}
+
+int tm_sess_client_has(const tm_sess *s, const char *capability)
+{
+    json_t *caps = json_object_get(s->client, "capabilities");
+    return json_object_get(caps, capability) != NULL;
+}
+
+int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,
+                   unsigned flags)
+{
+    size_t len;
+    char *bytes = tm_jsonrpc_dump(msg, &len);
+    if (!bytes)
+        return TIDEMARK_ENOMEM;
+    int rc = tm_store_append(srv->store, s->id, stream, bytes, len, flags, NULL, NULL);
+    free(bytes);
+    if (rc)
+        TM_WARN("append to %s/%s failed: %s", s->id, stream, tidemark_strerror(rc));
+    return rc;
+}
+
+int tm_sess_notify_standalone(tidemark_server_t *srv, tm_sess *s, json_t *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    int open = s->get_opened && !s->closed;
+    pthread_mutex_unlock(&s->mu);
+    if (!open)
+        return 0;
+    return tm_sess_append(srv, s, "g", msg, 0);
+}
+
+static void cancel_call(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    tidemark_call_t *c = v;
+    atomic_store(&c->cancelled, 1);
+}
+
+void tm_sess_close(tm_sess *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->closed = 1;
+    tm_map_each(s->calls, cancel_call, NULL);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tm_sess_deliver_response(tm_sess *s, const tm_msg *m)
+{
+    char key[160];
+    if (tm_jsonrpc_id_key(m->id, key, sizeof key) != 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    tm_waiter *w = tm_map_get(s->pending, key);
+    if (w && !w->done) {
+        w->done = 1;
+        w->is_error = m->kind == TM_MSG_ERROR;
+        w->value = json_incref(m->kind == TM_MSG_ERROR ? m->error : m->result);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!w)
+        TM_DEBUG("session %s: response to unknown request %s ignored", s->id, key);
+}
+
+void tm_sess_cancel(tm_sess *s, json_t *request_id)
+{
+    char key[160];
+    if (!tm_jsonrpc_id_valid(request_id) || tm_jsonrpc_id_key(request_id, key, sizeof key) != 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    tidemark_call_t *c = tm_map_get(s->calls, key);
+    if (c)
+        atomic_store(&c->cancelled, 1);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Used by call.c: register a waiter, send, wait. */
+int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
+                    const char *method, json_t *params, int timeout_ms, json_t **result);
+
+int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
+                    const char *method, json_t *params, int timeout_ms, json_t **result)
+{
+    tm_sess *s = call->sess;
+    *result = NULL;
+    tm_waiter w = {0};
+    char idtxt[48], key[160];
+    pthread_mutex_lock(&s->mu);
+    unsigned long long n = ++s->next_req;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(idtxt, sizeof idtxt, "tm-%llu", n);
+    json_t *id = json_string(idtxt);
+    tm_jsonrpc_id_key(id, key, sizeof key);
+    pthread_mutex_lock(&s->mu);
+    int rc = tm_map_put(s->pending, key, &w);
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        json_decref(id);
+        return rc;
+    }
+    json_t *msg = tm_jsonrpc_request(id, method, params ? json_incref(params) : json_object());
+    rc = tm_sess_append(srv, s, stream, msg, 0);
+    json_decref(msg);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    int64_t ms = timeout_ms > 0 ? timeout_ms : 60000;
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!rc && !w.done && !s->closed && !atomic_load(&call->cancelled)) {
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) {
+            rc = TIDEMARK_ETIMEDOUT;
+            break;
+        }
+    }
+    tm_map_del(s->pending, key);
+    pthread_mutex_unlock(&s->mu);
+    if (w.done) {
+        *result = w.value;
+        return w.is_error ? TIDEMARK_EPEER : 0;
+    }
+    if (!rc)
+        rc = TIDEMARK_ECANCELED;
+    return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * http_server.h - Streamable HTTP server plumbing on libmicrohttpd.
+ *
+ * The transport knows HTTP and SSE, not MCP: it hands each complete request
+ * to a handler, which answers exactly once, from any thread, with a plain
+ * body or with an SSE stream read from the store. Stream connections sleep
+ * (MHD suspend) until the store commits an event for them.
+ */
+#ifndef TM_HTTP_SERVER_H
+#define TM_HTTP_SERVER_H
+#include "../log/store.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tm_http tm_http;
+typedef struct tm_http_req tm_http_req;
+
+typedef struct tm_http_config {
+    const char *host;        /* numeric IPv4/IPv6 address to bind */
+    unsigned port;           /* 0 = pick a free port */
+    size_t max_body;         /* larger bodies are discarded and flagged */
+    unsigned io_threads;     /* MHD polling threads */
+    unsigned keepalive_ms;   /* SSE comment interval; also finds dead peers */
+} tm_http_config;
+
+/* Called once per complete request on an I/O thread. Must not block. */
+typedef void (*tm_http_handler)(void *ud, tm_http_req *req);
+
+/* Start serving. OUT h. */
+int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
+                  tm_http **h);
+/* The bound port. */
+unsigned tm_http_port(const tm_http *h);
+/* Stop: end every stream, close the listener, free. Every request handed
+ * to the handler must have been answered before. */
+void tm_http_stop(tm_http *h);
+
+/* Request accessors; strings stay valid until the reply is sent. */
+const char *tm_http_req_method(const tm_http_req *r);
+const char *tm_http_req_path(const tm_http_req *r);
+/* Header value (case-insensitive name) or NULL. Valid in the handler only. */
+const char *tm_http_req_header(const tm_http_req *r, const char *name);
+const char *tm_http_req_body(const tm_http_req *r, size_t *len);
+/* 1 when the body exceeded max_body (its bytes were dropped). */
+int tm_http_req_body_too_large(const tm_http_req *r);
+/* Add a response header before replying. Copies both strings. */
+int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value);
+
+/* Answer with a complete body (copied). Exactly once per request. */
+void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,
+                   size_t len);
+
+typedef struct tm_http_stream_opts {
+    const char *session;
+    const char *stream;
+    uint64_t after_seq;  /* send events with seq > after_seq */
+    unsigned retry_ms;   /* 0: no "retry:" field */
+    const char *prelude; /* raw SSE bytes sent first (e.g. a gap event), or NULL */
+    size_t prelude_len;
+} tm_http_stream_opts;
+
+/* Answer with an SSE stream of the store's stream, replay then live, ending
+ * when the stream is closed and fully sent. Returns TIDEMARK_EBUSY, without
+ * answering, when a live connection already holds that stream. */
+int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o);
+
+/* The store committed an event (or closed) on session/stream: wake its reader. */
+void tm_http_wake(tm_http *h, const char *session, const char *stream);
+/* End the connection attached to session/stream after what is committed
+ * (server-initiated close, SEP-1699). The client resumes with GET. */
+void tm_http_close_stream(tm_http *h, const char *session, const char *stream);
+/* End every connection attached to a stream of session. */
+void tm_http_close_session(tm_http *h, const char *session);
+
+#endif

@@ -1,0 +1,44 @@
+/* sse.c - SSE framing per the HTML event-stream format. */
+#include "sse.h"
+#include "tidemark/tidemark.h"
+#include <string.h>
+
+int tm_sse_frame(tm_buf *out, const char *event, const char *id, const char *data, size_t len)
+{
+    size_t mark = out->len;
+    int rc = 0;
+    if (event && (rc = tm_buf_printf(out, "event: %s\n", event)))
+        goto fail;
+    if (id && (rc = tm_buf_printf(out, "id: %s\n", id)))
+        goto fail;
+    size_t i = 0;
+    do {
+        size_t j = i;
+        while (j < len && data[j] != '\n' && data[j] != '\r')
+            j++;
+        if ((rc = tm_buf_add(out, "data: ", 6)) || (rc = tm_buf_add(out, data + i, j - i)) ||
+            (rc = tm_buf_add(out, "\n", 1)))
+            goto fail;
+        if (j < len && data[j] == '\r' && j + 1 < len && data[j + 1] == '\n')
+            j++;
+        i = j + 1;
+    } while (i <= len && i > 0 && i - 1 < len);
+    if ((rc = tm_buf_add(out, "\n", 1)))
+        goto fail;
+    return 0;
+fail:
+    out->len = mark;
+    if (out->data)
+        out->data[mark] = '\0';
+    return rc;
+}
+
+int tm_sse_frame_retry(tm_buf *out, unsigned ms)
+{
+    return tm_buf_printf(out, "retry: %u\n\n", ms);
+}
+
+int tm_sse_frame_comment(tm_buf *out, const char *text)
+{
+    return tm_buf_printf(out, ": %s\n\n", text);
+}
