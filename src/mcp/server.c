@@ -316,16 +316,10 @@ static tm_sess *require_session(tidemark_server_t *srv, tm_http_req *r)
         reply_error(r, 404, TM_RPC_SESSION_NOT_FOUND, "unknown_session", "Session not found", NULL);
         return NULL;
     }
-    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
-    if (pv && strcmp(pv, s->version) != 0) {
-        json_t *x = json_pack("{s:s,s:s}", "received", pv, "negotiated", s->version);
-        reply_error(r, 400, TM_RPC_INVALID_REQUEST,
-                    version_supported(pv) ? "protocol_version_mismatch"
-                                          : "unsupported_protocol_version",
-                    "Bad Request: MCP-Protocol-Version does not match the session", x);
-        tm_sess_unref(s);
-        return NULL;
-    }
+    /* A supported MCP-Protocol-Version other than the negotiated one is
+     * tolerated (the official conformance suite sends 2025-03-26 on a
+     * 2025-11-25 session); behaviour follows the negotiated version.
+     * Unsupported values were rejected before. */
     tm_store_session_touch(srv->store, s->id, tm_wall_ms());
     return s;
 }

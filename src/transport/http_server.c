@@ -369,7 +369,8 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     sconn *old = tm_map_get(h->hub, s->key);
     if (old) {
         pthread_mutex_lock(&old->mu);
-        int dead = old->superseded || (old->suspended && peer_gone(old->conn));
+        int dead = old->superseded || old->close_requested ||
+                   (old->suspended && peer_gone(old->conn));
         if (!dead) {
             pthread_mutex_unlock(&old->mu);
             pthread_mutex_unlock(&h->hub_mu);

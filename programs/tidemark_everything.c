@@ -1,0 +1,449 @@
+/*
+ * tidemark-everything - a server offering every tool, resource and prompt
+ * the official MCP conformance suite exercises (docs/notes/conformance-server.md),
+ * plus the demo tools of tidemark-server. Same flags as tidemark-server.
+ */
+#include "common/server_cli.h"
+#include "tidemark/server.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PNG_1X1 "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+#define WAV_TINY "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAAAAA=="
+#define EMPTY_SCHEMA "{\"type\":\"object\",\"properties\":{}}"
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static json_t *content_result(json_t *items /* stolen array */)
+{
+    return json_pack("{s:o}", "content", items);
+}
+
+static json_t *image(void)
+{
+    return json_pack("{s:s,s:s,s:s}", "type", "image", "data", PNG_1X1, "mimeType", "image/png");
+}
+
+/* ---- tools ------------------------------------------------------------------ */
+
+static int t_simple_text(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = tidemark_result_text("This is a simple text response for testing.");
+    return 0;
+}
+
+static int t_image(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = content_result(json_pack("[o]", image()));
+    return 0;
+}
+
+static int t_audio(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = content_result(json_pack("[{s:s,s:s,s:s}]", "type", "audio", "data", WAV_TINY, "mimeType",
+                                  "audio/wav"));
+    return 0;
+}
+
+static int t_embedded(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = content_result(json_pack("[{s:s,s:{s:s,s:s,s:s}}]", "type", "resource", "resource", "uri",
+                                  "test://embedded-resource", "mimeType", "text/plain", "text",
+                                  "This is an embedded resource content."));
+    return 0;
+}
+
+static int t_mixed(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = content_result(json_pack("[{s:s,s:s},o,{s:s,s:{s:s,s:s,s:s}}]", "type", "text", "text",
+                                  "Multiple content types test:", image(), "type", "resource",
+                                  "resource", "uri", "test://mixed-content-resource", "mimeType",
+                                  "application/json", "text", "{\"test\":\"data\",\"value\":123}"));
+    return 0;
+}
+
+static int t_logging(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    static const char *msgs[] = {"Tool execution started", "Tool processing data",
+                                 "Tool execution completed"};
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            sleep_ms(50);
+        json_t *d = json_string(msgs[i]);
+        tidemark_call_log(c, "info", "tidemark-everything", d);
+        json_decref(d);
+    }
+    *r = tidemark_result_text("Tool with logging executed successfully");
+    return 0;
+}
+
+static int t_progress(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    for (int p = 0; p <= 100; p += 50) {
+        if (p)
+            sleep_ms(50);
+        char msg[64];
+        snprintf(msg, sizeof msg, "Completed step %d of 100", p);
+        tidemark_call_progress(c, p, 100, msg);
+    }
+    *r = tidemark_result_text("Progress tool completed");
+    return 0;
+}
+
+static int t_error(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = tidemark_result_error("This tool intentionally returns an error for testing");
+    return 0;
+}
+
+static int t_reconnection(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    tidemark_call_close_stream(c); /* SEP-1699: the client resumes with GET */
+    sleep_ms(100);
+    *r = tidemark_result_text("Reconnection test completed successfully. If you received this, "
+                              "the client properly reconnected after stream closure.");
+    return 0;
+}
+
+static int t_sampling(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)ud;
+    const char *prompt = json_string_value(json_object_get(a, "prompt"));
+    if (!prompt)
+        prompt = "";
+    if (!tidemark_call_client_has(c, "sampling")) {
+        *r = tidemark_result_error("client does not support sampling");
+        return 0;
+    }
+    json_t *params = json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user", "content",
+                               "type", "text", "text", prompt, "maxTokens", 100);
+    json_t *res = NULL;
+    int rc = tidemark_call_request(c, "sampling/createMessage", params, 60000, &res);
+    json_decref(params);
+    if (rc) {
+        json_decref(res);
+        *r = tidemark_result_error("sampling failed");
+        return 0;
+    }
+    const char *text = json_string_value(json_object_get(json_object_get(res, "content"), "text"));
+    char *out = malloc(strlen(text ? text : "") + 32);
+    sprintf(out, "LLM response: %s", text ? text : "");
+    *r = tidemark_result_text(out);
+    free(out);
+    json_decref(res);
+    return 0;
+}
+
+/* Elicit with the given schema; result text "<prefix>action=.., content=..". */
+static int elicit(tidemark_call_t *c, const char *message, const char *schema, const char *prefix,
+                  json_t **r)
+{
+    if (!tidemark_call_client_has(c, "elicitation")) {
+        *r = tidemark_result_error("client does not support elicitation");
+        return 0;
+    }
+    json_t *params = json_pack("{s:s,s:s,s:o}", "mode", "form", "message", message,
+                               "requestedSchema", json_loads(schema, 0, NULL));
+    json_t *res = NULL;
+    int rc = tidemark_call_request(c, "elicitation/create", params, 60000, &res);
+    json_decref(params);
+    if (rc) {
+        json_decref(res);
+        *r = tidemark_result_error("elicitation failed");
+        return 0;
+    }
+    const char *action = json_string_value(json_object_get(res, "action"));
+    json_t *content = json_object_get(res, "content");
+    char *ctext = json_dumps(content ? content : json_object(), JSON_COMPACT | JSON_PRESERVE_ORDER);
+    size_t n = strlen(prefix) + strlen(ctext ? ctext : "") + 64;
+    char *out = malloc(n);
+    snprintf(out, n, "%saction=%s, content=%s", prefix, action ? action : "", ctext ? ctext : "{}");
+    *r = tidemark_result_text(out);
+    free(out);
+    free(ctext);
+    json_decref(res);
+    return 0;
+}
+
+static int t_elicitation(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)ud;
+    const char *msg = json_string_value(json_object_get(a, "message"));
+    return elicit(c, msg ? msg : "Please provide your information",
+                  "{\"type\":\"object\",\"properties\":{\"username\":{\"type\":\"string\","
+                  "\"description\":\"User's response\"},\"email\":{\"type\":\"string\","
+                  "\"description\":\"User's email address\"}},\"required\":[\"username\",\"email\"]}",
+                  "User response: ", r);
+}
+
+static int t_sep1034(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    return elicit(
+        c, "Please review and update the form fields with defaults",
+        "{\"type\":\"object\",\"properties\":{"
+        "\"name\":{\"type\":\"string\",\"description\":\"User name\",\"default\":\"John Doe\"},"
+        "\"age\":{\"type\":\"integer\",\"description\":\"User age\",\"default\":30},"
+        "\"score\":{\"type\":\"number\",\"description\":\"User score\",\"default\":95.5},"
+        "\"status\":{\"type\":\"string\",\"description\":\"User status\",\"enum\":[\"active\","
+        "\"inactive\",\"pending\"],\"default\":\"active\"},"
+        "\"verified\":{\"type\":\"boolean\",\"description\":\"Verification status\",\"default\":true}"
+        "},\"required\":[]}",
+        "Elicitation completed: ", r);
+}
+
+static int t_sep1330(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    return elicit(
+        c, "Please select options from the enum fields",
+        "{\"type\":\"object\",\"properties\":{"
+        "\"untitledSingle\":{\"type\":\"string\",\"description\":\"Select one option\",\"enum\":"
+        "[\"option1\",\"option2\",\"option3\"]},"
+        "\"titledSingle\":{\"type\":\"string\",\"description\":\"Select one option with titles\","
+        "\"oneOf\":[{\"const\":\"value1\",\"title\":\"First Option\"},{\"const\":\"value2\",\"title\":"
+        "\"Second Option\"},{\"const\":\"value3\",\"title\":\"Third Option\"}]},"
+        "\"legacyEnum\":{\"type\":\"string\",\"description\":\"Select one option (legacy)\",\"enum\":"
+        "[\"opt1\",\"opt2\",\"opt3\"],\"enumNames\":[\"Option One\",\"Option Two\",\"Option Three\"]},"
+        "\"untitledMulti\":{\"type\":\"array\",\"description\":\"Select multiple options\","
+        "\"minItems\":1,\"maxItems\":3,\"items\":{\"type\":\"string\",\"enum\":[\"option1\","
+        "\"option2\",\"option3\"]}},"
+        "\"titledMulti\":{\"type\":\"array\",\"description\":\"Select multiple options with titles\","
+        "\"minItems\":1,\"maxItems\":3,\"items\":{\"anyOf\":[{\"const\":\"value1\",\"title\":"
+        "\"First Choice\"},{\"const\":\"value2\",\"title\":\"Second Choice\"},{\"const\":\"value3\","
+        "\"title\":\"Third Choice\"}]}}},\"required\":[]}",
+        "Elicitation completed: ", r);
+}
+
+static int t_schema2020(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    char *args = json_dumps(a, JSON_COMPACT);
+    size_t n = strlen(args ? args : "") + 64;
+    char *out = malloc(n);
+    snprintf(out, n, "JSON Schema 2020-12 tool called with: %s", args ? args : "{}");
+    *r = tidemark_result_text(out);
+    free(out);
+    free(args);
+    return 0;
+}
+
+/* ---- resources ---------------------------------------------------------------- */
+
+static int r_text(tidemark_call_t *c, const char *uri, json_t **out, void *ud)
+{
+    (void)c;
+    *out = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "text/plain", "text", (const char *)ud);
+    return 0;
+}
+
+static int r_binary(tidemark_call_t *c, const char *uri, json_t **out, void *ud)
+{
+    (void)c, (void)ud;
+    *out = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "image/png", "blob", PNG_1X1);
+    return 0;
+}
+
+static int r_template(tidemark_call_t *c, const char *uri, json_t **out, void *ud)
+{
+    (void)c, (void)ud;
+    const char *prefix = "test://template/";
+    const char *start = uri + strlen(prefix), *end = strstr(start, "/data");
+    if (strncmp(uri, prefix, strlen(prefix)) != 0 || !end)
+        return TIDEMARK_ENOTFOUND;
+    char id[256];
+    snprintf(id, sizeof id, "%.*s", (int)(end - start), start);
+    char data[300];
+    snprintf(data, sizeof data, "Data for ID: %s", id);
+    json_t *body = json_pack("{s:s,s:b,s:s}", "id", id, "templateTest", 1, "data", data);
+    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    *out = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "application/json", "text", text);
+    free(text);
+    return 0;
+}
+
+/* ---- prompts ---------------------------------------------------------------- */
+
+static json_t *user(json_t *content) { return json_pack("{s:s,s:o}", "role", "user", "content", content); }
+
+static int p_simple(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = json_pack("{s:[o]}", "messages", user(tidemark_content_text("This is a simple prompt for testing.")));
+    return 0;
+}
+
+static int p_args(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    const char *a1 = json_string_value(json_object_get(a, "arg1"));
+    const char *a2 = json_string_value(json_object_get(a, "arg2"));
+    char *text = NULL;
+    if (asprintf(&text, "Prompt with arguments: arg1='%s', arg2='%s'", a1 ? a1 : "", a2 ? a2 : "") < 0)
+        return TIDEMARK_ENOMEM;
+    *r = json_pack("{s:[o]}", "messages", user(tidemark_content_text(text)));
+    free(text);
+    return 0;
+}
+
+static int p_embedded(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    const char *uri = json_string_value(json_object_get(a, "resourceUri"));
+    *r = json_pack("{s:[o,o]}", "messages",
+                   user(json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "resource", "resource", "uri",
+                                  uri ? uri : "test://example-resource", "mimeType", "text/plain",
+                                  "text", "Embedded resource content for testing.")),
+                   user(tidemark_content_text("Please process the embedded resource above.")));
+    return 0;
+}
+
+static int p_image(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = json_pack("{s:[o,o]}", "messages", user(image()),
+                   user(tidemark_content_text("Please analyze the image above.")));
+    return 0;
+}
+
+static int complete(tidemark_call_t *c, json_t *ref, json_t *arg, json_t *ctx, json_t **values, void *ud)
+{
+    (void)c, (void)ref, (void)ctx, (void)ud;
+    static const char *words[] = {"paris", "park", "party", "testValue1", "testValue2", NULL};
+    const char *prefix = json_string_value(json_object_get(arg, "value"));
+    *values = json_array();
+    for (int i = 0; words[i]; i++)
+        if (!prefix || strncmp(words[i], prefix, strlen(prefix)) == 0)
+            json_array_append_new(*values, json_string(words[i]));
+    return 0;
+}
+
+/* Demo tools shared with tidemark-server. */
+static int t_echo(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    const char *t = json_string_value(json_object_get(a, "text"));
+    *r = t ? tidemark_result_text(t) : tidemark_result_error("argument 'text' (string) is required");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    server_cli cli;
+    int rc = server_cli_parse(&cli, argc, argv, "tidemark-everything",
+                              "Tidemark MCP server with every fixture of the MCP conformance suite.");
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    cli.cfg.name = "tidemark-everything";
+    tidemark_server_t *srv;
+    if (tidemark_server_new(&cli.cfg, &srv) != 0)
+        return 1;
+
+    static const struct {
+        const char *name, *desc, *schema;
+        tidemark_tool_fn fn;
+    } tools[] = {
+        {"test_simple_text", "Tests simple text content response", EMPTY_SCHEMA, t_simple_text},
+        {"test_image_content", "Tests image content response", EMPTY_SCHEMA, t_image},
+        {"test_audio_content", "Tests audio content response", EMPTY_SCHEMA, t_audio},
+        {"test_embedded_resource", "Tests embedded resource content response", EMPTY_SCHEMA, t_embedded},
+        {"test_multiple_content_types", "Tests response with multiple content types (text, image, resource)",
+         EMPTY_SCHEMA, t_mixed},
+        {"test_tool_with_logging", "Tests tool that emits log messages during execution", EMPTY_SCHEMA, t_logging},
+        {"test_tool_with_progress", "Tests tool that reports progress notifications", EMPTY_SCHEMA, t_progress},
+        {"test_error_handling", "Tests error response handling", EMPTY_SCHEMA, t_error},
+        {"test_reconnection",
+         "Tests SSE stream disconnection and client reconnection (SEP-1699). Server will close the "
+         "stream mid-call and send the result after client reconnects.",
+         EMPTY_SCHEMA, t_reconnection},
+        {"test_sampling", "Tests server-initiated sampling (LLM completion request)",
+         "{\"type\":\"object\",\"properties\":{\"prompt\":{\"type\":\"string\",\"description\":"
+         "\"The prompt to send to the LLM\"}},\"required\":[\"prompt\"]}",
+         t_sampling},
+        {"test_elicitation", "Tests server-initiated elicitation (user input request)",
+         "{\"type\":\"object\",\"properties\":{\"message\":{\"type\":\"string\",\"description\":"
+         "\"The message to show the user\"}},\"required\":[\"message\"]}",
+         t_elicitation},
+        {"test_elicitation_sep1034_defaults", "Tests elicitation with default values per SEP-1034",
+         EMPTY_SCHEMA, t_sep1034},
+        {"test_elicitation_sep1330_enums", "Tests elicitation with enum schema improvements per SEP-1330",
+         EMPTY_SCHEMA, t_sep1330},
+        {"json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features",
+         "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\","
+         "\"$defs\":{\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},"
+         "\"city\":{\"type\":\"string\"}}}},\"properties\":{\"name\":{\"type\":\"string\"},"
+         "\"address\":{\"$ref\":\"#/$defs/address\"}},\"additionalProperties\":false}",
+         t_schema2020},
+        {"echo", "Returns its text argument as text content.",
+         "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},\"required\":[\"text\"]}",
+         t_echo},
+    };
+    for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+        tidemark_tool_t t = {.name = tools[i].name, .description = tools[i].desc,
+                             .input_schema = tools[i].schema, .fn = tools[i].fn};
+        if (tidemark_server_add_tool(srv, &t) != 0) {
+            fprintf(stderr, "cannot register tool %s\n", tools[i].name);
+            return 1;
+        }
+    }
+
+    tidemark_resource_t res[] = {
+        {.uri = "test://static-text", .name = "static-text", .title = "Static Text Resource",
+         .description = "A static text resource for testing", .mime_type = "text/plain", .fn = r_text,
+         .ud = "This is the content of the static text resource."},
+        {.uri = "test://static-binary", .name = "static-binary", .title = "Static Binary Resource",
+         .description = "A static binary resource (image) for testing", .mime_type = "image/png",
+         .fn = r_binary},
+        {.uri = "test://watched-resource", .name = "watched-resource", .title = "Watched Resource",
+         .description = "A resource that can be subscribed to", .mime_type = "text/plain",
+         .fn = r_text, .ud = "Watched resource content"},
+    };
+    for (size_t i = 0; i < sizeof res / sizeof res[0]; i++)
+        tidemark_server_add_resource(srv, &res[i]);
+    tidemark_resource_t tpl = {.uri = "test://template/{id}/data", .name = "template",
+                               .title = "Resource Template",
+                               .description = "A resource template with parameter substitution",
+                               .mime_type = "application/json", .fn = r_template};
+    tidemark_server_add_resource_template(srv, &tpl);
+
+    tidemark_prompt_t prompts[] = {
+        {.name = "test_simple_prompt", .title = "Simple Test Prompt",
+         .description = "A simple prompt without arguments", .fn = p_simple},
+        {.name = "test_prompt_with_arguments", .title = "Prompt With Arguments",
+         .description = "A prompt with required arguments",
+         .arguments = "[{\"name\":\"arg1\",\"description\":\"First test argument\",\"required\":true},"
+                      "{\"name\":\"arg2\",\"description\":\"Second test argument\",\"required\":true}]",
+         .fn = p_args},
+        {.name = "test_prompt_with_embedded_resource", .title = "Prompt With Embedded Resource",
+         .description = "A prompt that includes an embedded resource",
+         .arguments = "[{\"name\":\"resourceUri\",\"description\":\"URI of the resource to embed\","
+                      "\"required\":true}]",
+         .fn = p_embedded},
+        {.name = "test_prompt_with_image", .title = "Prompt With Image",
+         .description = "A prompt that includes image content", .fn = p_image},
+    };
+    for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+        tidemark_server_add_prompt(srv, &prompts[i]);
+    tidemark_server_set_completion(srv, complete, NULL);
+
+    rc = server_cli_run(srv, &cli);
+    tidemark_server_free(srv);
+    return rc;
+}
