@@ -1,8 +1,9 @@
 /*
  * tidemark-everything - a server offering every tool, resource and prompt
  * the official MCP conformance suite exercises (docs/notes/conformance-server.md),
- * plus the demo tools of tidemark-server. Same flags as tidemark-server.
+ * plus the demo tools of tidemark-server (echo, stream). Same flags as tidemark-server.
  */
+#include "common/demo_tools.h"
 #include "common/server_cli.h"
 #include "tidemark/server.h"
 #include <stdio.h>
@@ -335,15 +336,6 @@ static int complete(tidemark_call_t *c, json_t *ref, json_t *arg, json_t *ctx, j
     return 0;
 }
 
-/* Demo tools shared with tidemark-server. */
-static int t_echo(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
-{
-    (void)c, (void)ud;
-    const char *t = json_string_value(json_object_get(a, "text"));
-    *r = t ? tidemark_result_text(t) : tidemark_result_error("argument 'text' (string) is required");
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     server_cli cli;
@@ -391,9 +383,6 @@ int main(int argc, char **argv)
          "\"city\":{\"type\":\"string\"}}}},\"properties\":{\"name\":{\"type\":\"string\"},"
          "\"address\":{\"$ref\":\"#/$defs/address\"}},\"additionalProperties\":false}",
          t_schema2020},
-        {"echo", "Returns its text argument as text content.",
-         "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},\"required\":[\"text\"]}",
-         t_echo},
     };
     for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
         tidemark_tool_t t = {.name = tools[i].name, .description = tools[i].desc,
@@ -442,6 +431,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
         tidemark_server_add_prompt(srv, &prompts[i]);
     tidemark_server_set_completion(srv, complete, NULL);
+    if (demo_tools_register(srv) != 0)
+        return 1;
 
     rc = server_cli_run(srv, &cli);
     tidemark_server_free(srv);

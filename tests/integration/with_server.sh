@@ -18,16 +18,18 @@ work="$(mktemp -d)"
 out="$work/server.out"; log="$work/server.log"
 "$bin" --listen 127.0.0.1:0 "${sargs[@]}" >"$out" 2>"$log" &
 pid=$!
-cleanup() {
+# Stop the server by PID: TERM, then KILL after 10 s. Sets server_rc.
+server_rc=0
+stop_server() {
     if kill -0 "$pid" 2>/dev/null; then
         kill -TERM "$pid" 2>/dev/null
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
         kill -KILL "$pid" 2>/dev/null
     fi
     wait "$pid" 2>/dev/null
-    rm -rf "$work"
+    server_rc=$?
 }
-trap cleanup EXIT
+trap 'stop_server; rm -rf "$work"' EXIT
 
 url=""
 for _ in $(seq 1 200); do   # up to 10 s for the listening line
@@ -48,6 +50,12 @@ for a in "$@"; do cmd+=("${a//@URL@/$url}"); done
 rc=$?
 if ! kill -0 "$pid" 2>/dev/null; then
     echo "with_server.sh: server died during the test" >&2
+    rc=1
+fi
+# A clean shutdown exits 0; sanitizer reports (leaks at exit) do not.
+stop_server
+if [ $server_rc -ne 0 ]; then
+    echo "with_server.sh: server exited with status $server_rc on SIGTERM" >&2
     rc=1
 fi
 if [ $rc -ne 0 ]; then
