@@ -31,12 +31,22 @@ typedef enum tidemark_on_gap {
     TIDEMARK_ON_GAP_EVENT = 1, /* "event: gap", then the retained events */
 } tidemark_on_gap_t;
 
+/* How durable an event must be before it is emitted (sqlite store). */
+typedef enum tidemark_durability {
+    TIDEMARK_DURABILITY_POWER = 0,   /* survives power loss: fsync every commit (default) */
+    TIDEMARK_DURABILITY_PROCESS = 1, /* survives a killed process */
+} tidemark_durability_t;
+
 typedef struct tidemark_server_config {
     const char *host;            /* bind address; default "127.0.0.1" */
     unsigned port;               /* 0 picks a free port (see tidemark_server_port) */
     const char *path;            /* endpoint; default "/mcp" */
-    const char *store;           /* store URI; default "memory" */
+    const char *store;           /* store URI: "memory" (default) or "sqlite:PATH" */
+    tidemark_durability_t durability;
     uint64_t retain_events;      /* per-stream retention by count; 0 = keep all */
+    uint64_t retain_seconds;     /* per-stream retention by age; 0 = keep all */
+    uint64_t session_ttl_seconds; /* idle sessions expire after this; 0 = never */
+    int emit_early;              /* emit before durable, announce the durable head (DESIGN §8) */
     unsigned retry_ms;           /* SSE "retry:" advertised; 0 = none; default 1000 */
     unsigned keepalive_ms;       /* SSE keep-alive comment interval; default 15000 */
     size_t max_body;             /* request body limit in bytes; default 4 MiB */
@@ -72,6 +82,9 @@ void tidemark_server_free(tidemark_server_t *srv);
 #define TIDEMARK_TOOL_DESTRUCTIVE  0x02u
 #define TIDEMARK_TOOL_IDEMPOTENT   0x04u
 #define TIDEMARK_TOOL_OPEN_WORLD   0x08u
+/* Tidemark: the tool's effects go through the atomic path
+ * (tidemark_call_set_effect), so re-running it after a crash is safe. */
+#define TIDEMARK_TOOL_ATOMIC       0x100u
 
 /*
  * A tool handler. args: the call's arguments object (borrowed, never NULL).
@@ -186,6 +199,28 @@ int tidemark_call_client_has(const tidemark_call_t *call, const char *capability
 /* End the call's SSE connection now (SEP-1699 polling): the client
  * reconnects with GET + Last-Event-ID and the call's events continue there. */
 int tidemark_call_close_stream(tidemark_call_t *call);
+
+/* ---- exactly-once effects (DESIGN §6) ------------------------------------ */
+
+/* A handle on the store transaction that commits a tool's result. */
+typedef struct tidemark_txn tidemark_txn_t;
+/* An effect: runs inside that transaction; return 0, or a negative code to
+ * discard the effect (the call then ends with an effect_failed error). */
+typedef int (*tidemark_effect_fn)(tidemark_txn_t *txn, void *ud);
+
+/* Run one SQL statement with text arguments bound to ?1..?n inside txn. */
+int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
+/* From a tool handler: commit fn's rows in the same transaction as the
+ * tool's result, so a crash leaves both or neither. free_ud (may be NULL)
+ * releases ud after the commit. One effect per call. */
+int tidemark_call_set_effect(tidemark_call_t *call, tidemark_effect_fn fn, void *ud,
+                             void (*free_ud)(void *));
+/* Application DDL (CREATE TABLE IF NOT EXISTS ...) run in the store at start.
+ * Call before tidemark_server_start. The text is copied. */
+int tidemark_server_add_schema(tidemark_server_t *srv, const char *sql);
+/* Read application tables: OUT rows, an array of objects (caller decrefs). */
+int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *const *args,
+                          size_t nargs, json_t **rows);
 
 /* ---- result helpers (return new references) ---------------------------- */
 

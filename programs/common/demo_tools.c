@@ -1,10 +1,15 @@
 /*
  * demo_tools.c - the demo tools:
- *   echo   {text}          returns the text
- *   stream {n, delay_ms?}  sends n progress notifications, then returns
+ *   echo          {text}          returns the text
+ *   stream        {n, delay_ms?}  sends n progress notifications, then returns
+ *   ledger_append {entry}         appends one ledger row on the atomic path
+ *                                 (not idempotent: exactly once per request)
+ *   ledger_read   {entry?}        the ledger rows (all, or those with that entry)
  */
 #include "demo_tools.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static int tool_echo(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
@@ -52,6 +57,90 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
     return 0;
 }
 
+static const char ledger_schema[] =
+    "CREATE TABLE IF NOT EXISTS ledger(id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " session TEXT NOT NULL, request_key TEXT NOT NULL, entry TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL)";
+
+typedef struct ledger_row {
+    char *session, *key, *entry;
+} ledger_row;
+
+static void ledger_row_free(void *p)
+{
+    ledger_row *r = p;
+    free(r->session);
+    free(r->key);
+    free(r->entry);
+    free(r);
+}
+
+/* Runs inside the transaction that commits the tool's result. */
+static int ledger_insert(tidemark_txn_t *txn, void *ud)
+{
+    ledger_row *r = ud;
+    const char *args[3] = {r->session, r->key, r->entry};
+    return tidemark_txn_exec(txn,
+                             "INSERT INTO ledger(session, request_key, entry, created_ms) "
+                             "VALUES(?1, ?2, ?3, CAST(strftime('%s','now') AS INTEGER) * 1000)",
+                             args, 3);
+}
+
+static int tool_ledger_append(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
+{
+    (void)ud;
+    const char *entry = json_string_value(json_object_get(args, "entry"));
+    if (!entry) {
+        *result = tidemark_result_error("argument 'entry' (string) is required");
+        return 0;
+    }
+    ledger_row *r = calloc(1, sizeof *r);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    r->session = strdup(tidemark_call_session(call));
+    r->key = strdup(tidemark_call_idempotency_key(call));
+    r->entry = strdup(entry);
+    if (!r->session || !r->key || !r->entry) {
+        ledger_row_free(r);
+        return TIDEMARK_ENOMEM;
+    }
+    int rc = tidemark_call_set_effect(call, ledger_insert, r, ledger_row_free);
+    if (rc) {
+        ledger_row_free(r);
+        return rc;
+    }
+    json_t *res = tidemark_result_text("appended");
+    json_object_set_new(res, "structuredContent", json_pack("{s:s,s:s}", "entry", entry,
+                                                            "key", tidemark_call_idempotency_key(call)));
+    *result = res;
+    return 0;
+}
+
+static int tool_ledger_read(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
+{
+    tidemark_server_t *srv = ud;
+    (void)call;
+    const char *entry = json_string_value(json_object_get(args, "entry"));
+    json_t *rows = NULL;
+    const char *qargs[1] = {entry};
+    int rc = entry ? tidemark_server_query(srv,
+                                           "SELECT id, session, request_key, entry FROM ledger "
+                                           "WHERE entry = ?1 ORDER BY id",
+                                           qargs, 1, &rows)
+                   : tidemark_server_query(srv,
+                                           "SELECT id, session, request_key, entry FROM ledger ORDER BY id",
+                                           NULL, 0, &rows);
+    if (rc)
+        return rc;
+    char text[64];
+    snprintf(text, sizeof text, "%zu ledger rows", json_array_size(rows));
+    json_t *res = tidemark_result_text(text);
+    json_object_set_new(res, "structuredContent",
+                        json_pack("{s:o,s:I}", "entries", rows, "count", (json_int_t)json_array_size(rows)));
+    *result = res;
+    return 0;
+}
+
 int demo_tools_register(tidemark_server_t *srv)
 {
     const tidemark_tool_t echo = {
@@ -71,6 +160,30 @@ int demo_tools_register(tidemark_server_t *srv)
         .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
         .fn = tool_stream,
     };
-    int rc = tidemark_server_add_tool(srv, &echo);
-    return rc ? rc : tidemark_server_add_tool(srv, &stream);
+    const tidemark_tool_t ledger_append = {
+        .name = "ledger_append",
+        .description = "Appends one entry to the ledger, exactly once per request (atomic path).",
+        .input_schema = "{\"type\":\"object\",\"properties\":{\"entry\":{\"type\":\"string\"}},"
+                        "\"required\":[\"entry\"]}",
+        .hints = TIDEMARK_TOOL_ATOMIC,
+        .fn = tool_ledger_append,
+    };
+    const tidemark_tool_t ledger_read = {
+        .name = "ledger_read",
+        .description = "Returns the ledger rows (all, or those whose entry equals 'entry').",
+        .input_schema = "{\"type\":\"object\",\"properties\":{\"entry\":{\"type\":\"string\"}}}",
+        .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
+        .fn = tool_ledger_read,
+        .ud = srv,
+    };
+    int rc = tidemark_server_add_schema(srv, ledger_schema);
+    if (!rc)
+        rc = tidemark_server_add_tool(srv, &echo);
+    if (!rc)
+        rc = tidemark_server_add_tool(srv, &stream);
+    if (!rc)
+        rc = tidemark_server_add_tool(srv, &ledger_append);
+    if (!rc)
+        rc = tidemark_server_add_tool(srv, &ledger_read);
+    return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f, const char *prog, const char *about)
 {
@@ -18,8 +19,14 @@ static void usage(FILE *f, const char *prog, const char *about)
             "Options:\n"
             "  --listen HOST:PORT     address to bind (default 127.0.0.1:8080; port 0 picks one)\n"
             "  --path PATH            MCP endpoint path (default /mcp)\n"
-            "  --store URI            event log: memory (default memory)\n"
+            "  --store URI            event log: sqlite:PATH (default sqlite:./var/tidemark.db)\n"
+            "                         or memory (nothing survives a restart)\n"
+            "  --durability LEVEL     power (fsync every commit, default) or process\n"
+            "  --emit MODE            durable (commit, then emit; default) or early\n"
+            "                         (emit first, announce the durable head; DESIGN §8)\n"
             "  --retain-events N      keep at most N events per stream (default: all)\n"
+            "  --retain-seconds S     keep events at most S seconds (default: forever)\n"
+            "  --session-ttl S        expire sessions idle for S seconds (default: never)\n"
             "  --on-gap error|event   stale cursor: 400 resumption_gap (default) or an\n"
             "                         'event: gap' followed by the retained events\n"
             "  --retry-ms MS          SSE retry advertised to clients (default 1000; 0 = none)\n"
@@ -51,6 +58,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
     memset(cli, 0, sizeof *cli);
     tidemark_server_config_init(&cli->cfg);
     cli->cfg.port = 8080;
+    cli->cfg.store = "sqlite:./var/tidemark.db";
     cli->log_level = "info";
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'},      {"path", required_argument, 0, 'p'},
@@ -59,6 +67,8 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"keepalive-ms", required_argument, 0, 'k'}, {"max-body", required_argument, 0, 'b'},
         {"workers", required_argument, 0, 'w'},     {"allow-origin", required_argument, 0, 'o'},
         {"allow-host", required_argument, 0, 'H'},  {"log-level", required_argument, 0, 'L'},
+        {"durability", required_argument, 0, 'D'}, {"emit", required_argument, 0, 'E'},
+        {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c;
     unsigned long long v;
@@ -128,6 +138,24 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->log_level = optarg;
             break;
         }
+        case 'D':
+            if (strcmp(optarg, "power") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_POWER;
+            else if (strcmp(optarg, "process") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_PROCESS;
+            else goto bad;
+            break;
+        case 'E':
+            if (strcmp(optarg, "durable") == 0) cli->cfg.emit_early = 0;
+            else if (strcmp(optarg, "early") == 0) cli->cfg.emit_early = 1;
+            else goto bad;
+            break;
+        case 'S':
+            if (parse_u64(optarg, 1ULL << 40, &v)) goto bad;
+            cli->cfg.retain_seconds = v;
+            break;
+        case 'T':
+            if (parse_u64(optarg, 1ULL << 40, &v)) goto bad;
+            cli->cfg.session_ttl_seconds = v;
+            break;
         case 'h': usage(stdout, prog, about); return 1;
         default: usage(stderr, prog, about); return -1;
         }
@@ -138,6 +166,21 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
     }
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    if (strncmp(cli->cfg.store, "sqlite:", 7) == 0) {
+        /* Create the database's folder (one level) so the default just works. */
+        snprintf(cli->dir, sizeof cli->dir, "%s", cli->cfg.store + 7);
+        char *slash = strrchr(cli->dir, '/');
+        if (slash && slash != cli->dir) {
+            *slash = '\0';
+            if (mkdir(cli->dir, 0755) != 0 && errno != EEXIST) {
+                fprintf(stderr, "%s: cannot create %s: %s\n", prog, cli->dir, strerror(errno));
+                return -1;
+            }
+        }
+    } else if (strcmp(cli->cfg.store, "memory") != 0) {
+        fprintf(stderr, "%s: unknown store '%s' (sqlite:PATH or memory)\n", prog, cli->cfg.store);
         return -1;
     }
     return 0;

@@ -6,6 +6,7 @@
 typedef struct server_cli {
     tidemark_server_config_t cfg;
     char host[256];
+    char dir[1024];
     const char *origins[65];
     const char *hosts[65];
     int norigins, nhosts;

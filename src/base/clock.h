@@ -6,6 +6,8 @@
 
 /* Monotonic milliseconds. */
 int64_t tm_now_ms(void);
+/* Monotonic microseconds. */
+int64_t tm_now_us(void);
 /* Wall-clock milliseconds since the Unix epoch. */
 int64_t tm_wall_ms(void);
 /* Absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */

@@ -1,5 +1,6 @@
 /* store.c - backend-independent store entry points. */
 #include "store.h"
+#include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <stdlib.h>
@@ -20,6 +21,8 @@ int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out)
         opt = &def;
     if (!uri || strcmp(uri, "memory") == 0 || strcmp(uri, "memory:") == 0)
         return tm_store_memory_open(opt, out);
+    if (strncmp(uri, "sqlite:", 7) == 0 && uri[7])
+        return tm_store_sqlite_open(uri + 7, opt, out);
     return TIDEMARK_ENOTSUP;
 }
 
@@ -80,7 +83,60 @@ int tm_store_stream_open(tm_store *st, const char *session, const char *name,
 int tm_store_append(tm_store *st, const char *session, const char *stream, const void *data,
                     size_t len, unsigned flags, tm_append_cb cb, void *ud)
 {
-    return st->ops->append(st, session, stream, data, len, flags, cb, ud);
+    tm_append_req r = {.session = session, .stream = stream, .data = data, .len = len,
+                       .flags = flags, .cb = cb, .cb_ud = ud};
+    return tm_store_append_ex(st, &r);
+}
+
+int tm_store_append_ex(tm_store *st, const tm_append_req *req)
+{
+    int rc = st->ops->append_ex(st, req);
+    if (rc == 0)
+        tm_metric_inc(TM_M_EVENTS_APPENDED);
+    return rc;
+}
+
+int tm_store_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
+{
+    return st->ops->request_get(st, session, key, out);
+}
+
+int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    return st->ops->request_begin(st, rec, wait_durable);
+}
+
+int tm_store_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
+{
+    return st->ops->requests_unfinished(st, fn, ud);
+}
+
+void tm_request_rec_clear(tm_request_rec *r)
+{
+    free(r->session);
+    free(r->key);
+    free(r->tool);
+    free(r->stream);
+    free(r->message);
+    free(r->response);
+    memset(r, 0, sizeof *r);
+}
+
+int tm_store_exec_schema(tm_store *st, const char *sql)
+{
+    return st->ops->exec_schema(st, sql);
+}
+
+int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                   json_t **rows)
+{
+    return st->ops->query(st, sql, args, nargs, rows);
+}
+
+int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
+                             void (*fn)(void *, const char *), void *ud)
+{
+    return st->ops->sessions_expire(st, idle_before_ms, fn, ud);
 }
 
 int tm_store_close_stream(tm_store *st, const char *session, const char *stream)

@@ -14,6 +14,7 @@
 #ifndef TM_STORE_H
 #define TM_STORE_H
 #include "event_id.h"
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,7 @@ typedef struct tm_stream_bounds {
     uint64_t head;           /* highest durable seq, 0 if none */
     int closed;              /* no event will follow head */
     char trimmed_epoch[TM_EPOCH_LEN + 1]; /* epoch of seq first_retained-1, "" if none */
+    uint64_t assigned;       /* highest seq handed out, durable or not (>= head) */
 } tm_stream_bounds;
 
 /* A session as stored. Strings are owned by the record (tm_session_rec_clear). */
@@ -49,11 +51,59 @@ typedef void (*tm_commit_listener)(void *ud, const char *session, const char *st
 /* Called by read() for each event in order. Return nonzero to stop. */
 typedef int (*tm_event_visitor)(void *ud, const tm_event *ev);
 
+typedef enum tm_durability {
+    TM_DURABILITY_POWER = 0, /* survives power loss (fsync every commit) */
+    TM_DURABILITY_PROCESS,   /* survives a killed process */
+    TM_DURABILITY_NONE,      /* memory only */
+} tm_durability;
+
 typedef struct tm_store_options {
-    uint64_t retain_events; /* per-stream count limit, 0 = unlimited */
+    uint64_t retain_events;   /* per-stream count limit, 0 = unlimited */
+    int64_t retain_ms;        /* per-stream age limit, 0 = unlimited */
+    tm_durability durability; /* for durable backends */
+    int emit_early;           /* read() may return events not yet durable (DESIGN §8) */
 } tm_store_options;
 
 #define TM_APPEND_FINAL 1u /* the stream ends with this event */
+
+/* A transaction handle given to atomic effects (public: tidemark_txn_t). */
+typedef struct tidemark_txn tm_txn;
+/* An effect run inside the transaction that commits its result event.
+ * Returns 0, or a negative code to discard the effect (the fallback bytes
+ * are then written instead of the result). */
+typedef int (*tm_effect_fn)(void *ud, tm_txn *txn);
+
+/* One append, with what may ride in the same transaction. */
+typedef struct tm_append_req {
+    const char *session, *stream;
+    const void *data;
+    size_t len;
+    unsigned flags;              /* TM_APPEND_* */
+    const char *request_key;     /* NULL, or: this event completes that request record */
+    tm_effect_fn effect;         /* NULL, or an atomic effect */
+    void *effect_ud;
+    const void *fallback;        /* written instead of data when the effect fails */
+    size_t fallback_len;
+    tm_append_cb cb;             /* told when durable (or failed) */
+    void *cb_ud;
+} tm_append_req;
+
+typedef enum tm_req_state { TM_REQ_STARTED = 1, TM_REQ_COMPLETED = 2 } tm_req_state;
+
+/* A request record (DESIGN §6). Strings owned (tm_request_rec_clear). */
+typedef struct tm_request_rec {
+    char *session;
+    char *key;        /* "i:<id>", "s:<id>" or "k:<idempotency key>" */
+    char *tool;
+    char *stream;
+    char *message;    /* the request as received (JSON text) */
+    char *response;   /* the final response bytes, when completed */
+    size_t response_len;
+    int state;        /* tm_req_state */
+    int64_t updated_ms;
+} tm_request_rec;
+
+typedef int (*tm_request_visitor)(void *ud, const tm_request_rec *rec);
 
 struct tm_store_ops {
     const char *name;
@@ -63,14 +113,21 @@ struct tm_store_ops {
     int (*session_touch)(tm_store *st, const char *id, int64_t now_ms);
     int (*session_delete)(tm_store *st, const char *id);
     int (*stream_open)(tm_store *st, const char *session, const char *name, char out[TM_STREAM_MAX]);
-    int (*append)(tm_store *st, const char *session, const char *stream, const void *data,
-                  size_t len, unsigned flags, tm_append_cb cb, void *ud);
     int (*close_stream)(tm_store *st, const char *session, const char *stream);
     int (*read)(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
                 size_t max_events, tm_event_visitor fn, void *ud);
     int (*bounds)(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
     int (*event_epoch)(tm_store *st, const char *session, const char *stream, uint64_t seq,
                        char out[TM_EPOCH_LEN + 1]);
+    int (*append_ex)(tm_store *st, const tm_append_req *req);
+    int (*request_get)(tm_store *st, const char *session, const char *key, tm_request_rec *out);
+    int (*request_begin)(tm_store *st, const tm_request_rec *rec, int wait_durable);
+    int (*requests_unfinished)(tm_store *st, tm_request_visitor fn, void *ud);
+    int (*exec_schema)(tm_store *st, const char *sql);
+    int (*query)(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                 json_t **rows);
+    int (*sessions_expire)(tm_store *st, int64_t idle_before_ms, void (*fn)(void *, const char *),
+                           void *ud);
 };
 
 /* Common header of every backend object. */
@@ -119,8 +176,32 @@ int tm_store_bounds(tm_store *st, const char *session, const char *stream, tm_st
 int tm_store_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
                          char out[TM_EPOCH_LEN + 1]);
 
+/* Append with a request completion and/or atomic effect riding along. The
+ * seq is assigned before return for a live stream; TIDEMARK_ECLOSED if the
+ * stream is closed or closing. */
+int tm_store_append_ex(tm_store *st, const tm_append_req *req);
+
+/* Load a request record. OUT out (tm_request_rec_clear). TIDEMARK_ENOTFOUND. */
+int tm_store_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out);
+/* Record rec (state started). With wait_durable, return only once durable.
+ * TIDEMARK_EEXIST if a record with that key exists. */
+int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable);
+/* Visit every record still "started" (work a dead process left behind). */
+int tm_store_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud);
+void tm_request_rec_clear(tm_request_rec *rec);
+
+/* Run application DDL (CREATE TABLE IF NOT EXISTS ...) in the effect database. */
+int tm_store_exec_schema(tm_store *st, const char *sql);
+/* Read from the effect database: rows as an array of objects (new ref). */
+int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                   json_t **rows);
+/* Delete sessions idle since before idle_before_ms; fn is told each id. */
+int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
+                             void (*fn)(void *, const char *), void *ud);
+
 /* Backend constructors. */
 int tm_store_memory_open(const tm_store_options *opt, tm_store **out);
+int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out);
 
 /* For backends: deliver the commit notification. */
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);

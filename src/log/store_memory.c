@@ -4,6 +4,8 @@
  * callback and the commit listener run on the caller's thread, unlocked.
  */
 #include "store.h"
+#include "sqlite_util.h"
+#include "../base/clock.h"
 #include "../base/map.h"
 #include "tidemark/tidemark.h"
 #include <pthread.h>
@@ -14,6 +16,7 @@
 typedef struct mevent {
     char *data;
     size_t len;
+    int64_t created_ms;
 } mevent;
 
 typedef struct mstream {
@@ -27,7 +30,8 @@ typedef struct mstream {
 
 typedef struct msession {
     tm_session_rec rec;
-    tm_map *streams; /* name -> mstream */
+    tm_map *streams;  /* name -> mstream */
+    tm_map *requests; /* key -> tm_request_rec */
     uint64_t next_r;
 } msession;
 
@@ -36,6 +40,7 @@ typedef struct mstore {
     pthread_mutex_t mu;
     tm_map *sessions;
     tm_store_options opt;
+    sqlite3 *fx; /* effect database (application tables), in memory */
 } mstore;
 
 static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
@@ -51,10 +56,21 @@ static void free_stream(const char *k, void *v, void *ud)
     free(s);
 }
 
+static void free_request(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    tm_request_rec_clear(v);
+    free(v);
+}
+
 static void free_session(msession *s)
 {
     tm_map_each(s->streams, free_stream, NULL);
     tm_map_free(s->streams);
+    if (s->requests)
+        tm_map_each(s->requests, free_request, NULL);
+    tm_map_free(s->requests);
     tm_session_rec_clear(&s->rec);
     free(s);
 }
@@ -71,6 +87,7 @@ static void m_close(tm_store *st)
     mstore *m = (mstore *)st;
     tm_map_each(m->sessions, free_session_cb, NULL);
     tm_map_free(m->sessions);
+    sqlite3_close(m->fx);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -87,8 +104,9 @@ static int m_session_create(tm_store *st, const tm_session_rec *rec)
     s->rec.created_ms = rec->created_ms;
     s->rec.last_seen_ms = rec->last_seen_ms;
     s->streams = tm_map_new();
+    s->requests = tm_map_new();
     s->next_r = 1;
-    if (!s->rec.id || !s->streams) {
+    if (!s->rec.id || !s->streams || !s->requests) {
         free_session(s);
         return TIDEMARK_ENOMEM;
     }
@@ -194,9 +212,8 @@ out:
 static void trim(mstore *m, mstream *s)
 {
     uint64_t keep = m->opt.retain_events;
-    if (!keep)
-        return;
-    while (s->n > keep) {
+    int64_t cutoff = m->opt.retain_ms > 0 ? tm_wall_ms() - m->opt.retain_ms : INT64_MIN;
+    while (s->n > 0 && ((keep && s->n > keep) || s->ev[s->off].created_ms < cutoff)) {
         free(s->ev[s->off].data);
         s->off++;
         s->n--;
@@ -209,51 +226,89 @@ static void trim(mstore *m, mstream *s)
     }
 }
 
-static int m_append(tm_store *st, const char *session, const char *stream, const void *data,
-                    size_t len, unsigned flags, tm_append_cb cb, void *ud)
+/* Run an effect inside a savepoint of the effect database; on failure it
+ * leaves no trace. Caller holds the lock. */
+static int run_effect(mstore *m, const tm_append_req *r)
+{
+    struct tidemark_txn txn = {m->fx};
+    if (sqlite3_exec(m->fx, "SAVEPOINT fx", NULL, NULL, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    int rc = r->effect(r->effect_ud, &txn);
+    if (rc)
+        sqlite3_exec(m->fx, "ROLLBACK TO fx", NULL, NULL, NULL);
+    sqlite3_exec(m->fx, "RELEASE fx", NULL, NULL, NULL);
+    return rc;
+}
+
+static int m_append_ex(tm_store *st, const tm_append_req *r)
 {
     mstore *m = (mstore *)st;
-    char *copy = malloc(len + 1);
-    if (!copy)
-        return TIDEMARK_ENOMEM;
-    memcpy(copy, data, len);
-    copy[len] = '\0';
     int rc = 0;
     uint64_t seq = 0;
+    char *copy = NULL;
     pthread_mutex_lock(&m->mu);
-    mstream *s = find_stream(m, session, stream);
+    msession *ses = tm_map_get(m->sessions, r->session);
+    mstream *s = ses ? tm_map_get(ses->streams, r->stream) : NULL;
     if (!s) {
         rc = TIDEMARK_ENOTFOUND;
-    } else if (s->closed) {
-        rc = TIDEMARK_ECLOSED;
-    } else {
-        if (s->off + s->n == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 16;
-            mevent *ev = realloc(s->ev, cap * sizeof *ev);
-            if (!ev) {
-                rc = TIDEMARK_ENOMEM;
-                goto out;
-            }
-            s->ev = ev;
-            s->cap = cap;
-        }
-        s->ev[s->off + s->n].data = copy;
-        s->ev[s->off + s->n].len = len;
-        s->n++;
-        seq = ++s->head;
-        copy = NULL;
-        if (flags & TM_APPEND_FINAL)
-            s->closed = 1;
-        trim(m, s);
+        goto out;
     }
+    if (s->closed) {
+        rc = TIDEMARK_ECLOSED;
+        goto out;
+    }
+    const void *data = r->data;
+    size_t len = r->len;
+    if (r->effect && run_effect(m, r) != 0) {
+        data = r->fallback;
+        len = r->fallback_len;
+    }
+    copy = malloc(len + 1);
+    if (!copy) {
+        rc = TIDEMARK_ENOMEM;
+        goto out;
+    }
+    if (len)
+        memcpy(copy, data, len);
+    copy[len] = '\0';
+    if (s->off + s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        mevent *ev = realloc(s->ev, cap * sizeof *ev);
+        if (!ev) {
+            rc = TIDEMARK_ENOMEM;
+            goto out;
+        }
+        s->ev = ev;
+        s->cap = cap;
+    }
+    s->ev[s->off + s->n] = (mevent){copy, len, tm_wall_ms()};
+    s->n++;
+    seq = ++s->head;
+    if (r->flags & TM_APPEND_FINAL)
+        s->closed = 1;
+    if (r->request_key) {
+        tm_request_rec *q = tm_map_get(ses->requests, r->request_key);
+        if (q) {
+            free(q->response);
+            q->response = malloc(len + 1);
+            if (q->response) {
+                memcpy(q->response, copy, len + 1);
+                q->response_len = len;
+            }
+            q->state = TM_REQ_COMPLETED;
+            q->updated_ms = tm_wall_ms();
+        }
+    }
+    copy = NULL;
+    trim(m, s);
 out:
     pthread_mutex_unlock(&m->mu);
     free(copy);
     if (rc)
         return rc;
-    if (cb)
-        cb(ud, 0, seq);
-    tm_store_notify_commit(st, session, stream, seq);
+    if (r->cb)
+        r->cb(r->cb_ud, 0, seq);
+    tm_store_notify_commit(st, r->session, r->stream, seq);
     return 0;
 }
 
@@ -284,7 +339,11 @@ static int m_read(tm_store *st, const char *session, const char *stream, uint64_
         pthread_mutex_unlock(&m->mu);
         return TIDEMARK_ENOTFOUND;
     }
-    uint64_t seq = after_seq + 1 < s->first ? s->first : after_seq + 1;
+    if (after_seq + 1 < s->first) { /* trimmed under the reader: never skip silently */
+        pthread_mutex_unlock(&m->mu);
+        return TIDEMARK_ERANGE;
+    }
+    uint64_t seq = after_seq + 1;
     for (size_t k = 0; k < max_events && seq <= s->head; k++, seq++) {
         mevent *e = &s->ev[s->off + (seq - s->first)];
         tm_event ev = {.seq = seq, .epoch = m->base.epoch, .data = e->data, .len = e->len};
@@ -304,6 +363,7 @@ static int m_bounds(tm_store *st, const char *session, const char *stream, tm_st
         out->first_retained = s->first;
         out->head = s->head;
         out->closed = s->closed;
+        out->assigned = s->head;
         memcpy(out->trimmed_epoch, s->trimmed_epoch, sizeof out->trimmed_epoch);
     }
     pthread_mutex_unlock(&m->mu);
@@ -328,6 +388,138 @@ static int m_event_epoch(tm_store *st, const char *session, const char *stream, 
     return rc;
 }
 
+static char *dupn(const char *p, size_t n)
+{
+    char *o = malloc(n + 1);
+    if (o) {
+        if (n)
+            memcpy(o, p, n);
+        o[n] = '\0';
+    }
+    return o;
+}
+
+static void rec_copy(const tm_request_rec *in, tm_request_rec *o)
+{
+    o->session = dupstr(in->session);
+    o->key = dupstr(in->key);
+    o->tool = dupstr(in->tool);
+    o->stream = dupstr(in->stream);
+    o->message = dupstr(in->message);
+    o->response = in->response ? dupn(in->response, in->response_len) : NULL;
+    o->response_len = in->response_len;
+    o->state = in->state;
+    o->updated_ms = in->updated_ms;
+}
+
+static int m_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
+{
+    mstore *m = (mstore *)st;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&m->mu);
+    msession *s = tm_map_get(m->sessions, session);
+    tm_request_rec *q = s ? tm_map_get(s->requests, key) : NULL;
+    if (q)
+        rec_copy(q, out);
+    pthread_mutex_unlock(&m->mu);
+    return q ? 0 : TIDEMARK_ENOTFOUND;
+}
+
+static int m_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    (void)wait_durable;
+    mstore *m = (mstore *)st;
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    msession *s = tm_map_get(m->sessions, rec->session);
+    if (!s) {
+        rc = TIDEMARK_ENOTFOUND;
+    } else if (tm_map_get(s->requests, rec->key)) {
+        rc = TIDEMARK_EEXIST;
+    } else {
+        tm_request_rec *q = calloc(1, sizeof *q);
+        if (!q) {
+            rc = TIDEMARK_ENOMEM;
+        } else {
+            rec_copy(rec, q);
+            q->state = TM_REQ_STARTED;
+            q->updated_ms = tm_wall_ms();
+            if ((rc = tm_map_put(s->requests, rec->key, q)) != 0) {
+                tm_request_rec_clear(q);
+                free(q);
+            }
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+static int m_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
+{
+    /* A memory store never outlives its process: nothing is left behind. */
+    (void)st;
+    (void)fn;
+    (void)ud;
+    return 0;
+}
+
+static int m_exec_schema(tm_store *st, const char *sql)
+{
+    mstore *m = (mstore *)st;
+    pthread_mutex_lock(&m->mu);
+    int rc = sqlite3_exec(m->fx, sql, NULL, NULL, NULL);
+    pthread_mutex_unlock(&m->mu);
+    return tm_sqlite_err(rc);
+}
+
+static int m_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                   json_t **rows)
+{
+    mstore *m = (mstore *)st;
+    pthread_mutex_lock(&m->mu);
+    int rc = tm_sqlite_query_json(m->fx, sql, args, nargs, rows);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+typedef struct expire_ctx {
+    int64_t before;
+    char **ids;
+    size_t n;
+} expire_ctx;
+
+static void find_idle(const char *k, void *v, void *ud)
+{
+    expire_ctx *e = ud;
+    msession *s = v;
+    if (s->rec.last_seen_ms < e->before)
+        e->ids[e->n++] = strdup(k);
+}
+
+static int m_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *),
+                             void *ud)
+{
+    mstore *m = (mstore *)st;
+    pthread_mutex_lock(&m->mu);
+    expire_ctx e = {before, calloc(tm_map_count(m->sessions) + 1, sizeof(char *)), 0};
+    if (e.ids) {
+        tm_map_each(m->sessions, find_idle, &e);
+        for (size_t i = 0; i < e.n; i++) {
+            msession *s = e.ids[i] ? tm_map_del(m->sessions, e.ids[i]) : NULL;
+            if (s)
+                free_session(s);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; i < e.n; i++) {
+        if (e.ids[i] && fn)
+            fn(ud, e.ids[i]);
+        free(e.ids[i]);
+    }
+    free(e.ids);
+    return 0;
+}
+
 static const struct tm_store_ops memory_ops = {
     .name = "memory",
     .close = m_close,
@@ -336,7 +528,13 @@ static const struct tm_store_ops memory_ops = {
     .session_touch = m_session_touch,
     .session_delete = m_session_delete,
     .stream_open = m_stream_open,
-    .append = m_append,
+    .append_ex = m_append_ex,
+    .request_get = m_request_get,
+    .request_begin = m_request_begin,
+    .requests_unfinished = m_requests_unfinished,
+    .exec_schema = m_exec_schema,
+    .query = m_query,
+    .sessions_expire = m_sessions_expire,
     .close_stream = m_close_stream,
     .read = m_read,
     .bounds = m_bounds,
@@ -355,7 +553,9 @@ int tm_store_memory_open(const tm_store_options *opt, tm_store **out)
     }
     m->opt = *opt;
     m->sessions = tm_map_new();
-    if (!m->sessions) {
+    if (!m->sessions || sqlite3_open(":memory:", &m->fx) != SQLITE_OK) {
+        tm_map_free(m->sessions);
+        sqlite3_close(m->fx);
         free(m);
         return TIDEMARK_ENOMEM;
     }

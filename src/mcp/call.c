@@ -50,6 +50,9 @@ int tidemark_call_progress(tidemark_call_t *c, double progress, double total, co
 {
     if (!c->progress_token)
         return 0;
+    /* After a re-run, progress never goes backwards on the stream. */
+    if (c->has_floor && progress <= c->progress_floor)
+        return 0;
     json_t *p = json_object();
     json_object_set(p, "progressToken", c->progress_token);
     json_object_set_new(p, "progress", number(progress));
@@ -97,8 +100,52 @@ int tidemark_call_close_stream(tidemark_call_t *c)
     const char *st = call_stream(c);
     if (!st)
         return TIDEMARK_ENOTSUP;
-    tm_http_close_stream(c->srv->http, c->sess->id, st);
+    /* Close after everything this call already appended (even if not yet
+     * durable), so the client holds a cursor to resume from. */
+    tm_stream_bounds b;
+    int rc = tm_store_bounds(c->srv->store, c->sess->id, st, &b);
+    if (rc)
+        return rc;
+    tm_http_close_stream(c->srv->http, c->sess->id, st, b.assigned);
     return 0;
+}
+
+int tidemark_call_set_effect(tidemark_call_t *c, tidemark_effect_fn fn, void *ud,
+                             void (*free_ud)(void *))
+{
+    if (!fn)
+        return TIDEMARK_EINVAL;
+    if (c->effect)
+        return TIDEMARK_EEXIST;
+    if (!c->job || !c->job->sse)
+        return TIDEMARK_ENOTSUP;
+    c->effect = fn;
+    c->effect_ud = ud;
+    c->effect_free = free_ud;
+    return 0;
+}
+
+int tidemark_server_add_schema(tidemark_server_t *srv, const char *sql)
+{
+    if (!sql || atomic_load(&srv->running))
+        return TIDEMARK_EINVAL;
+    char **v = realloc(srv->schemas, (srv->nschemas + 1) * sizeof *v);
+    if (!v)
+        return TIDEMARK_ENOMEM;
+    srv->schemas = v;
+    if (!(v[srv->nschemas] = strdup(sql)))
+        return TIDEMARK_ENOMEM;
+    srv->nschemas++;
+    return 0;
+}
+
+int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *const *args,
+                          size_t nargs, json_t **rows)
+{
+    *rows = NULL;
+    if (!srv->store)
+        return TIDEMARK_ECLOSED;
+    return tm_store_query(srv->store, sql, args, nargs, rows);
 }
 
 /* ---- registration ---------------------------------------------------------- */

@@ -3,6 +3,7 @@
 #include "server_int.h"
 #include "../base/clock.h"
 #include "../base/log.h"
+#include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
@@ -51,6 +52,8 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess 
         return err(m->id, TM_RPC_INTERNAL_ERROR, "store_error", "cannot create session");
     pthread_mutex_lock(&srv->mu);
     rc = tm_map_put(srv->sessions, s->id, tm_sess_ref(s));
+    if (rc == 0)
+        tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
     pthread_mutex_unlock(&srv->mu);
     if (rc) {
         tm_sess_unref(s);
@@ -108,6 +111,22 @@ static json_t *tools_call(tidemark_call_t *c)
         return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS, "Unknown tool", "unknown_tool", x);
     }
     json_decref(e.desc);
+    c->hints = e.hints;
+    if (c->job && c->job->sse && c->message && !c->recovering) {
+        /* DESIGN §6: a tool that is not idempotent runs only once its
+         * "started" record is durable; for the others the record rides
+         * along with the stream's first commit. */
+        tm_request_rec rec = {.session = c->sess->id, .key = c->reqkey, .tool = (char *)name,
+                              .stream = c->job->stream, .message = c->message};
+        int rc = tm_store_request_begin(c->srv->store, &rec, !(e.hints & TIDEMARK_TOOL_IDEMPOTENT));
+        if (rc == TIDEMARK_EEXIST)
+            return tm_jsonrpc_error(c->id, TM_RPC_INVALID_REQUEST, "Duplicate request",
+                                    "duplicate_request", NULL);
+        if (rc)
+            return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Request record failed",
+                                    "store_error", NULL);
+        c->recorded = 1;
+    }
     json_t *owned_args = args ? json_incref(args) : json_object();
     json_t *result = NULL;
     int rc = ((tidemark_tool_fn)e.fn)(c, owned_args, &result, e.ud);

@@ -5,6 +5,7 @@
  */
 #include "server_int.h"
 #include "../base/log.h"
+#include "../base/metrics.h"
 #include "../base/random.h"
 #include "../base/clock.h"
 #include "../log/resume.h"
@@ -93,6 +94,12 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->jan_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->jan_cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
         !s->sessions) {
         tidemark_server_free(s);
@@ -216,26 +223,79 @@ static void job_free(tm_job *j)
     free(j);
 }
 
-/* A call of the job ended with response (stolen, may be NULL). The last one
- * closes the stream (SSE) or answers the POST (JSON). */
-static void job_complete(tm_job *j, json_t *response)
+static void effect_done(void *ud, int status, uint64_t seq)
+{
+    (void)status;
+    (void)seq;
+    tidemark_call_t *c = ud;
+    if (c->effect_free)
+        c->effect_free(c->effect_ud);
+    tm_call_free(c);
+}
+
+static int run_effect(void *ud, tm_txn *txn)
+{
+    tidemark_call_t *c = ud;
+    return c->effect(txn, c->effect_ud);
+}
+
+/* The last completion closes the stream (SSE) or answers the POST (JSON).
+ * A recorded call's response completes its request record in the same
+ * transaction, together with its effect. The call is freed here (or once
+ * its effect committed). */
+void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 {
     tidemark_server_t *srv = j->srv;
+    int keep_call = 0;
     pthread_mutex_lock(&j->mu);
     int last = --j->remaining == 0;
     if (j->sse) {
-        if (response)
-            tm_sess_append(srv, j->sess, j->stream, response, last ? TM_APPEND_FINAL : 0);
-        else if (last)
+        if (response) {
+            size_t len, flen = 0;
+            char *bytes = tm_jsonrpc_dump(response, &len);
+            char *fallback = NULL;
+            tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes,
+                               .len = len, .flags = last ? TM_APPEND_FINAL : 0};
+            if (c && c->recorded)
+                r.request_key = c->reqkey;
+            if (c && c->effect && !json_object_get(response, "error")) {
+                json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                             "The tool's effect failed and was rolled back",
+                                             "effect_failed", NULL);
+                fallback = tm_jsonrpc_dump(e, &flen);
+                json_decref(e);
+                r.effect = run_effect;
+                r.effect_ud = c;
+                r.fallback = fallback;
+                r.fallback_len = flen;
+                r.cb = effect_done;
+                r.cb_ud = c;
+                keep_call = 1;
+            }
+            int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
+            if (rc) {
+                TM_WARN("session %s stream %s: response not appended: %s", j->sess->id, j->stream,
+                        tidemark_strerror(rc));
+                keep_call = 0;
+            }
+            free(bytes);
+            free(fallback);
+        } else if (last) {
             tm_store_close_stream(srv->store, j->sess->id, j->stream);
+        }
         json_decref(response);
     } else if (response) {
         json_array_append_new(j->responses, response);
     }
     pthread_mutex_unlock(&j->mu);
+    if (c && !keep_call) {
+        if (c->effect_free)
+            c->effect_free(c->effect_ud);
+        tm_call_free(c);
+    }
     if (!last)
         return;
-    if (!j->sse) {
+    if (!j->sse && j->req) {
         size_t n = json_array_size(j->responses);
         if (n == 0)
             tm_http_reply(j->req, 202, NULL, NULL, 0);
@@ -246,19 +306,41 @@ static void job_complete(tm_job *j, json_t *response)
     job_free(j);
 }
 
+void tm_call_free(tidemark_call_t *c)
+{
+    json_decref(c->id);
+    free(c->message);
+    free(c);
+}
+
 static void run_call(void *arg)
 {
     tidemark_call_t *c = arg;
     json_t *resp = tm_dispatch(c);
-    tm_job *j = c->job;
+    if (!resp && c->recorded) /* a recorded call always ends its stream with one response */
+        resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);
     if (c->registered) {
         pthread_mutex_lock(&c->sess->mu);
-        tm_map_del(c->sess->calls, c->idkey);
+        if (tm_map_get(c->sess->calls, c->reqkey) == c)
+            tm_map_del(c->sess->calls, c->reqkey);
         pthread_mutex_unlock(&c->sess->mu);
     }
-    json_decref(c->id);
-    free(c);
-    job_complete(j, resp);
+    tm_job_complete(c->job, resp, c);
+}
+
+int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
+{
+    return tm_pool_submit(srv->pool, run_call, c);
+}
+
+void tm_request_key(const tm_msg *m, const char *idkey, char *out, size_t n)
+{
+    json_t *meta = json_object_get(m->params, "_meta");
+    const char *k = json_string_value(json_object_get(meta, "dev.tidemark/idempotency-key"));
+    if (k && *k)
+        snprintf(out, n, "k:%s", k);
+    else
+        snprintf(out, n, "%s", idkey);
 }
 
 typedef struct init_job {
@@ -322,6 +404,83 @@ static tm_sess *require_session(tidemark_server_t *srv, tm_http_req *r)
      * Unsupported values were rejected before. */
     tm_store_session_touch(srv->store, s->id, tm_wall_ms());
     return s;
+}
+
+/* Attach this POST to an existing stream of the session, from its start. */
+static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream)
+{
+    tm_http_stream_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
+                             .retry_ms = srv->cfg.retry_ms};
+    tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+    int rc = tm_http_reply_stream(r, &o);
+    if (rc == TIDEMARK_EBUSY) {
+        json_t *x = json_pack("{s:s}", "stream", stream);
+        reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
+                    "Conflict: the request is running and its stream is attached to a live connection",
+                    x);
+    } else if (rc) {
+        reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
+    }
+}
+
+/*
+ * A tools/call that repeats a request of this session (same request id, or
+ * same dev.tidemark/idempotency-key) is a retry (DESIGN §6): completed ->
+ * the stored response, without running the tool again; running -> attach
+ * to its stream. Returns 1 when the POST was answered here.
+ */
+static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m)
+{
+    char idkey[160], key[200], stream[TM_STREAM_MAX] = "";
+    if (tm_jsonrpc_id_key(m->id, idkey, sizeof idkey) != 0)
+        return 0;
+    tm_request_key(m, idkey, key, sizeof key);
+    int same_id = 1;
+    pthread_mutex_lock(&sess->mu);
+    tidemark_call_t *live = tm_map_get(sess->calls, key);
+    if (live && live->job && live->job->sse) {
+        snprintf(stream, sizeof stream, "%s", live->job->stream);
+        same_id = json_equal(live->id, m->id);
+    }
+    pthread_mutex_unlock(&sess->mu);
+    tm_request_rec rec;
+    memset(&rec, 0, sizeof rec);
+    if (!stream[0]) {
+        if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+            return 0;
+        if (rec.state == TM_REQ_COMPLETED && rec.response) {
+            tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
+            json_t *resp = json_loadb(rec.response, rec.response_len, 0, NULL);
+            if (resp && !json_equal(json_object_get(resp, "id"), m->id))
+                json_object_set(resp, "id", m->id); /* re-issued under a new request id */
+            tm_request_rec_clear(&rec);
+            tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+            if (!resp) {
+                reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", "stored response unreadable",
+                            NULL);
+                return 1;
+            }
+            reply_json(r, 200, resp);
+            return 1;
+        }
+        snprintf(stream, sizeof stream, "%s", rec.stream ? rec.stream : "");
+        json_t *orig = rec.message ? json_loads(rec.message, 0, NULL) : NULL;
+        same_id = orig && json_equal(json_object_get(orig, "id"), m->id);
+        json_decref(orig);
+        tm_request_rec_clear(&rec);
+        if (!stream[0])
+            return 0;
+    }
+    tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
+    if (!same_id) {
+        /* Its stream carries the other request id: point the client at it. */
+        json_t *x = json_pack("{s:s}", "stream", stream);
+        reply_error(r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
+                    "Conflict: a request with this idempotency key is still running", x);
+        return 1;
+    }
+    attach_stream(srv, r, sess, stream);
+    return 1;
 }
 
 static void handle_post(tidemark_server_t *srv, tm_http_req *r)
@@ -436,6 +595,11 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         goto done;
     }
 
+    if (!batch && is_call(&msgs[0]) && answer_repeat(srv, r, sess, &msgs[0])) {
+        tm_sess_unref(sess);
+        goto done;
+    }
+
     tm_job *j = calloc(1, sizeof *j);
     if (!j) {
         tm_sess_unref(sess);
@@ -471,16 +635,16 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     }
     for (size_t i = 0; i < n; i++) {
         if (msgs[i].kind == TM_MSG_INVALID) {
-            job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INVALID_REQUEST, msgs[i].detail,
-                                             msgs[i].why, NULL));
+            tm_job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INVALID_REQUEST, msgs[i].detail,
+                                                msgs[i].why, NULL), NULL);
             continue;
         }
         if (msgs[i].kind != TM_MSG_REQUEST)
             continue;
         tidemark_call_t *c = calloc(1, sizeof *c);
         if (!c) {
-            job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INTERNAL_ERROR, "out of memory",
-                                             "internal_error", NULL));
+            tm_job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INTERNAL_ERROR, "out of memory",
+                                                "internal_error", NULL), NULL);
             continue;
         }
         c->srv = srv;
@@ -492,29 +656,27 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         json_t *meta = json_object_get(c->params, "_meta");
         c->progress_token = json_object_get(meta, "progressToken");
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
-        snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->idkey);
+        tm_request_key(&msgs[i], c->idkey, c->reqkey, sizeof c->reqkey);
+        snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
+        if (is_call(&msgs[i]))
+            c->message = tm_jsonrpc_dump(msgs[i].raw, NULL);
         pthread_mutex_lock(&sess->mu);
-        if (!tm_map_get(sess->calls, c->idkey) && tm_map_put(sess->calls, c->idkey, c) == 0)
+        if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
             c->registered = 1;
         pthread_mutex_unlock(&sess->mu);
-        if (tm_pool_submit(srv->pool, run_call, c) != 0) {
+        if (tm_call_submit(srv, c) != 0) {
             if (c->registered) {
                 pthread_mutex_lock(&sess->mu);
-                tm_map_del(sess->calls, c->idkey);
+                tm_map_del(sess->calls, c->reqkey);
                 pthread_mutex_unlock(&sess->mu);
             }
             json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
                                          "shutting_down", NULL);
-            json_decref(c->id);
-            free(c);
-            job_complete(j, e);
+            tm_call_free(c);
+            tm_job_complete(j, e, NULL);
         }
     }
-    if (!j->sse && !j->req) {
-        /* The stream could not be set up and the POST was answered; the
-         * calls still run but their responses are dropped. */
-    }
-    job_complete(j, NULL); /* release the submit hold */
+    tm_job_complete(j, NULL, NULL); /* release the submit hold */
 done:
     json_decref(root);
     free(msgs);
@@ -535,6 +697,7 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
     tm_sess *sess = require_session(srv, r);
     if (!sess)
         return;
+    int64_t t0 = tm_now_us();
     const char *cursor = tm_http_req_header(r, "Last-Event-ID");
     tm_http_stream_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms};
     tm_buf prelude;
@@ -547,6 +710,13 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
             goto out;
         }
         json_t *x = NULL;
+        static const tm_counter by_outcome[] = {
+            [TM_RESUME_OK] = TM_M_RESUME_OK, [TM_RESUME_MALFORMED] = TM_M_RESUME_MALFORMED,
+            [TM_RESUME_UNKNOWN_STREAM] = TM_M_RESUME_UNKNOWN_STREAM, [TM_RESUME_AHEAD] = TM_M_RESUME_AHEAD,
+            [TM_RESUME_GAP] = TM_M_RESUME_GAP, [TM_RESUME_EPOCH] = TM_M_RESUME_EPOCH};
+        if (d.outcome != TM_RESUME_OK &&
+            !(d.outcome == TM_RESUME_GAP && srv->cfg.on_gap == TIDEMARK_ON_GAP_EVENT))
+            tm_metric_inc(by_outcome[d.outcome]);
         switch (d.outcome) {
         case TM_RESUME_OK:
             break;
@@ -586,6 +756,7 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
         }
         o.stream = d.stream;
         o.after_seq = d.after_seq;
+        o.replay_until = d.head;
         o.prelude = prelude.data;
         o.prelude_len = prelude.len;
     } else {
@@ -604,11 +775,15 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
     tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
     int rc = tm_http_reply_stream(r, &o);
     if (rc == TIDEMARK_EBUSY) {
+        tm_metric_inc(TM_M_RESUME_CONFLICT);
         reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
                     "Conflict: the stream is already attached to a live connection", NULL);
     } else if (rc) {
         reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
-    } else if (!cursor) {
+    } else if (cursor) {
+        tm_metric_inc(d.outcome == TM_RESUME_GAP ? TM_M_RESUME_GAP : TM_M_RESUME_OK);
+        tm_histogram_observe(TM_H_RESUME_LATENCY_US, (uint64_t)(tm_now_us() - t0));
+    } else {
         pthread_mutex_lock(&sess->mu);
         sess->get_opened = 1;
         pthread_mutex_unlock(&sess->mu);
@@ -631,6 +806,7 @@ static void handle_delete(tidemark_server_t *srv, tm_http_req *r)
     pthread_mutex_lock(&srv->mu);
     if (tm_map_get(srv->sessions, sess->id) == sess) {
         tm_map_del(srv->sessions, sess->id);
+        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
         tm_sess_unref(sess);
     }
     pthread_mutex_unlock(&srv->mu);
@@ -648,7 +824,9 @@ static void on_http(void *ud, tm_http_req *r)
     tidemark_server_t *srv = ud;
     const char *method = tm_http_req_method(r);
     const char *path = tm_http_req_path(r);
-    if (strcmp(path, srv->path) != 0)
+    tm_metric_inc(TM_M_HTTP_REQUESTS);
+    int metrics = strcmp(path, "/metrics") == 0 && strcmp(srv->path, "/metrics") != 0;
+    if (!metrics && strcmp(path, srv->path) != 0)
         return reply_error(r, 404, TM_RPC_INVALID_REQUEST, "not_found", "Not Found", NULL);
     const char *host = tm_http_req_header(r, "Host");
     if (!host_allowed(srv, host)) {
@@ -664,6 +842,19 @@ static void on_http(void *ud, tm_http_req *r)
     }
     if (atomic_load(&srv->stopping))
         return reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    if (metrics) {
+        if (strcmp(method, "GET") != 0) {
+            tm_http_req_add_header(r, "Allow", "GET");
+            return reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed",
+                               "Method Not Allowed", NULL);
+        }
+        tm_buf b;
+        tm_buf_init(&b, 1u << 20);
+        tm_metrics_render(&b);
+        tm_http_reply(r, 200, "text/plain; version=0.0.4", b.data, b.len);
+        tm_buf_free(&b);
+        return;
+    }
     if (strcmp(method, "POST") == 0)
         return handle_post(srv, r);
     if (strcmp(method, "GET") == 0)
@@ -682,17 +873,87 @@ static void on_commit(void *ud, const char *session, const char *stream, uint64_
         tm_http_wake(srv->http, session, stream);
 }
 
+static void expired(void *ud, const char *id)
+{
+    tidemark_server_t *srv = ud;
+    pthread_mutex_lock(&srv->mu);
+    tm_sess *s = tm_map_del(srv->sessions, id);
+    if (s)
+        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+    pthread_mutex_unlock(&srv->mu);
+    if (s) {
+        tm_sess_close(s);
+        tm_sess_unref(s);
+    }
+    tm_http_close_session(srv->http, id);
+    TM_INFO("session %s expired (idle)", id);
+}
+
+typedef struct busy_ctx {
+    tidemark_server_t *srv;
+    int64_t now;
+} busy_ctx;
+
+static void touch_busy(const char *k, void *v, void *ud)
+{
+    (void)k;
+    busy_ctx *b = ud;
+    tm_sess *s = v;
+    pthread_mutex_lock(&s->mu);
+    int busy = tm_map_count(s->calls) > 0;
+    pthread_mutex_unlock(&s->mu);
+    /* A session with a call running or a stream attached is not idle. */
+    if (busy || tm_http_session_attached(b->srv->http, s->id))
+        tm_store_session_touch(b->srv->store, s->id, b->now);
+}
+
+/* Expire idle sessions (--session-ttl). */
+static void *janitor_main(void *arg)
+{
+    tidemark_server_t *srv = arg;
+    int64_t ttl_ms = (int64_t)srv->cfg.session_ttl_seconds * 1000;
+    int64_t period = ttl_ms / 4 < 1000 ? (ttl_ms / 4 > 50 ? ttl_ms / 4 : 50) : 1000;
+    pthread_mutex_lock(&srv->jan_mu);
+    while (srv->jan_running) {
+        struct timespec ts = tm_deadline_ms(period);
+        pthread_cond_timedwait(&srv->jan_cv, &srv->jan_mu, &ts);
+        if (!srv->jan_running)
+            break;
+        pthread_mutex_unlock(&srv->jan_mu);
+        busy_ctx b = {srv, tm_wall_ms()};
+        pthread_mutex_lock(&srv->mu);
+        tm_map_each(srv->sessions, touch_busy, &b);
+        pthread_mutex_unlock(&srv->mu);
+        tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
+        pthread_mutex_lock(&srv->jan_mu);
+    }
+    pthread_mutex_unlock(&srv->jan_mu);
+    return NULL;
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
         return TIDEMARK_EBUSY;
-    tm_store_options so = {.retain_events = srv->cfg.retain_events};
+    tm_store_options so = {
+        .retain_events = srv->cfg.retain_events,
+        .retain_ms = (int64_t)srv->cfg.retain_seconds * 1000,
+        .durability = srv->cfg.durability == TIDEMARK_DURABILITY_PROCESS ? TM_DURABILITY_PROCESS
+                                                                         : TM_DURABILITY_POWER,
+        .emit_early = srv->cfg.emit_early,
+    };
     int rc = tm_store_open(srv->store_uri, &so, &srv->store);
     if (rc) {
         TM_ERROR("cannot open store %s: %s", srv->store_uri, tidemark_strerror(rc));
         return rc;
     }
     tm_store_set_listener(srv->store, on_commit, srv);
+    for (size_t i = 0; i < srv->nschemas; i++) {
+        if ((rc = tm_store_exec_schema(srv->store, srv->schemas[i])) != 0) {
+            TM_ERROR("application schema failed: %s", tidemark_strerror(rc));
+            goto fail;
+        }
+    }
     rc = tm_pool_new(srv->cfg.workers, &srv->pool);
     if (rc)
         goto fail;
@@ -703,6 +964,15 @@ int tidemark_server_start(tidemark_server_t *srv)
     if (rc)
         goto fail;
     atomic_store(&srv->running, 1);
+    /* Finish what a dead process left started, before anyone can retry it:
+     * the recovered calls are registered before this returns. */
+    if ((rc = tm_recover(srv)) != 0)
+        TM_ERROR("recovery of unfinished requests failed: %s", tidemark_strerror(rc));
+    if (srv->cfg.session_ttl_seconds > 0) {
+        srv->jan_running = 1;
+        if (pthread_create(&srv->janitor, NULL, janitor_main, srv) != 0)
+            srv->jan_running = 0;
+    }
     TM_INFO("listening on http://%s:%u%s (store %s, epoch %s)", srv->host, tm_http_port(srv->http),
             srv->path, srv->store_uri, tm_store_epoch(srv->store));
     return 0;
@@ -738,6 +1008,13 @@ void tidemark_server_stop(tidemark_server_t *srv)
     if (!atomic_load(&srv->running))
         return;
     atomic_store(&srv->stopping, 1);
+    if (srv->jan_running) {
+        pthread_mutex_lock(&srv->jan_mu);
+        srv->jan_running = 0;
+        pthread_cond_broadcast(&srv->jan_cv);
+        pthread_mutex_unlock(&srv->jan_mu);
+        pthread_join(srv->janitor, NULL);
+    }
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, close_each, NULL);
     pthread_mutex_unlock(&srv->mu);
@@ -749,6 +1026,7 @@ void tidemark_server_stop(tidemark_server_t *srv)
     srv->store = NULL;
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, unref_each, NULL);
+    tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)tm_map_count(srv->sessions));
     tm_map_free(srv->sessions);
     srv->sessions = tm_map_new();
     pthread_mutex_unlock(&srv->mu);
@@ -771,6 +1049,11 @@ void tidemark_server_free(tidemark_server_t *srv)
     free(srv->name);
     free(srv->version);
     free(srv->instructions);
+    for (size_t i = 0; i < srv->nschemas; i++)
+        free(srv->schemas[i]);
+    free(srv->schemas);
     pthread_mutex_destroy(&srv->mu);
+    pthread_mutex_destroy(&srv->jan_mu);
+    pthread_cond_destroy(&srv->jan_cv);
     free(srv);
 }

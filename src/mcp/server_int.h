@@ -50,7 +50,17 @@ struct tidemark_call {
     tm_job *job;
     json_t *id;
     char idkey[160];
-    char idem[TM_SESSION_ID_LEN + 170];
+    char reqkey[200];         /* record key: idkey, or "k:" + idempotency key */
+    char *message;            /* the request as JSON text (request record) */
+    unsigned hints;           /* the tool's TIDEMARK_TOOL_* */
+    int recorded;             /* a request record exists: completing it is due */
+    int recovering;           /* re-run after a crash */
+    int has_floor;            /* progress at or below floor is not sent again */
+    double progress_floor;
+    tidemark_effect_fn effect;
+    void *effect_ud;
+    void (*effect_free)(void *);
+    char idem[TM_SESSION_ID_LEN + 240];
     const char *method;
     json_t *params;
     json_t *progress_token;
@@ -72,6 +82,12 @@ struct tidemark_server {
     atomic_int stopping;
     tidemark_complete_fn complete_fn;
     void *complete_ud;
+    char **schemas;           /* application DDL run at start */
+    size_t nschemas;
+    pthread_t janitor;        /* session expiry */
+    pthread_mutex_t jan_mu;
+    pthread_cond_t jan_cv;
+    int jan_running;
 };
 
 extern const char *const tm_log_levels[8];
@@ -95,6 +111,18 @@ void tm_sess_close(tm_sess *s);
 void tm_sess_deliver_response(tm_sess *s, const tm_msg *m);
 /* Cancel an in-flight call by its request id. */
 void tm_sess_cancel(tm_sess *s, json_t *request_id);
+
+/* server.c: a call of job ended with response (stolen, may be NULL);
+ * call (may be NULL) contributes its request record and effect. */
+void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
+/* recovery.c: finish the requests a dead process left started (DESIGN §6). */
+int tm_recover(tidemark_server_t *srv);
+/* Build the request key of a tools/call: "k:<idempotency key>" or idkey. */
+void tm_request_key(const tm_msg *m, const char *idkey, char *out, size_t n);
+/* Free a call (after its job completion). */
+void tm_call_free(tidemark_call_t *c);
+/* Queue a call on the worker pool. */
+int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c);
 
 /* dispatch.c: run one request; returns the response (new ref) or NULL when
  * no response must be sent (cancelled). */

@@ -2,6 +2,7 @@
  * requests waiting for answers, subscriptions, logging level. */
 #include "server_int.h"
 #include "../base/log.h"
+#include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
         tm_sess_ref(s);
         tm_sess_unref(n);
     } else if (tm_map_put(srv->sessions, n->id, n) == 0) {
+        tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
         s = tm_sess_ref(n);
     } else {
         tm_sess_unref(n);

@@ -10,6 +10,7 @@
 #include "../base/buf.h"
 #include "../base/log.h"
 #include "../base/map.h"
+#include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,9 +54,11 @@ typedef struct sconn {
     char key[256];
     char *session, *stream;
     uint64_t delivered;
+    uint64_t replay_until; /* durable head when a resume attached */
     tm_buf out;
     int suspended;
     int close_requested;
+    uint64_t close_after; /* with close_requested: end once delivered >= this */
     int superseded;
     int ka_due;
     int attached;
@@ -99,6 +102,7 @@ static int frame_event(void *ud, const tm_event *ev)
     if (tm_sse_frame(&s->out, NULL, id, ev->data, ev->len) != 0)
         return 1;
     s->delivered = ev->seq;
+    tm_metric_inc(ev->seq <= s->replay_until ? TM_M_EVENTS_REPLAYED : TM_M_EVENTS_EMITTED);
     return 0;
 }
 
@@ -129,7 +133,7 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             break;
         if (b.closed && s->delivered >= b.head)
             break;
-        if (s->close_requested)
+        if (s->close_requested && s->delivered >= s->close_after)
             break;
         if (s->ka_due) {
             s->ka_due = 0;
@@ -150,8 +154,10 @@ static void sconn_free(void *cls)
     sconn *s = cls;
     tm_http *h = s->h;
     pthread_mutex_lock(&h->hub_mu);
-    if (s->attached && tm_map_get(h->hub, s->key) == s)
+    if (s->attached && tm_map_get(h->hub, s->key) == s) {
         tm_map_del(h->hub, s->key);
+        tm_gauge_add(TM_G_STREAMS_OPEN, -1);
+    }
     pthread_mutex_unlock(&h->hub_mu);
     pthread_mutex_destroy(&s->mu);
     tm_buf_free(&s->out);
@@ -192,7 +198,7 @@ void tm_http_wake(tm_http *h, const char *session, const char *stream)
     pthread_mutex_unlock(&h->hub_mu);
 }
 
-void tm_http_close_stream(tm_http *h, const char *session, const char *stream)
+void tm_http_close_stream(tm_http *h, const char *session, const char *stream, uint64_t after_seq)
 {
     char key[256];
     hub_key(key, sizeof key, session, stream);
@@ -201,6 +207,7 @@ void tm_http_close_stream(tm_http *h, const char *session, const char *stream)
     if (s) {
         pthread_mutex_lock(&s->mu);
         s->close_requested = 1;
+        s->close_after = after_seq;
         sconn_resume_locked(s);
         pthread_mutex_unlock(&s->mu);
     }
@@ -223,6 +230,25 @@ static void close_matching(const char *key, void *val, void *ud)
     s->close_requested = 1;
     sconn_resume_locked(s);
     pthread_mutex_unlock(&s->mu);
+}
+
+static void count_matching(const char *key, void *val, void *ud)
+{
+    (void)val;
+    prefix_ctx *p = ud;
+    if (strncmp(key, p->prefix, p->len) == 0)
+        p->all++;
+}
+
+int tm_http_session_attached(tm_http *h, const char *session)
+{
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s/", session);
+    prefix_ctx p = {prefix, strlen(prefix), 0};
+    pthread_mutex_lock(&h->hub_mu);
+    tm_map_each(h->hub, count_matching, &p);
+    pthread_mutex_unlock(&h->hub_mu);
+    return p.all > 0;
 }
 
 void tm_http_close_session(tm_http *h, const char *session)
@@ -357,6 +383,7 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     s->session = strdup(o->session);
     s->stream = strdup(o->stream);
     s->delivered = o->after_seq;
+    s->replay_until = o->replay_until;
     hub_key(s->key, sizeof s->key, o->session, o->stream);
     if (!s->session || !s->stream)
         goto nomem;
@@ -388,12 +415,14 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
         sconn_resume_locked(old);
         pthread_mutex_unlock(&old->mu);
         tm_map_del(h->hub, s->key);
+        tm_gauge_add(TM_G_STREAMS_OPEN, -1);
     }
     if (tm_map_put(h->hub, s->key, s) != 0) {
         pthread_mutex_unlock(&h->hub_mu);
         goto nomem;
     }
     s->attached = 1;
+    tm_gauge_add(TM_G_STREAMS_OPEN, 1);
     pthread_mutex_unlock(&h->hub_mu);
 
     struct MHD_Response *resp =

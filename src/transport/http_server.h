@@ -57,6 +57,7 @@ typedef struct tm_http_stream_opts {
     unsigned retry_ms;   /* 0: no "retry:" field */
     const char *prelude; /* raw SSE bytes sent first (e.g. a gap event), or NULL */
     size_t prelude_len;
+    uint64_t replay_until; /* events up to here count as replayed (metrics) */
 } tm_http_stream_opts;
 
 /* Answer with an SSE stream of the store's stream, replay then live, ending
@@ -66,9 +67,12 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o);
 
 /* The store committed an event (or closed) on session/stream: wake its reader. */
 void tm_http_wake(tm_http *h, const char *session, const char *stream);
-/* End the connection attached to session/stream after what is committed
- * (server-initiated close, SEP-1699). The client resumes with GET. */
-void tm_http_close_stream(tm_http *h, const char *session, const char *stream);
+/* End the connection attached to session/stream once events up to
+ * after_seq are sent (server-initiated close, SEP-1699). The client resumes
+ * with GET. */
+void tm_http_close_stream(tm_http *h, const char *session, const char *stream, uint64_t after_seq);
+/* 1 if some connection is attached to a stream of session. */
+int tm_http_session_attached(tm_http *h, const char *session);
 /* End every connection attached to a stream of session. */
 void tm_http_close_session(tm_http *h, const char *session);
 

@@ -1,0 +1,51 @@
+/*
+ * metrics.h - process-wide counters, gauges and histograms, rendered in the
+ * Prometheus text format. Lock-free (atomics); cheap enough for hot paths.
+ */
+#ifndef TM_METRICS_H
+#define TM_METRICS_H
+#include "buf.h"
+#include <stdint.h>
+
+typedef enum tm_counter {
+    TM_M_EVENTS_APPENDED = 0,
+    TM_M_EVENTS_EMITTED,
+    TM_M_EVENTS_REPLAYED,
+    TM_M_RESUME_OK,
+    TM_M_RESUME_GAP,
+    TM_M_RESUME_AHEAD,
+    TM_M_RESUME_EPOCH,
+    TM_M_RESUME_MALFORMED,
+    TM_M_RESUME_UNKNOWN_STREAM,
+    TM_M_RESUME_CONFLICT,
+    TM_M_REQUESTS_DEDUPLICATED,
+    TM_M_OUTCOME_UNKNOWN,
+    TM_M_REQUESTS_RECOVERED,
+    TM_M_COMMITS,
+    TM_M_COMMIT_FAILURES,
+    TM_M_HTTP_REQUESTS,
+    TM_M_COUNTER_COUNT
+} tm_counter;
+
+typedef enum tm_gauge {
+    TM_G_SESSIONS_OPEN = 0,
+    TM_G_STREAMS_OPEN,
+    TM_G_GAUGE_COUNT
+} tm_gauge;
+
+typedef enum tm_histogram {
+    TM_H_COMMIT_BATCH = 0,     /* operations per group commit */
+    TM_H_COMMIT_LATENCY_US,    /* queued -> durable, per append */
+    TM_H_RESUME_LATENCY_US,    /* GET with Last-Event-ID -> replay sent */
+    TM_H_HISTOGRAM_COUNT
+} tm_histogram;
+
+void tm_metric_inc(tm_counter c);
+void tm_metric_add(tm_counter c, uint64_t n);
+uint64_t tm_metric_get(tm_counter c);
+void tm_gauge_add(tm_gauge g, int64_t d);
+void tm_histogram_observe(tm_histogram h, uint64_t v);
+/* Append every metric in Prometheus text exposition format. */
+int tm_metrics_render(tm_buf *out);
+
+#endif

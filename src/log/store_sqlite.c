@@ -1,0 +1,1608 @@
+/*
+ * store_sqlite.c - the embedded durable store (DESIGN.md §4).
+ *
+ * One writer thread owns the write connection and does group commit: every
+ * operation queued while a commit is in flight rides in the next
+ * transaction. Seqs are assigned when an append is queued (so the caller
+ * knows its position), made durable by the commit, and only then visible to
+ * read() and announced to the commit listener (commit-then-emit). With
+ * emit_early, read() also serves queued events (DESIGN §8).
+ *
+ * Readers use a small pool of read connections (WAL lets them run beside
+ * the writer) plus an in-memory tail of each stream's recent events, so a
+ * live stream is served without touching SQLite.
+ *
+ * Lock order: q_mu and c_mu are never held together; the commit listener and
+ * append callbacks run with no store lock held.
+ */
+#include "store.h"
+#include "sqlite_util.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/map.h"
+#include "../base/metrics.h"
+#include "tidemark/tidemark.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAIL_CAP 256      /* recent events kept in memory per stream */
+#define READ_CONNS 8      /* read connection pool size */
+#define TOUCH_EVERY_MS 5000
+
+static const char *const schema_sql =
+    "CREATE TABLE IF NOT EXISTS tm_meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tm_epochs(id INTEGER PRIMARY KEY, epoch TEXT UNIQUE NOT NULL,"
+    " opened_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS tm_sessions(id TEXT PRIMARY KEY, version TEXT, client TEXT,"
+    " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL DEFAULT 1) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tm_streams(sid INTEGER PRIMARY KEY, session TEXT NOT NULL,"
+    " name TEXT NOT NULL, head INTEGER NOT NULL, first_retained INTEGER NOT NULL,"
+    " closed INTEGER NOT NULL, trimmed_epoch TEXT NOT NULL DEFAULT '', UNIQUE(session, name));"
+    "CREATE TABLE IF NOT EXISTS tm_events(sid INTEGER NOT NULL, seq INTEGER NOT NULL,"
+    " epoch INTEGER NOT NULL, created_ms INTEGER NOT NULL, data BLOB NOT NULL,"
+    " PRIMARY KEY(sid, seq)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tm_requests(session TEXT NOT NULL, key TEXT NOT NULL,"
+    " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT, response BLOB,"
+    " updated_ms INTEGER, PRIMARY KEY(session, key)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS tm_requests_state ON tm_requests(state) WHERE state = 1;"
+    "INSERT OR IGNORE INTO tm_meta(k, v) VALUES('schema', '1');";
+
+/* ---- cache structures ------------------------------------------------------ */
+
+typedef struct tevent {
+    uint64_t seq;
+    char *data;
+    size_t len;
+} tevent;
+
+typedef struct sstream {
+    int64_t sid;
+    char session[64];
+    char name[TM_STREAM_MAX];
+    char key[96];
+    uint64_t head;       /* durable head */
+    uint64_t next_seq;   /* next seq to assign */
+    uint64_t first;      /* first retained (durable) */
+    int closed;          /* durably closed */
+    int closing;         /* a close is queued or committed */
+    char trimmed_epoch[TM_EPOCH_LEN + 1];
+    tevent tail[TAIL_CAP]; /* ring: seqs (next_seq - tail_n) .. next_seq-1 */
+    size_t tail_n;
+    /* writer-side, per batch */
+    int touched;
+    uint64_t batch_head;
+    int batch_closed;
+    struct sstream *next_touched;
+} sstream;
+
+typedef struct ssess {
+    uint64_t next_r;
+    int64_t touched_ms;
+} ssess;
+
+/* ---- operations ------------------------------------------------------------ */
+
+enum op_kind {
+    OP_APPEND, OP_CLOSE, OP_STREAM_CREATE, OP_STREAM_REOPEN, OP_SESSION_CREATE,
+    OP_SESSION_TOUCH, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE,
+};
+
+typedef struct op {
+    enum op_kind kind;
+    struct op *next;
+    int sync, done, status;
+    sstream *ss;
+    uint64_t seq;
+    char *data;
+    size_t len;
+    unsigned flags;
+    char *request_key;
+    tm_effect_fn effect;
+    void *effect_ud;
+    char *fallback;
+    size_t fallback_len;
+    tm_append_cb cb;
+    void *cb_ud;
+    int64_t ms;
+    int64_t enq_us;   /* monotonic, for the commit latency histogram */
+    uint64_t next_r;
+    tm_session_rec srec;
+    tm_request_rec rrec;
+    char *sql;
+    sstream **doomed; /* OP_SESSION_DELETE: cache entries to free */
+    size_t ndoomed;
+    char **expired;   /* OP_EXPIRE: ids deleted */
+    size_t nexpired;
+} op;
+
+typedef struct sqstore {
+    tm_store base;
+    tm_store_options opt;
+    char *path;
+    int64_t epoch_id;
+    char (*epochs)[TM_EPOCH_LEN + 1]; /* epoch text by id (index = id) */
+    int64_t nepochs;
+
+    /* cache */
+    pthread_mutex_t c_mu;
+    tm_map *streams;  /* "session/name" -> sstream */
+    tm_map *sessions; /* id -> ssess */
+    int64_t next_sid;
+    int failed;       /* a commit failed: refuse further writes */
+
+    /* queue */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;    /* writer waits for work */
+    pthread_cond_t done_cv; /* sync callers wait for their op */
+    op *q_head, *q_tail;
+    int stopping;
+    pthread_t writer;
+    sqlite3 *wdb;
+    sqlite3_stmt *ins_event, *upd_stream, *ins_stream;
+
+    /* read pool */
+    pthread_mutex_t r_mu;
+    pthread_cond_t r_cv;
+    sqlite3 *rfree[READ_CONNS];
+    int nrfree, nropen;
+} sqstore;
+
+static char *dupn(const void *p, size_t n)
+{
+    char *o = malloc(n + 1);
+    if (o) {
+        if (n)
+            memcpy(o, p, n);
+        o[n] = '\0';
+    }
+    return o;
+}
+
+static char *dups(const char *s) { return s ? strdup(s) : NULL; }
+
+static void skey(char *out, size_t n, const char *session, const char *name)
+{
+    snprintf(out, n, "%s/%s", session, name);
+}
+
+static const char *epoch_text(sqstore *q, int64_t id)
+{
+    return id >= 0 && id < q->nepochs ? q->epochs[id] : "";
+}
+
+/* ---- read connections ------------------------------------------------------ */
+
+static int open_conn(sqstore *q, int readonly, sqlite3 **out)
+{
+    int flags = readonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    flags |= SQLITE_OPEN_NOMUTEX;
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(q->path, &db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        TM_ERROR("sqlite: cannot open %s: %s", q->path, db ? sqlite3_errmsg(db) : "?");
+        sqlite3_close(db);
+        return TIDEMARK_EIO;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    *out = db;
+    return 0;
+}
+
+static sqlite3 *rconn_get(sqstore *q)
+{
+    pthread_mutex_lock(&q->r_mu);
+    for (;;) {
+        if (q->nrfree > 0) {
+            sqlite3 *db = q->rfree[--q->nrfree];
+            pthread_mutex_unlock(&q->r_mu);
+            return db;
+        }
+        if (q->nropen < READ_CONNS) {
+            q->nropen++;
+            pthread_mutex_unlock(&q->r_mu);
+            sqlite3 *db;
+            if (open_conn(q, 1, &db) == 0)
+                return db;
+            pthread_mutex_lock(&q->r_mu);
+            q->nropen--;
+            pthread_mutex_unlock(&q->r_mu);
+            return NULL;
+        }
+        pthread_cond_wait(&q->r_cv, &q->r_mu);
+    }
+}
+
+static void rconn_put(sqstore *q, sqlite3 *db)
+{
+    pthread_mutex_lock(&q->r_mu);
+    q->rfree[q->nrfree++] = db;
+    pthread_cond_signal(&q->r_cv);
+    pthread_mutex_unlock(&q->r_mu);
+}
+
+/* ---- cache ------------------------------------------------------------------ */
+
+static void tail_drop_below(sstream *s, uint64_t first)
+{
+    /* The ring holds the newest tail_n seqs ending at next_seq-1. */
+    while (s->tail_n > 0) {
+        uint64_t oldest = s->next_seq - s->tail_n;
+        if (oldest >= first)
+            break;
+        tevent *e = &s->tail[oldest % TAIL_CAP];
+        free(e->data);
+        e->data = NULL;
+        s->tail_n--;
+    }
+}
+
+static void sstream_free(sstream *s)
+{
+    for (size_t i = 0; i < TAIL_CAP; i++)
+        free(s->tail[i].data);
+    free(s);
+}
+
+/* Find a stream in the cache, loading it from the database. Caller holds
+ * c_mu (released and retaken around the load). */
+static sstream *stream_get(sqstore *q, const char *session, const char *name)
+{
+    char key[96];
+    skey(key, sizeof key, session, name);
+    sstream *s = tm_map_get(q->streams, key);
+    if (s)
+        return s;
+    pthread_mutex_unlock(&q->c_mu);
+    sqlite3 *db = rconn_get(q);
+    sstream *n = NULL;
+    if (db) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db,
+                               "SELECT sid, head, first_retained, closed, trimmed_epoch FROM "
+                               "tm_streams WHERE session = ?1 AND name = ?2",
+                               -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+            if (sqlite3_step(st) == SQLITE_ROW && (n = calloc(1, sizeof *n)) != NULL) {
+                n->sid = sqlite3_column_int64(st, 0);
+                n->head = (uint64_t)sqlite3_column_int64(st, 1);
+                n->next_seq = n->head + 1;
+                n->first = (uint64_t)sqlite3_column_int64(st, 2);
+                n->closed = n->closing = sqlite3_column_int(st, 3);
+                const unsigned char *te = sqlite3_column_text(st, 4);
+                snprintf(n->trimmed_epoch, sizeof n->trimmed_epoch, "%s", te ? (const char *)te : "");
+                snprintf(n->session, sizeof n->session, "%s", session);
+                snprintf(n->name, sizeof n->name, "%s", name);
+                snprintf(n->key, sizeof n->key, "%s", key);
+            }
+            sqlite3_finalize(st);
+        }
+        rconn_put(q, db);
+    }
+    pthread_mutex_lock(&q->c_mu);
+    s = tm_map_get(q->streams, key);
+    if (s) { /* loaded concurrently */
+        free(n);
+        return s;
+    }
+    if (n && tm_map_put(q->streams, key, n) != 0) {
+        free(n);
+        n = NULL;
+    }
+    return n;
+}
+
+/* ---- queue ------------------------------------------------------------------- */
+
+static void op_free(op *o)
+{
+    free(o->data);
+    free(o->request_key);
+    free(o->fallback);
+    free(o->sql);
+    tm_session_rec_clear(&o->srec);
+    tm_request_rec_clear(&o->rrec);
+    for (size_t i = 0; i < o->ndoomed; i++)
+        sstream_free(o->doomed[i]);
+    free(o->doomed);
+    for (size_t i = 0; i < o->nexpired; i++)
+        free(o->expired[i]);
+    free(o->expired);
+    free(o);
+}
+
+static void enqueue(sqstore *q, op *o)
+{
+    pthread_mutex_lock(&q->q_mu);
+    if (q->q_tail)
+        q->q_tail->next = o;
+    else
+        q->q_head = o;
+    q->q_tail = o;
+    pthread_cond_signal(&q->q_cv);
+    pthread_mutex_unlock(&q->q_mu);
+}
+
+/* Queue o and wait until the writer committed it. Returns its status; o is
+ * freed unless keep is set. */
+static int run_sync(sqstore *q, op *o, int keep)
+{
+    o->sync = 1;
+    enqueue(q, o);
+    pthread_mutex_lock(&q->q_mu);
+    while (!o->done)
+        pthread_cond_wait(&q->done_cv, &q->q_mu);
+    pthread_mutex_unlock(&q->q_mu);
+    int rc = o->status;
+    if (!keep)
+        op_free(o);
+    return rc;
+}
+
+/* ---- the writer ---------------------------------------------------------------- */
+
+static int wexec(sqstore *q, const char *sql)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(q->wdb, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK) {
+        TM_ERROR("sqlite: %s: %s", sql, err ? err : "?");
+        sqlite3_free(err);
+    }
+    return tm_sqlite_err(rc);
+}
+
+static void touch_stream(sstream **touched, sstream *s)
+{
+    if (!s->touched) {
+        s->touched = 1;
+        s->batch_head = 0;
+        s->batch_closed = -1;
+        s->next_touched = *touched;
+        *touched = s;
+    }
+}
+
+static int apply_effect(sqstore *q, op *o)
+{
+    struct tidemark_txn txn = {q->wdb};
+    if (wexec(q, "SAVEPOINT fx") != 0)
+        return TIDEMARK_EIO;
+    int rc = o->effect(o->effect_ud, &txn);
+    if (rc)
+        wexec(q, "ROLLBACK TO fx");
+    wexec(q, "RELEASE fx");
+    return rc;
+}
+
+static int apply_append(sqstore *q, op *o, sstream **touched)
+{
+    if (o->effect && apply_effect(q, o) != 0) {
+        /* The effect failed: its rows are gone, write the fallback. */
+        free(o->data);
+        o->data = o->fallback;
+        o->len = o->fallback_len;
+        o->fallback = NULL;
+    }
+    sqlite3_stmt *st = q->ins_event;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, o->ss->sid);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)o->seq);
+    sqlite3_bind_int64(st, 3, q->epoch_id);
+    sqlite3_bind_int64(st, 4, o->ms);
+    sqlite3_bind_blob(st, 5, o->data ? o->data : "", (int)o->len, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) {
+        TM_ERROR("sqlite: insert event: %s", sqlite3_errmsg(q->wdb));
+        return tm_sqlite_err(rc);
+    }
+    if (o->request_key) {
+        sqlite3_stmt *u;
+        if (sqlite3_prepare_v2(q->wdb,
+                               "UPDATE tm_requests SET state = 2, response = ?1, updated_ms = ?2 "
+                               "WHERE session = ?3 AND key = ?4",
+                               -1, &u, NULL) == SQLITE_OK) {
+            sqlite3_bind_blob(u, 1, o->data ? o->data : "", (int)o->len, SQLITE_STATIC);
+            sqlite3_bind_int64(u, 2, o->ms);
+            sqlite3_bind_text(u, 3, o->ss->session, -1, SQLITE_STATIC);
+            sqlite3_bind_text(u, 4, o->request_key, -1, SQLITE_STATIC);
+            sqlite3_step(u);
+            sqlite3_finalize(u);
+        }
+    }
+    touch_stream(touched, o->ss);
+    if (o->seq > o->ss->batch_head)
+        o->ss->batch_head = o->seq;
+    if (o->flags & TM_APPEND_FINAL)
+        o->ss->batch_closed = 1;
+    return 0;
+}
+
+static int step_done(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : tm_sqlite_err(rc);
+}
+
+static int apply_stream_create(sqstore *q, op *o)
+{
+    sqlite3_stmt *st = q->ins_stream;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, o->ss->sid);
+    sqlite3_bind_text(st, 2, o->ss->session, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, o->ss->name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE)
+        return tm_sqlite_err(rc);
+    if (o->next_r) {
+        sqlite3_stmt *u;
+        if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET next_r = MAX(next_r, ?1) WHERE id = ?2",
+                               -1, &u, NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
+        sqlite3_bind_int64(u, 1, (sqlite3_int64)o->next_r);
+        sqlite3_bind_text(u, 2, o->ss->session, -1, SQLITE_STATIC);
+        return step_done(u);
+    }
+    return 0;
+}
+
+static int delete_session_rows(sqstore *q, const char *id)
+{
+    static const char *const sqls[] = {
+        "DELETE FROM tm_events WHERE sid IN (SELECT sid FROM tm_streams WHERE session = ?1)",
+        "DELETE FROM tm_streams WHERE session = ?1",
+        "DELETE FROM tm_requests WHERE session = ?1",
+        "DELETE FROM tm_sessions WHERE id = ?1",
+    };
+    for (size_t i = 0; i < 4; i++) {
+        const char *args[1] = {id};
+        int rc = tm_sqlite_exec_args(q->wdb, sqls[i], args, 1);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int apply_expire(sqstore *q, op *o)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(q->wdb, "SELECT id FROM tm_sessions WHERE last_seen_ms < ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_int64(st, 1, o->ms);
+    size_t cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (o->nexpired == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **v = realloc(o->expired, cap * sizeof *v);
+            if (!v)
+                break;
+            o->expired = v;
+        }
+        o->expired[o->nexpired++] = strdup((const char *)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    for (size_t i = 0; i < o->nexpired; i++)
+        if (o->expired[i] && delete_session_rows(q, o->expired[i]) != 0)
+            return TIDEMARK_EIO;
+    return 0;
+}
+
+static int apply_op(sqstore *q, op *o, sstream **touched)
+{
+    sqlite3_stmt *st;
+    switch (o->kind) {
+    case OP_APPEND:
+        return apply_append(q, o, touched);
+    case OP_CLOSE:
+        touch_stream(touched, o->ss);
+        o->ss->batch_closed = 1;
+        return 0;
+    case OP_STREAM_CREATE:
+        return apply_stream_create(q, o);
+    case OP_STREAM_REOPEN:
+        touch_stream(touched, o->ss);
+        o->ss->batch_closed = 0;
+        return 0;
+    case OP_SESSION_CREATE:
+        if (sqlite3_prepare_v2(q->wdb,
+                               "INSERT INTO tm_sessions(id, version, client, created_ms, "
+                               "last_seen_ms, next_r) VALUES(?1, ?2, ?3, ?4, ?5, 1)",
+                               -1, &st, NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
+        sqlite3_bind_text(st, 1, o->srec.id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, o->srec.protocol_version, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, o->srec.client, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, o->srec.created_ms);
+        sqlite3_bind_int64(st, 5, o->srec.last_seen_ms);
+        return step_done(st);
+    case OP_SESSION_TOUCH:
+        if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET last_seen_ms = ?1 WHERE id = ?2", -1,
+                               &st, NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
+        sqlite3_bind_int64(st, 1, o->ms);
+        sqlite3_bind_text(st, 2, o->srec.id, -1, SQLITE_STATIC);
+        return step_done(st);
+    case OP_SESSION_DELETE:
+        return delete_session_rows(q, o->srec.id);
+    case OP_REQ_BEGIN:
+        if (sqlite3_prepare_v2(q->wdb,
+                               "INSERT OR IGNORE INTO tm_requests(session, key, state, tool, stream, "
+                               "message, updated_ms) VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6)",
+                               -1, &st, NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
+        sqlite3_bind_text(st, 1, o->rrec.session, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, o->rrec.key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, o->rrec.tool, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, o->rrec.stream, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, o->rrec.message, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 6, o->ms);
+        if (step_done(st) != 0)
+            return TIDEMARK_EIO;
+        return sqlite3_changes(q->wdb) == 0 ? TIDEMARK_EEXIST : 0;
+    case OP_SCHEMA:
+        return wexec(q, o->sql);
+    case OP_EXPIRE:
+        return apply_expire(q, o);
+    }
+    return TIDEMARK_EINVAL;
+}
+
+/* Trim one stream by count; runs inside the batch transaction. Sets the
+ * stream's new first and trimmed epoch in OUT first/te. */
+static int trim_count(sqstore *q, sstream *s, uint64_t head, uint64_t *first, char *te)
+{
+    uint64_t keep = q->opt.retain_events;
+    if (!keep || head < *first || head - *first + 1 <= keep)
+        return 0;
+    uint64_t nf = head - keep + 1;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(q->wdb, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2", -1,
+                           &st, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_int64(st, 1, s->sid);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)(nf - 1));
+    if (sqlite3_step(st) == SQLITE_ROW)
+        snprintf(te, TM_EPOCH_LEN + 1, "%s", epoch_text(q, sqlite3_column_int64(st, 0)));
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(q->wdb, "DELETE FROM tm_events WHERE sid = ?1 AND seq < ?2", -1, &st,
+                           NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_int64(st, 1, s->sid);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)nf);
+    int rc = step_done(st);
+    if (rc == 0)
+        *first = nf;
+    return rc;
+}
+
+typedef struct stream_update {
+    sstream *s;
+    uint64_t head, first;
+    int closed;
+    char te[TM_EPOCH_LEN + 1];
+} stream_update;
+
+/* Write the new bounds of every touched stream. OUT ups (caller frees). */
+static int flush_streams(sqstore *q, sstream *touched, stream_update **ups, size_t *nups)
+{
+    size_t n = 0;
+    for (sstream *s = touched; s; s = s->next_touched)
+        n++;
+    *ups = calloc(n ? n : 1, sizeof **ups);
+    *nups = 0;
+    if (!*ups)
+        return TIDEMARK_ENOMEM;
+    pthread_mutex_lock(&q->c_mu);
+    for (sstream *s = touched; s; s = s->next_touched) {
+        stream_update *u = &(*ups)[(*nups)++];
+        u->s = s;
+        u->head = s->batch_head > s->head ? s->batch_head : s->head;
+        u->first = s->first;
+        u->closed = s->batch_closed >= 0 ? s->batch_closed : s->closed;
+        memcpy(u->te, s->trimmed_epoch, sizeof u->te);
+    }
+    pthread_mutex_unlock(&q->c_mu);
+    for (size_t i = 0; i < *nups; i++) {
+        stream_update *u = &(*ups)[i];
+        int rc = trim_count(q, u->s, u->head, &u->first, u->te);
+        if (rc)
+            return rc;
+        sqlite3_stmt *st = q->upd_stream;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)u->head);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)u->first);
+        sqlite3_bind_int(st, 3, u->closed);
+        sqlite3_bind_text(st, 4, u->te, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, u->s->sid);
+        rc = sqlite3_step(st);
+        sqlite3_clear_bindings(st);
+        if (rc != SQLITE_DONE)
+            return tm_sqlite_err(rc);
+    }
+    return 0;
+}
+
+/* Age retention: trim, per stream, the events older than retain_ms. */
+static void age_trim(sqstore *q)
+{
+    int64_t cutoff = tm_wall_ms() - q->opt.retain_ms;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(q->wdb,
+                           "SELECT s.sid, s.session, s.name, MAX(e.seq) FROM tm_streams s JOIN "
+                           "tm_events e ON e.sid = s.sid AND e.seq >= s.first_retained AND "
+                           "e.created_ms < ?1 GROUP BY s.sid",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, cutoff);
+    typedef struct { int64_t sid; uint64_t last; char key[96]; } cut;
+    cut *cuts = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            cut *v = realloc(cuts, cap * sizeof *v);
+            if (!v)
+                break;
+            cuts = v;
+        }
+        cuts[n].sid = sqlite3_column_int64(st, 0);
+        skey(cuts[n].key, sizeof cuts[n].key, (const char *)sqlite3_column_text(st, 1),
+             (const char *)sqlite3_column_text(st, 2));
+        cuts[n].last = (uint64_t)sqlite3_column_int64(st, 3);
+        n++;
+    }
+    sqlite3_finalize(st);
+    if (n == 0) {
+        free(cuts);
+        return;
+    }
+    if (wexec(q, "BEGIN IMMEDIATE") != 0) {
+        free(cuts);
+        return;
+    }
+    int ok = 1;
+    char (*tes)[TM_EPOCH_LEN + 1] = calloc(n, sizeof *tes);
+    for (size_t i = 0; ok && tes && i < n; i++) {
+        char sid[32], last[32], nf[32];
+        snprintf(sid, sizeof sid, "%lld", (long long)cuts[i].sid);
+        snprintf(last, sizeof last, "%llu", (unsigned long long)cuts[i].last);
+        snprintf(nf, sizeof nf, "%llu", (unsigned long long)cuts[i].last + 1);
+        json_t *rows = NULL;
+        const char *a2[2] = {sid, last};
+        if (tm_sqlite_query_json(q->wdb, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2",
+                                 a2, 2, &rows) == 0) {
+            json_t *e = json_object_get(json_array_get(rows, 0), "epoch");
+            snprintf(tes[i], TM_EPOCH_LEN + 1, "%s", epoch_text(q, json_integer_value(e)));
+        }
+        json_decref(rows);
+        const char *a3[3] = {sid, nf, tes[i]};
+        ok = tm_sqlite_exec_args(q->wdb, "DELETE FROM tm_events WHERE sid = ?1 AND seq < ?2", a3, 2) == 0 &&
+             tm_sqlite_exec_args(q->wdb,
+                                 "UPDATE tm_streams SET first_retained = ?2, trimmed_epoch = ?3 "
+                                 "WHERE sid = ?1",
+                                 a3, 3) == 0;
+    }
+    if (ok && tes && wexec(q, "COMMIT") == 0) {
+        pthread_mutex_lock(&q->c_mu);
+        for (size_t i = 0; i < n; i++) {
+            sstream *s = tm_map_get(q->streams, cuts[i].key);
+            if (s && s->sid == cuts[i].sid && cuts[i].last + 1 > s->first) {
+                s->first = cuts[i].last + 1;
+                memcpy(s->trimmed_epoch, tes[i], TM_EPOCH_LEN + 1);
+                tail_drop_below(s, s->first);
+            }
+        }
+        pthread_mutex_unlock(&q->c_mu);
+    } else {
+        wexec(q, "ROLLBACK");
+    }
+    free(tes);
+    free(cuts);
+}
+
+static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *ups, size_t nups)
+{
+    /* Publish the committed bounds, then tell waiters and listeners. */
+    pthread_mutex_lock(&q->c_mu);
+    for (size_t i = 0; i < nups; i++) {
+        sstream *s = ups[i].s;
+        if (commit_rc == 0) {
+            s->head = ups[i].head;
+            s->closed = ups[i].closed;
+            s->first = ups[i].first;
+            memcpy(s->trimmed_epoch, ups[i].te, sizeof s->trimmed_epoch);
+            tail_drop_below(s, s->first);
+        }
+        s->touched = 0;
+        s->next_touched = NULL;
+    }
+    if (commit_rc != 0)
+        q->failed = 1;
+    for (op *o = batch; o; o = o->next) {
+        if (o->kind == OP_SESSION_DELETE && commit_rc == 0) {
+            ssess *ss = tm_map_del(q->sessions, o->srec.id);
+            free(ss);
+        }
+    }
+    pthread_mutex_unlock(&q->c_mu);
+
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    uint64_t nops = 0;
+    for (op *o = batch; o; o = o->next) {
+        nops++;
+        if (commit_rc)
+            o->status = commit_rc;
+        if (o->kind == OP_APPEND) {
+            if (commit_rc == 0)
+                tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
+            if (o->cb)
+                o->cb(o->cb_ud, o->status, o->status ? 0 : o->seq);
+        }
+    }
+    tm_metric_inc(commit_rc ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
+    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
+    if (commit_rc == 0)
+        for (size_t i = 0; i < nups; i++)
+            tm_store_notify_commit(&q->base, ups[i].s->session, ups[i].s->name, ups[i].head);
+
+    pthread_mutex_lock(&q->q_mu);
+    op *o = batch;
+    while (o) {
+        op *next = o->next;
+        o->next = NULL;
+        if (o->sync) {
+            o->done = 1; /* the waiter frees it */
+        } else {
+            op_free(o);
+        }
+        o = next;
+    }
+    pthread_cond_broadcast(&q->done_cv);
+    pthread_mutex_unlock(&q->q_mu);
+}
+
+static void *writer_main(void *arg)
+{
+    sqstore *q = arg;
+    int64_t next_maint = tm_now_ms() + 1000;
+    for (;;) {
+        pthread_mutex_lock(&q->q_mu);
+        while (!q->q_head && !q->stopping) {
+            if (q->opt.retain_ms > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&q->q_cv, &q->q_mu, &ts);
+                if (tm_now_ms() >= next_maint)
+                    break;
+            } else {
+                pthread_cond_wait(&q->q_cv, &q->q_mu);
+            }
+        }
+        op *batch = q->q_head;
+        q->q_head = q->q_tail = NULL;
+        int stop = q->stopping && !batch;
+        pthread_mutex_unlock(&q->q_mu);
+        if (q->opt.retain_ms > 0 && tm_now_ms() >= next_maint) {
+            age_trim(q);
+            next_maint = tm_now_ms() + 1000;
+        }
+        if (stop)
+            break;
+        if (!batch)
+            continue;
+
+        sstream *touched = NULL;
+        stream_update *ups = NULL;
+        size_t nups = 0;
+        int rc = wexec(q, "BEGIN IMMEDIATE");
+        if (rc == 0) {
+            /* A failed statement undoes only itself (SQLite statement
+             * atomicity); effects have their own savepoint. */
+            for (op *o = batch; o; o = o->next)
+                o->status = apply_op(q, o, &touched);
+            rc = flush_streams(q, touched, &ups, &nups);
+            if (rc == 0)
+                rc = wexec(q, "COMMIT");
+            if (rc) {
+                TM_ERROR("sqlite: commit failed (%s); the store refuses further writes",
+                         tidemark_strerror(rc));
+                wexec(q, "ROLLBACK");
+            }
+        }
+        if (!ups) { /* BEGIN failed: still reset the touched list */
+            for (sstream *s = touched; s;) {
+                sstream *n = s->next_touched;
+                s->touched = 0;
+                s->next_touched = NULL;
+                s = n;
+            }
+        }
+        finish_batch(q, batch, rc, ups, nups);
+        free(ups);
+    }
+    return NULL;
+}
+
+/* ---- operations (callers) --------------------------------------------------------- */
+
+static op *op_new(enum op_kind k)
+{
+    op *o = calloc(1, sizeof *o);
+    if (o) {
+        o->kind = k;
+        o->ms = tm_wall_ms();
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        o->enq_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    }
+    return o;
+}
+
+static int q_session_create(tm_store *st, const tm_session_rec *rec)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_SESSION_CREATE);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->srec.id = dups(rec->id);
+    o->srec.protocol_version = dups(rec->protocol_version);
+    o->srec.client = dups(rec->client);
+    o->srec.created_ms = rec->created_ms;
+    o->srec.last_seen_ms = rec->last_seen_ms;
+    int rc = run_sync(q, o, 0);
+    if (rc == 0) {
+        ssess *ss = calloc(1, sizeof *ss);
+        if (ss) {
+            ss->next_r = 1;
+            ss->touched_ms = rec->last_seen_ms;
+            pthread_mutex_lock(&q->c_mu);
+            free(tm_map_get(q->sessions, rec->id));
+            if (tm_map_put(q->sessions, rec->id, ss) != 0)
+                free(ss);
+            pthread_mutex_unlock(&q->c_mu);
+        }
+    }
+    return rc;
+}
+
+static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
+{
+    sqstore *q = (sqstore *)st;
+    memset(out, 0, sizeof *out);
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    sqlite3_stmt *s;
+    int rc = TIDEMARK_EIO;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id, version, client, created_ms, last_seen_ms FROM tm_sessions "
+                           "WHERE id = ?1",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+        int r = sqlite3_step(s);
+        if (r == SQLITE_ROW) {
+            out->id = dups((const char *)sqlite3_column_text(s, 0));
+            out->protocol_version = dups((const char *)sqlite3_column_text(s, 1));
+            out->client = dups((const char *)sqlite3_column_text(s, 2));
+            out->created_ms = sqlite3_column_int64(s, 3);
+            out->last_seen_ms = sqlite3_column_int64(s, 4);
+            rc = out->id ? 0 : TIDEMARK_ENOMEM;
+        } else if (r == SQLITE_DONE) {
+            rc = TIDEMARK_ENOTFOUND;
+        }
+        sqlite3_finalize(s);
+    }
+    rconn_put(q, db);
+    return rc;
+}
+
+static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
+{
+    sqstore *q = (sqstore *)st;
+    /* Throttled and asynchronous: last-seen only feeds idle expiry. */
+    pthread_mutex_lock(&q->c_mu);
+    ssess *ss = tm_map_get(q->sessions, id);
+    if (!ss && (ss = calloc(1, sizeof *ss)) != NULL && tm_map_put(q->sessions, id, ss) != 0) {
+        free(ss);
+        ss = NULL;
+    }
+    int due = ss && now_ms - ss->touched_ms >= TOUCH_EVERY_MS;
+    if (due)
+        ss->touched_ms = now_ms;
+    pthread_mutex_unlock(&q->c_mu);
+    if (!due)
+        return 0;
+    op *o = op_new(OP_SESSION_TOUCH);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->srec.id = dups(id);
+    o->ms = now_ms;
+    enqueue(q, o);
+    return 0;
+}
+
+typedef struct doom_ctx {
+    const char *prefix;
+    size_t len;
+    sstream **v;
+    size_t n, cap;
+} doom_ctx;
+
+static void collect_doomed(const char *k, void *val, void *ud)
+{
+    doom_ctx *d = ud;
+    if (strncmp(k, d->prefix, d->len) != 0)
+        return;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        sstream **v = realloc(d->v, cap * sizeof *v);
+        if (!v)
+            return;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n++] = val;
+}
+
+/* Take a session's streams out of the cache; the writer frees them after the
+ * delete commits (earlier queued ops may still point at them). Holds c_mu. */
+static void doom_session_streams(sqstore *q, const char *id, op *o)
+{
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s/", id);
+    doom_ctx d = {prefix, strlen(prefix), NULL, 0, 0};
+    tm_map_each(q->streams, collect_doomed, &d);
+    for (size_t i = 0; i < d.n; i++) {
+        tm_map_del(q->streams, d.v[i]->key);
+    }
+    o->doomed = d.v;
+    o->ndoomed = d.n;
+}
+
+static int q_session_delete(tm_store *st, const char *id)
+{
+    sqstore *q = (sqstore *)st;
+    tm_session_rec rec;
+    int rc = q_session_get(st, id, &rec);
+    if (rc)
+        return rc;
+    tm_session_rec_clear(&rec);
+    op *o = op_new(OP_SESSION_DELETE);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->srec.id = dups(id);
+    pthread_mutex_lock(&q->c_mu);
+    doom_session_streams(q, id, o);
+    pthread_mutex_unlock(&q->c_mu);
+    return run_sync(q, o, 0);
+}
+
+static int q_stream_open(tm_store *st, const char *session, const char *name,
+                         char out[TM_STREAM_MAX])
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    if (q->failed) {
+        pthread_mutex_unlock(&q->c_mu);
+        return TIDEMARK_EIO;
+    }
+    ssess *ss = tm_map_get(q->sessions, session);
+    if (!ss || ss->next_r == 0) {
+        /* Load next_r from the database. */
+        pthread_mutex_unlock(&q->c_mu);
+        json_t *rows = NULL;
+        sqlite3 *db = rconn_get(q);
+        const char *args[1] = {session};
+        int rc = db ? tm_sqlite_query_json(db, "SELECT next_r FROM tm_sessions WHERE id = ?1", args,
+                                           1, &rows)
+                    : TIDEMARK_EIO;
+        if (db)
+            rconn_put(q, db);
+        json_t *row = json_array_get(rows, 0);
+        uint64_t nr = row ? (uint64_t)json_integer_value(json_object_get(row, "next_r")) : 0;
+        json_decref(rows);
+        if (rc)
+            return rc;
+        if (!nr)
+            return TIDEMARK_ENOTFOUND;
+        pthread_mutex_lock(&q->c_mu);
+        ss = tm_map_get(q->sessions, session);
+        if (!ss) {
+            ss = calloc(1, sizeof *ss);
+            if (!ss || tm_map_put(q->sessions, session, ss) != 0) {
+                free(ss);
+                pthread_mutex_unlock(&q->c_mu);
+                return TIDEMARK_ENOMEM;
+            }
+        }
+        if (ss->next_r < nr)
+            ss->next_r = nr;
+    }
+    char nm[TM_STREAM_MAX];
+    if (name) {
+        snprintf(nm, sizeof nm, "%s", name);
+        sstream *s = stream_get(q, session, nm);
+        if (s) {
+            op *o = NULL;
+            if (s->closing) {
+                o = op_new(OP_STREAM_REOPEN);
+                if (o) {
+                    o->ss = s;
+                    s->closing = 0;
+                }
+            }
+            pthread_mutex_unlock(&q->c_mu);
+            if (o)
+                enqueue(q, o);
+            snprintf(out, TM_STREAM_MAX, "%s", nm);
+            return 0;
+        }
+    } else {
+        snprintf(nm, sizeof nm, "r%llu", (unsigned long long)ss->next_r++);
+    }
+    sstream *s = calloc(1, sizeof *s);
+    op *o = op_new(OP_STREAM_CREATE);
+    if (!s || !o) {
+        pthread_mutex_unlock(&q->c_mu);
+        free(s);
+        free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    s->sid = q->next_sid++;
+    s->next_seq = 1;
+    s->first = 1;
+    snprintf(s->session, sizeof s->session, "%s", session);
+    snprintf(s->name, sizeof s->name, "%s", nm);
+    skey(s->key, sizeof s->key, session, nm);
+    if (tm_map_put(q->streams, s->key, s) != 0) {
+        pthread_mutex_unlock(&q->c_mu);
+        free(s);
+        free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    o->ss = s;
+    o->next_r = name ? 0 : ss->next_r;
+    pthread_mutex_unlock(&q->c_mu);
+    enqueue(q, o);
+    snprintf(out, TM_STREAM_MAX, "%s", nm);
+    return 0;
+}
+
+static int q_append_ex(tm_store *st, const tm_append_req *r)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_APPEND);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->data = dupn(r->data, r->len);
+    o->len = r->len;
+    o->flags = r->flags;
+    o->request_key = dups(r->request_key);
+    o->effect = r->effect;
+    o->effect_ud = r->effect_ud;
+    o->fallback = r->fallback ? dupn(r->fallback, r->fallback_len) : dupn("", 0);
+    o->fallback_len = r->fallback ? r->fallback_len : 0;
+    o->cb = r->cb;
+    o->cb_ud = r->cb_ud;
+    if (!o->data || !o->fallback || (r->request_key && !o->request_key)) {
+        op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    pthread_mutex_lock(&q->c_mu);
+    sstream *s = q->failed ? NULL : stream_get(q, r->session, r->stream);
+    int rc = q->failed ? TIDEMARK_EIO : !s ? TIDEMARK_ENOTFOUND : s->closing ? TIDEMARK_ECLOSED : 0;
+    if (rc) {
+        pthread_mutex_unlock(&q->c_mu);
+        op_free(o);
+        return rc;
+    }
+    o->ss = s;
+    o->seq = s->next_seq++;
+    if (r->flags & TM_APPEND_FINAL)
+        s->closing = 1;
+    /* Keep a copy in the stream's tail for fast live reads. */
+    if (s->tail_n == TAIL_CAP) {
+        tevent *old = &s->tail[(o->seq - TAIL_CAP) % TAIL_CAP];
+        free(old->data);
+        old->data = NULL;
+        s->tail_n--;
+    }
+    tevent *e = &s->tail[o->seq % TAIL_CAP];
+    /* The effect may replace data by the fallback: then the tail must not
+     * serve the optimistic bytes. */
+    e->data = o->effect ? NULL : dupn(o->data, o->len);
+    e->len = o->len;
+    e->seq = o->seq;
+    s->tail_n++;
+    /* Enqueue under c_mu so queue order equals seq order per stream. */
+    enqueue(q, o);
+    pthread_mutex_unlock(&q->c_mu);
+    return 0;
+}
+
+static int q_close_stream(tm_store *st, const char *session, const char *stream)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_CLOSE);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    pthread_mutex_lock(&q->c_mu);
+    sstream *s = stream_get(q, session, stream);
+    if (!s) {
+        pthread_mutex_unlock(&q->c_mu);
+        free(o);
+        return TIDEMARK_ENOTFOUND;
+    }
+    s->closing = 1;
+    o->ss = s;
+    enqueue(q, o);
+    pthread_mutex_unlock(&q->c_mu);
+    return 0;
+}
+
+static int q_read(tm_store *st, const char *session, const char *stream, uint64_t after,
+                  size_t max_events, tm_event_visitor fn, void *ud)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    sstream *s = stream_get(q, session, stream);
+    if (!s) {
+        pthread_mutex_unlock(&q->c_mu);
+        return TIDEMARK_ENOTFOUND;
+    }
+    if (after + 1 < s->first) {
+        pthread_mutex_unlock(&q->c_mu);
+        return TIDEMARK_ERANGE; /* trimmed under the reader: never skip silently */
+    }
+    uint64_t limit = q->opt.emit_early ? s->next_seq - 1 : s->head;
+    uint64_t tail_lo = s->next_seq - s->tail_n;
+    if (after >= limit) {
+        pthread_mutex_unlock(&q->c_mu);
+        return 0;
+    }
+    if (after + 1 >= tail_lo) {
+        int served = 0;
+        for (uint64_t seq = after + 1; seq <= limit && max_events > 0; seq++, max_events--) {
+            tevent *e = &s->tail[seq % TAIL_CAP];
+            if (!e->data || e->seq != seq)
+                break; /* an effect's bytes: read them from the database */
+            tm_event ev = {.seq = seq, .epoch = q->base.epoch, .data = e->data, .len = e->len};
+            served = 1;
+            if (fn(ud, &ev))
+                break;
+        }
+        if (served) {
+            pthread_mutex_unlock(&q->c_mu);
+            return 0;
+        }
+    }
+    int64_t sid = s->sid;
+    pthread_mutex_unlock(&q->c_mu);
+
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    sqlite3_stmt *ps;
+    int rc = TIDEMARK_EIO;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT seq, epoch, data FROM tm_events WHERE sid = ?1 AND seq > ?2 AND "
+                           "seq <= ?3 ORDER BY seq LIMIT ?4",
+                           -1, &ps, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(ps, 1, sid);
+        sqlite3_bind_int64(ps, 2, (sqlite3_int64)after);
+        sqlite3_bind_int64(ps, 3, (sqlite3_int64)limit);
+        sqlite3_bind_int64(ps, 4, (sqlite3_int64)max_events);
+        uint64_t expect = after + 1;
+        int r;
+        rc = 0;
+        while ((r = sqlite3_step(ps)) == SQLITE_ROW) {
+            uint64_t seq = (uint64_t)sqlite3_column_int64(ps, 0);
+            if (seq != expect) { /* trimmed between our check and the query */
+                rc = TIDEMARK_ERANGE;
+                break;
+            }
+            expect++;
+            tm_event ev = {.seq = seq,
+                           .epoch = epoch_text(q, sqlite3_column_int64(ps, 1)),
+                           .data = sqlite3_column_blob(ps, 2),
+                           .len = (size_t)sqlite3_column_bytes(ps, 2)};
+            if (!ev.data)
+                ev.data = "";
+            if (fn(ud, &ev))
+                break;
+        }
+        if (r != SQLITE_ROW && r != SQLITE_DONE)
+            rc = tm_sqlite_err(r);
+        sqlite3_finalize(ps);
+    }
+    rconn_put(q, db);
+    return rc;
+}
+
+static int q_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    sstream *s = stream_get(q, session, stream);
+    if (s) {
+        out->first_retained = s->first;
+        out->head = s->head;
+        out->closed = s->closed;
+        out->assigned = s->next_seq - 1;
+        memcpy(out->trimmed_epoch, s->trimmed_epoch, sizeof out->trimmed_epoch);
+    }
+    pthread_mutex_unlock(&q->c_mu);
+    return s ? 0 : TIDEMARK_ENOTFOUND;
+}
+
+static int q_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
+                         char out[TM_EPOCH_LEN + 1])
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    sstream *s = stream_get(q, session, stream);
+    if (!s) {
+        pthread_mutex_unlock(&q->c_mu);
+        return TIDEMARK_ENOTFOUND;
+    }
+    int64_t sid = s->sid;
+    if (seq + 1 == s->first && s->trimmed_epoch[0]) {
+        memcpy(out, s->trimmed_epoch, TM_EPOCH_LEN + 1);
+        pthread_mutex_unlock(&q->c_mu);
+        return 0;
+    }
+    uint64_t tail_lo = s->next_seq - s->tail_n;
+    if (seq >= tail_lo && seq <= s->head) {
+        memcpy(out, q->base.epoch, TM_EPOCH_LEN + 1);
+        pthread_mutex_unlock(&q->c_mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&q->c_mu);
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    int rc = TIDEMARK_ENOTFOUND;
+    sqlite3_stmt *ps;
+    if (sqlite3_prepare_v2(db, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2", -1, &ps,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(ps, 1, sid);
+        sqlite3_bind_int64(ps, 2, (sqlite3_int64)seq);
+        if (sqlite3_step(ps) == SQLITE_ROW) {
+            snprintf(out, TM_EPOCH_LEN + 1, "%s", epoch_text(q, sqlite3_column_int64(ps, 0)));
+            rc = 0;
+        }
+        sqlite3_finalize(ps);
+    }
+    rconn_put(q, db);
+    return rc;
+}
+
+static void rec_from_row(sqlite3_stmt *ps, tm_request_rec *o)
+{
+    o->session = dups((const char *)sqlite3_column_text(ps, 0));
+    o->key = dups((const char *)sqlite3_column_text(ps, 1));
+    o->state = sqlite3_column_int(ps, 2);
+    o->tool = dups((const char *)sqlite3_column_text(ps, 3));
+    o->stream = dups((const char *)sqlite3_column_text(ps, 4));
+    o->message = dups((const char *)sqlite3_column_text(ps, 5));
+    if (sqlite3_column_type(ps, 6) != SQLITE_NULL) {
+        o->response_len = (size_t)sqlite3_column_bytes(ps, 6);
+        o->response = dupn(sqlite3_column_blob(ps, 6), o->response_len);
+    }
+    o->updated_ms = sqlite3_column_int64(ps, 7);
+}
+
+#define REQ_COLS "session, key, state, tool, stream, message, response, updated_ms"
+
+static int q_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
+{
+    sqstore *q = (sqstore *)st;
+    memset(out, 0, sizeof *out);
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    int rc = TIDEMARK_EIO;
+    sqlite3_stmt *ps;
+    if (sqlite3_prepare_v2(db, "SELECT " REQ_COLS " FROM tm_requests WHERE session = ?1 AND key = ?2",
+                           -1, &ps, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(ps, 1, session, -1, SQLITE_STATIC);
+        sqlite3_bind_text(ps, 2, key, -1, SQLITE_STATIC);
+        int r = sqlite3_step(ps);
+        if (r == SQLITE_ROW) {
+            rec_from_row(ps, out);
+            rc = 0;
+        } else if (r == SQLITE_DONE) {
+            rc = TIDEMARK_ENOTFOUND;
+        }
+        sqlite3_finalize(ps);
+    }
+    rconn_put(q, db);
+    return rc;
+}
+
+static int q_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_REQ_BEGIN);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->rrec.session = dups(rec->session);
+    o->rrec.key = dups(rec->key);
+    o->rrec.tool = dups(rec->tool);
+    o->rrec.stream = dups(rec->stream);
+    o->rrec.message = dups(rec->message);
+    if (!wait_durable) {
+        enqueue(q, o);
+        return 0;
+    }
+    return run_sync(q, o, 0);
+}
+
+static int q_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
+{
+    sqstore *q = (sqstore *)st;
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    int rc = TIDEMARK_EIO;
+    sqlite3_stmt *ps;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT " REQ_COLS " FROM tm_requests WHERE state = 1 "
+                           "ORDER BY session, stream, updated_ms",
+                           -1, &ps, NULL) == SQLITE_OK) {
+        rc = 0;
+        while (sqlite3_step(ps) == SQLITE_ROW) {
+            tm_request_rec r;
+            memset(&r, 0, sizeof r);
+            rec_from_row(ps, &r);
+            int stop = fn(ud, &r);
+            tm_request_rec_clear(&r);
+            if (stop)
+                break;
+        }
+        sqlite3_finalize(ps);
+    }
+    rconn_put(q, db);
+    return rc;
+}
+
+static int q_exec_schema(tm_store *st, const char *sql)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_SCHEMA);
+    if (!o || !(o->sql = strdup(sql))) {
+        free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    return run_sync(q, o, 0);
+}
+
+static int q_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                   json_t **rows)
+{
+    sqstore *q = (sqstore *)st;
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    int rc = tm_sqlite_query_json(db, sql, args, nargs, rows);
+    rconn_put(q, db);
+    return rc;
+}
+
+static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *),
+                             void *ud)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_EXPIRE);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->ms = before;
+    int rc = run_sync(q, o, 1);
+    if (rc == 0) {
+        pthread_mutex_lock(&q->c_mu);
+        for (size_t i = 0; i < o->nexpired; i++) {
+            if (!o->expired[i])
+                continue;
+            free(tm_map_del(q->sessions, o->expired[i]));
+            /* Their cache entries are freed with this op. */
+            op tmp = {0};
+            doom_session_streams(q, o->expired[i], &tmp);
+            for (size_t j = 0; j < tmp.ndoomed; j++) {
+                sstream **v = realloc(o->doomed, (o->ndoomed + 1) * sizeof *v);
+                if (!v)
+                    break;
+                o->doomed = v;
+                o->doomed[o->ndoomed++] = tmp.doomed[j];
+            }
+            free(tmp.doomed);
+        }
+        pthread_mutex_unlock(&q->c_mu);
+        for (size_t i = 0; i < o->nexpired; i++)
+            if (o->expired[i] && fn)
+                fn(ud, o->expired[i]);
+    }
+    op_free(o);
+    return rc;
+}
+
+static void free_cached(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    sstream_free(v);
+}
+
+static void free_plain(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
+
+static void q_close(tm_store *st)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->q_mu);
+    q->stopping = 1;
+    pthread_cond_signal(&q->q_cv);
+    pthread_mutex_unlock(&q->q_mu);
+    pthread_join(q->writer, NULL);
+    sqlite3_finalize(q->ins_event);
+    sqlite3_finalize(q->upd_stream);
+    sqlite3_finalize(q->ins_stream);
+    sqlite3_close(q->wdb);
+    for (int i = 0; i < q->nrfree; i++)
+        sqlite3_close(q->rfree[i]);
+    tm_map_each(q->streams, free_cached, NULL);
+    tm_map_free(q->streams);
+    tm_map_each(q->sessions, free_plain, NULL);
+    tm_map_free(q->sessions);
+    pthread_mutex_destroy(&q->c_mu);
+    pthread_mutex_destroy(&q->q_mu);
+    pthread_mutex_destroy(&q->r_mu);
+    pthread_cond_destroy(&q->q_cv);
+    pthread_cond_destroy(&q->done_cv);
+    pthread_cond_destroy(&q->r_cv);
+    free(q->epochs);
+    free(q->path);
+    free(q);
+}
+
+static const struct tm_store_ops sqlite_ops = {
+    .name = "sqlite",
+    .close = q_close,
+    .session_create = q_session_create,
+    .session_get = q_session_get,
+    .session_touch = q_session_touch,
+    .session_delete = q_session_delete,
+    .stream_open = q_stream_open,
+    .close_stream = q_close_stream,
+    .read = q_read,
+    .bounds = q_bounds,
+    .event_epoch = q_event_epoch,
+    .append_ex = q_append_ex,
+    .request_get = q_request_get,
+    .request_begin = q_request_begin,
+    .requests_unfinished = q_requests_unfinished,
+    .exec_schema = q_exec_schema,
+    .query = q_query,
+    .sessions_expire = q_sessions_expire,
+};
+
+/* Open the write connection, create the schema, record a new epoch. */
+static int setup(sqstore *q)
+{
+    int rc = open_conn(q, 0, &q->wdb);
+    if (rc)
+        return rc;
+    const char *sync = q->opt.durability == TM_DURABILITY_PROCESS ? "NORMAL" : "FULL";
+    char pragmas[256];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;", sync);
+    if ((rc = wexec(q, pragmas)) || (rc = wexec(q, schema_sql)))
+        return rc;
+    const char *args[2] = {q->base.epoch, NULL};
+    char now[32];
+    snprintf(now, sizeof now, "%lld", (long long)tm_wall_ms());
+    args[1] = now;
+    if ((rc = tm_sqlite_exec_args(q->wdb, "INSERT INTO tm_epochs(epoch, opened_ms) VALUES(?1, ?2)",
+                                  args, 2)))
+        return rc;
+    q->epoch_id = sqlite3_last_insert_rowid(q->wdb);
+    json_t *rows = NULL;
+    if ((rc = tm_sqlite_query_json(q->wdb, "SELECT id, epoch FROM tm_epochs", NULL, 0, &rows)))
+        return rc;
+    int64_t maxid = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        int64_t id = json_integer_value(json_object_get(row, "id"));
+        if (id > maxid)
+            maxid = id;
+    }
+    q->nepochs = maxid + 1;
+    q->epochs = calloc((size_t)q->nepochs, sizeof *q->epochs);
+    if (!q->epochs) {
+        json_decref(rows);
+        return TIDEMARK_ENOMEM;
+    }
+    json_array_foreach(rows, i, row) {
+        int64_t id = json_integer_value(json_object_get(row, "id"));
+        snprintf(q->epochs[id], TM_EPOCH_LEN + 1, "%s",
+                 json_string_value(json_object_get(row, "epoch")));
+    }
+    json_decref(rows);
+    if ((rc = tm_sqlite_query_json(q->wdb, "SELECT COALESCE(MAX(sid), 0) + 1 AS n FROM tm_streams",
+                                   NULL, 0, &rows)))
+        return rc;
+    q->next_sid = json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    if (sqlite3_prepare_v3(q->wdb,
+                           "INSERT INTO tm_events(sid, seq, epoch, created_ms, data) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_event, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(q->wdb,
+                           "UPDATE tm_streams SET head = ?1, first_retained = ?2, closed = ?3, "
+                           "trimmed_epoch = ?4 WHERE sid = ?5",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->upd_stream, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(q->wdb,
+                           "INSERT INTO tm_streams(sid, session, name, head, first_retained, "
+                           "closed, trimmed_epoch) VALUES(?1, ?2, ?3, 0, 1, 0, '')",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_stream, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    return 0;
+}
+
+int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out)
+{
+    sqstore *q = calloc(1, sizeof *q);
+    if (!q)
+        return TIDEMARK_ENOMEM;
+    int rc = tm_store_init_base(&q->base, &sqlite_ops);
+    if (rc) {
+        free(q);
+        return rc;
+    }
+    q->opt = *opt;
+    q->path = strdup(path);
+    q->streams = tm_map_new();
+    q->sessions = tm_map_new();
+    pthread_mutex_init(&q->c_mu, NULL);
+    pthread_mutex_init(&q->q_mu, NULL);
+    pthread_mutex_init(&q->r_mu, NULL);
+    pthread_cond_init(&q->q_cv, NULL);
+    pthread_cond_init(&q->done_cv, NULL);
+    pthread_cond_init(&q->r_cv, NULL);
+    if (!q->path || !q->streams || !q->sessions) {
+        rc = TIDEMARK_ENOMEM;
+    } else {
+        rc = setup(q);
+    }
+    if (rc == 0 && pthread_create(&q->writer, NULL, writer_main, q) != 0)
+        rc = TIDEMARK_EIO;
+    if (rc) {
+        sqlite3_finalize(q->ins_event);
+        sqlite3_finalize(q->upd_stream);
+        sqlite3_finalize(q->ins_stream);
+        sqlite3_close(q->wdb);
+        tm_map_free(q->streams);
+        tm_map_free(q->sessions);
+        free(q->epochs);
+        free(q->path);
+        free(q);
+        return rc;
+    }
+    TM_INFO("sqlite store %s opened (epoch %s, durability %s)", path, q->base.epoch,
+            q->opt.durability == TM_DURABILITY_PROCESS ? "process" : "power");
+    *out = &q->base;
+    return 0;
+}

@@ -1,0 +1,235 @@
+/* test_event_id.c - unit tests for src/log/event_id.{h,c} (DESIGN.md §3). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "log/event_id.h"
+#include "tidemark/tidemark.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define EPOCH "9f86d081884c7d65"
+
+static void parses(const char *s, const char *epoch, const char *stream, uint64_t seq)
+{
+    tm_event_id id;
+    memset(&id, 0x5a, sizeof id);
+    int rc = tm_event_id_parse(s, &id);
+    if (rc != 0)
+        print_error("expected \"%s\" to parse\n", s);
+    assert_int_equal(rc, 0);
+    assert_string_equal(id.epoch, epoch);
+    assert_string_equal(id.stream, stream);
+    assert_true(id.seq == seq);
+}
+
+static void rejects(const char *s)
+{
+    tm_event_id id;
+    int rc = tm_event_id_parse(s, &id);
+    if (rc != TIDEMARK_EINVAL)
+        print_error("expected \"%s\" to be rejected, rc %d\n", s, rc);
+    assert_int_equal(rc, TIDEMARK_EINVAL);
+}
+
+static void test_parse_valid(void **state)
+{
+    (void)state;
+    parses(EPOCH "-r3-17", EPOCH, "r3", 17);
+    parses(EPOCH "-g-1", EPOCH, "g", 1);
+    parses("0000000000000000-g-1", "0000000000000000", "g", 1);
+    parses("ffffffffffffffff-r1-1", "ffffffffffffffff", "r1", 1);
+    parses("0123456789abcdef-r10-100", "0123456789abcdef", "r10", 100);
+    /* 18-digit seq, the largest accepted */
+    parses(EPOCH "-g-999999999999999999", EPOCH, "g", 999999999999999999ULL);
+    parses(EPOCH "-r999999999999999999-1", EPOCH, "r999999999999999999", 1);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    const char *streams[] = {"g", "r1", "r2", "r10", "r123456789"};
+    const uint64_t seqs[] = {1, 2, 9, 10, 17, 1041, 4294967296ULL, 999999999999999999ULL};
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+        for (size_t j = 0; j < sizeof seqs / sizeof seqs[0]; j++) {
+            char buf[TM_EVENT_ID_MAX];
+            int n = tm_event_id_format(buf, sizeof buf, EPOCH, streams[i], seqs[j]);
+            assert_true(n > 0);
+            assert_int_equal((size_t)n, strlen(buf));
+            char want[128];
+            snprintf(want, sizeof want, "%s-%s-%llu", EPOCH, streams[i],
+                     (unsigned long long)seqs[j]);
+            assert_string_equal(buf, want);
+            parses(buf, EPOCH, streams[i], seqs[j]);
+        }
+    }
+}
+
+static void test_format(void **state)
+{
+    (void)state;
+    char buf[TM_EVENT_ID_MAX];
+    int n = tm_event_id_format(buf, sizeof buf, EPOCH, "r3", 17);
+    assert_int_equal(n, 22);
+    assert_string_equal(buf, "9f86d081884c7d65-r3-17");
+    /* too small a buffer is ERANGE, not truncation */
+    assert_int_equal(tm_event_id_format(buf, 22, EPOCH, "r3", 17), TIDEMARK_ERANGE);
+    assert_int_equal(tm_event_id_format(buf, 23, EPOCH, "r3", 17), 22);
+    assert_string_equal(buf, "9f86d081884c7d65-r3-17");
+}
+
+static void test_reject_epoch(void **state)
+{
+    (void)state;
+    rejects("9F86D081884C7D65-r3-17");    /* uppercase hex */
+    rejects("9f86d081884c7D65-r3-17");    /* one uppercase digit */
+    rejects("9f86d081884c7d6-r3-17");     /* 15 digits */
+    rejects("9f86d081884c7d6-r3-1700");   /* 15 digits, long enough overall */
+    rejects("9f86d081884c7d655-r3-17");   /* 17 digits */
+    rejects("9f86d081884c7d6g-r3-17");    /* not hex */
+    rejects("9f86d081884c7d6 -r3-17");    /* space */
+    rejects("x9f86d081884c7d65-r3-17");   /* prefix */
+    rejects("-r3-17");                    /* no epoch */
+    rejects("0x9f86d081884c7d-r3-17");    /* 0x prefix */
+}
+
+static void test_reject_stream(void **state)
+{
+    (void)state;
+    rejects(EPOCH "-r0-1");   /* r0 */
+    rejects(EPOCH "-r01-1");  /* leading zero */
+    rejects(EPOCH "-r-1");    /* r without number */
+    rejects(EPOCH "--1");     /* empty stream */
+    rejects(EPOCH "-G-1");    /* uppercase */
+    rejects(EPOCH "-R1-1");
+    rejects(EPOCH "-gg-1");
+    rejects(EPOCH "-g1-1");
+    rejects(EPOCH "-x-1");
+    rejects(EPOCH "-p1-1");
+    rejects(EPOCH "-r1a-1");
+    rejects(EPOCH "-r+1-1");
+    rejects(EPOCH "-r 1-1");
+    rejects(EPOCH "-r1000000000000000000-1"); /* 19-digit stream number */
+}
+
+static void test_reject_seq(void **state)
+{
+    (void)state;
+    rejects(EPOCH "-r3-0");                    /* seq 0 */
+    rejects(EPOCH "-r3-00");
+    rejects(EPOCH "-r3-017");                  /* leading zero */
+    rejects(EPOCH "-r3--17");                  /* negative */
+    rejects(EPOCH "-r3-+17");
+    rejects(EPOCH "-r3-1000000000000000000");  /* 19 digits */
+    rejects(EPOCH "-r3-18446744073709551615"); /* UINT64_MAX */
+    rejects(EPOCH "-r3-18446744073709551616"); /* overflow */
+    rejects(EPOCH "-r3-17x");                  /* trailing garbage */
+    rejects(EPOCH "-r3-17-1");
+    rejects(EPOCH "-r3-17 ");                  /* trailing space */
+    rejects(EPOCH "-r3- 17");
+    rejects(EPOCH "-r3-1.5");
+    rejects(EPOCH "-r3-0x1");
+    rejects(EPOCH "-r3-1e3");
+}
+
+static void test_reject_shape(void **state)
+{
+    (void)state;
+    rejects("");
+    rejects(EPOCH);
+    rejects(EPOCH "-");
+    rejects(EPOCH "-r3");      /* missing seq */
+    rejects(EPOCH "r3-17");    /* missing separator */
+    rejects(EPOCH "_r3_17");
+    rejects(" " EPOCH "-r3-17"); /* leading space */
+    rejects(EPOCH " -r3-17");
+    rejects(EPOCH "-r3-17\n");
+    rejects(EPOCH "-r3-17\r");
+    rejects(EPOCH "-r3-1\t");
+    /* non-ASCII: a fullwidth digit, a Latin-1 byte, a UTF-8 lookalike of 'g' */
+    rejects(EPOCH "-r3-\xef\xbc\x91");
+    rejects(EPOCH "-r3-1\xff");
+    rejects(EPOCH "-\xc9\xa1-1");
+    rejects("9f86d081884c7d6\xc3\xa5-r3-17");
+    /* too long: over TM_EVENT_ID_MAX - 1 characters */
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s-r1-%s", EPOCH, "12345678901234567812345678901234567890123456789012345");
+    assert_true(strlen(buf) >= TM_EVENT_ID_MAX);
+    rejects(buf);
+    memset(buf, 'a', sizeof buf - 1);
+    buf[sizeof buf - 1] = '\0';
+    rejects(buf);
+    /* NULL */
+    tm_event_id id;
+    assert_int_equal(tm_event_id_parse(NULL, &id), TIDEMARK_EINVAL);
+}
+
+/* An empty seq must not parse as seq 0. */
+static void test_reject_empty_seq(void **state)
+{
+    (void)state;
+    rejects(EPOCH "-r3-");
+    rejects(EPOCH "-g-");
+    rejects(EPOCH "-r12345-");
+}
+
+static void test_stream_name_valid(void **state)
+{
+    (void)state;
+    assert_true(tm_stream_name_valid("g"));
+    assert_true(tm_stream_name_valid("r1"));
+    assert_true(tm_stream_name_valid("r9"));
+    assert_true(tm_stream_name_valid("r10"));
+    assert_true(tm_stream_name_valid("r123456789"));
+    assert_true(tm_stream_name_valid("r999999999999999999"));
+    assert_false(tm_stream_name_valid(""));
+    assert_false(tm_stream_name_valid("r"));
+    assert_false(tm_stream_name_valid("r0"));
+    assert_false(tm_stream_name_valid("r01"));
+    assert_false(tm_stream_name_valid("r-1"));
+    assert_false(tm_stream_name_valid("r1x"));
+    assert_false(tm_stream_name_valid("r 1"));
+    assert_false(tm_stream_name_valid(" g"));
+    assert_false(tm_stream_name_valid("g "));
+    assert_false(tm_stream_name_valid("G"));
+    assert_false(tm_stream_name_valid("R1"));
+    assert_false(tm_stream_name_valid("gg"));
+    assert_false(tm_stream_name_valid("g1"));
+    assert_false(tm_stream_name_valid("s1"));
+    assert_false(tm_stream_name_valid("r1000000000000000000"));
+    assert_false(tm_stream_name_valid("r12345678901234567890123456789"));
+    assert_false(tm_stream_name_valid("r\xd9\xa1")); /* Arabic-Indic one */
+}
+
+static void test_epoch_valid(void **state)
+{
+    (void)state;
+    assert_true(tm_epoch_valid("9f86d081884c7d65"));
+    assert_true(tm_epoch_valid("0000000000000000"));
+    assert_true(tm_epoch_valid("abcdefabcdef0123"));
+    assert_false(tm_epoch_valid("9F86D081884C7D65"));
+    assert_false(tm_epoch_valid("9f86d081884c7d6"));
+    assert_false(tm_epoch_valid("9f86d081884c7d655"));
+    assert_false(tm_epoch_valid("9f86d081884c7d6g"));
+    assert_false(tm_epoch_valid(""));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_format),
+        cmocka_unit_test(test_reject_epoch),
+        cmocka_unit_test(test_reject_stream),
+        cmocka_unit_test(test_reject_seq),
+        cmocka_unit_test(test_reject_shape),
+        cmocka_unit_test(test_reject_empty_seq),
+        cmocka_unit_test(test_stream_name_valid),
+        cmocka_unit_test(test_epoch_valid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
