@@ -2,9 +2,13 @@
  * demo_tools.c - the demo tools:
  *   echo          {text}          returns the text
  *   stream        {n, delay_ms?}  sends n progress notifications, then returns
- *   ledger_append {entry}         appends one ledger row on the atomic path
+ *   ledger_append {entry, delay_ms?}  appends one ledger row on the atomic path
  *                                 (not idempotent: exactly once per request)
  *   ledger_read   {entry?}        the ledger rows (all, or those with that entry)
+ *   external_call {delay_ms}      stands for a call to an outside system that
+ *                                 cannot be rolled back: neither idempotent nor
+ *                                 atomic, so a crash mid-call ends it with a
+ *                                 typed outcome_unknown, never a silent re-run
  */
 #include "demo_tools.h"
 #include <stdio.h>
@@ -94,6 +98,16 @@ static int tool_ledger_append(tidemark_call_t *call, json_t *args, json_t **resu
         *result = tidemark_result_error("argument 'entry' (string) is required");
         return 0;
     }
+    json_t *jd = json_object_get(args, "delay_ms");
+    long delay = json_is_integer(jd) ? (long)json_integer_value(jd) : 0;
+    if (delay < 0 || delay > 60000) {
+        *result = tidemark_result_error("delay_ms must be 0..60000");
+        return 0;
+    }
+    if (delay) { /* widens the window between "started" and the commit, for tests */
+        tidemark_call_progress(call, 0, 1, "working");
+        sleep_ms(delay);
+    }
     ledger_row *r = calloc(1, sizeof *r);
     if (!r)
         return TIDEMARK_ENOMEM;
@@ -141,6 +155,28 @@ static int tool_ledger_read(tidemark_call_t *call, json_t *args, json_t **result
     return 0;
 }
 
+static int tool_external_call(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
+{
+    (void)ud;
+    json_t *jd = json_object_get(args, "delay_ms");
+    long delay = json_is_integer(jd) ? (long)json_integer_value(jd) : 0;
+    if (delay < 0 || delay > 60000) {
+        *result = tidemark_result_error("delay_ms must be 0..60000");
+        return 0;
+    }
+    tidemark_call_progress(call, 0, 1, "calling out");
+    for (long t = 0; t < delay; t += 10) {
+        if (tidemark_call_cancelled(call))
+            return TIDEMARK_ECANCELED;
+        sleep_ms(delay - t < 10 ? delay - t : 10);
+    }
+    json_t *res = tidemark_result_text("external call done");
+    json_object_set_new(res, "structuredContent",
+                        json_pack("{s:s}", "idempotencyKey", tidemark_call_idempotency_key(call)));
+    *result = res;
+    return 0;
+}
+
 int demo_tools_register(tidemark_server_t *srv)
 {
     const tidemark_tool_t echo = {
@@ -163,8 +199,8 @@ int demo_tools_register(tidemark_server_t *srv)
     const tidemark_tool_t ledger_append = {
         .name = "ledger_append",
         .description = "Appends one entry to the ledger, exactly once per request (atomic path).",
-        .input_schema = "{\"type\":\"object\",\"properties\":{\"entry\":{\"type\":\"string\"}},"
-                        "\"required\":[\"entry\"]}",
+        .input_schema = "{\"type\":\"object\",\"properties\":{\"entry\":{\"type\":\"string\"},"
+                        "\"delay_ms\":{\"type\":\"integer\",\"minimum\":0}},\"required\":[\"entry\"]}",
         .hints = TIDEMARK_TOOL_ATOMIC,
         .fn = tool_ledger_append,
     };
@@ -176,7 +212,18 @@ int demo_tools_register(tidemark_server_t *srv)
         .fn = tool_ledger_read,
         .ud = srv,
     };
+    const tidemark_tool_t external_call = {
+        .name = "external_call",
+        .description = "Stands for a call to an outside system (not idempotent, not atomic); "
+                       "takes delay_ms.",
+        .input_schema = "{\"type\":\"object\",\"properties\":{\"delay_ms\":{\"type\":\"integer\","
+                        "\"minimum\":0}}}",
+        .hints = TIDEMARK_TOOL_OPEN_WORLD,
+        .fn = tool_external_call,
+    };
     int rc = tidemark_server_add_schema(srv, ledger_schema);
+    if (!rc)
+        rc = tidemark_server_add_tool(srv, &external_call);
     if (!rc)
         rc = tidemark_server_add_tool(srv, &echo);
     if (!rc)

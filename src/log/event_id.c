@@ -67,7 +67,7 @@ int tm_event_id_parse(const char *s, tm_event_id *out)
     const char *sq = dash + 1;
     uint64_t seq = 0;
     size_t qlen = strlen(sq);
-    if (parse_pos_dec(sq, qlen, &seq) != qlen)
+    if (qlen == 0 || parse_pos_dec(sq, qlen, &seq) != qlen)
         return TIDEMARK_EINVAL;
     memcpy(out->epoch, s, TM_EPOCH_LEN);
     out->epoch[TM_EPOCH_LEN] = '\0';

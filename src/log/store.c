@@ -160,3 +160,8 @@ int tm_store_event_epoch(tm_store *st, const char *session, const char *stream, 
 {
     return st->ops->event_epoch(st, session, stream, seq, out);
 }
+
+int tm_store_sync(tm_store *st)
+{
+    return st->ops->sync(st);
+}

@@ -46,7 +46,9 @@ typedef struct tm_session_rec {
 
 /* Called after an append is durable (status 0, seq assigned) or failed. */
 typedef void (*tm_append_cb)(void *ud, int status, uint64_t seq);
-/* Called for every durable event of every stream, after its append callback. */
+/* Called after events of a stream became durable (or the stream closed),
+ * after the append callbacks, with the durable head; possibly once for
+ * several events, possibly again for the same head. A wake-up, not a count. */
 typedef void (*tm_commit_listener)(void *ud, const char *session, const char *stream, uint64_t seq);
 /* Called by read() for each event in order. Return nonzero to stop. */
 typedef int (*tm_event_visitor)(void *ud, const tm_event *ev);
@@ -128,6 +130,7 @@ struct tm_store_ops {
                  json_t **rows);
     int (*sessions_expire)(tm_store *st, int64_t idle_before_ms, void (*fn)(void *, const char *),
                            void *ud);
+    int (*sync)(tm_store *st);
 };
 
 /* Common header of every backend object. */
@@ -166,7 +169,8 @@ int tm_store_append(tm_store *st, const char *session, const char *stream, const
                     size_t len, unsigned flags, tm_append_cb cb, void *ud);
 /* Mark a stream ended without a further event. */
 int tm_store_close_stream(tm_store *st, const char *session, const char *stream);
-/* Visit up to max_events durable events with seq > after_seq, in order. */
+/* Visit up to max_events durable events with seq > after_seq, in order.
+ * TIDEMARK_ERANGE when events after after_seq were trimmed (never skips). */
 int tm_store_read(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
                   size_t max_events, tm_event_visitor fn, void *ud);
 /* Durable bounds of a stream. TIDEMARK_ENOTFOUND if the session has no such stream. */
@@ -198,6 +202,9 @@ int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_
 /* Delete sessions idle since before idle_before_ms; fn is told each id. */
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud);
+
+/* Wait until everything queued before this call is durable. */
+int tm_store_sync(tm_store *st);
 
 /* Backend constructors. */
 int tm_store_memory_open(const tm_store_options *opt, tm_store **out);

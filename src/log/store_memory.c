@@ -184,6 +184,10 @@ static int m_stream_open(tm_store *st, const char *session, const char *name,
         goto out;
     }
     char nm[TM_STREAM_MAX];
+    if (name && strcmp(name, "g") != 0) { /* POST streams are only ever created */
+        rc = TIDEMARK_EINVAL;
+        goto out;
+    }
     if (name)
         snprintf(nm, sizeof nm, "%s", name);
     else
@@ -339,7 +343,11 @@ static int m_read(tm_store *st, const char *session, const char *stream, uint64_
         pthread_mutex_unlock(&m->mu);
         return TIDEMARK_ENOTFOUND;
     }
-    if (after_seq + 1 < s->first) { /* trimmed under the reader: never skip silently */
+    if (after_seq >= s->head) { /* nothing after it (also keeps after_seq + 1 from wrapping) */
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    if (after_seq < s->first - 1) { /* trimmed under the reader: never skip silently */
         pthread_mutex_unlock(&m->mu);
         return TIDEMARK_ERANGE;
     }
@@ -520,6 +528,12 @@ static int m_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
     return 0;
 }
 
+static int m_sync(tm_store *st)
+{
+    (void)st; /* every operation completed before it returned */
+    return 0;
+}
+
 static const struct tm_store_ops memory_ops = {
     .name = "memory",
     .close = m_close,
@@ -535,6 +549,7 @@ static const struct tm_store_ops memory_ops = {
     .exec_schema = m_exec_schema,
     .query = m_query,
     .sessions_expire = m_sessions_expire,
+    .sync = m_sync,
     .close_stream = m_close_stream,
     .read = m_read,
     .bounds = m_bounds,

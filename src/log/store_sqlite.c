@@ -86,7 +86,7 @@ typedef struct ssess {
 
 enum op_kind {
     OP_APPEND, OP_CLOSE, OP_STREAM_CREATE, OP_STREAM_REOPEN, OP_SESSION_CREATE,
-    OP_SESSION_TOUCH, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE,
+    OP_SESSION_TOUCH, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE, OP_BARRIER,
 };
 
 typedef struct op {
@@ -549,6 +549,8 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         return wexec(q, o->sql);
     case OP_EXPIRE:
         return apply_expire(q, o);
+    case OP_BARRIER:
+        return 0;
     }
     return TIDEMARK_EINVAL;
 }
@@ -990,6 +992,8 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
     sqstore *q = (sqstore *)st;
+    if (name && strcmp(name, "g") != 0) /* POST streams are only ever created */
+        return TIDEMARK_EINVAL;
     pthread_mutex_lock(&q->c_mu);
     if (q->failed) {
         pthread_mutex_unlock(&q->c_mu);
@@ -1125,7 +1129,13 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
     s->tail_n++;
     /* Enqueue under c_mu so queue order equals seq order per stream. */
     enqueue(q, o);
+    char session[64], stream[TM_STREAM_MAX];
+    uint64_t seq = o->seq;
+    snprintf(session, sizeof session, "%s", s->session);
+    snprintf(stream, sizeof stream, "%s", s->name);
     pthread_mutex_unlock(&q->c_mu);
+    if (q->opt.emit_early) /* readers may send it now: wake them */
+        tm_store_notify_commit(&q->base, session, stream, seq);
     return 0;
 }
 
@@ -1159,7 +1169,7 @@ static int q_read(tm_store *st, const char *session, const char *stream, uint64_
         pthread_mutex_unlock(&q->c_mu);
         return TIDEMARK_ENOTFOUND;
     }
-    if (after + 1 < s->first) {
+    if (after < s->first - 1) {
         pthread_mutex_unlock(&q->c_mu);
         return TIDEMARK_ERANGE; /* trimmed under the reader: never skip silently */
     }
@@ -1434,6 +1444,15 @@ static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
     return rc;
 }
 
+static int q_sync(tm_store *st)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_BARRIER);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    return run_sync(q, o, 0);
+}
+
 static void free_cached(const char *k, void *v, void *ud)
 {
     (void)k;
@@ -1496,6 +1515,7 @@ static const struct tm_store_ops sqlite_ops = {
     .exec_schema = q_exec_schema,
     .query = q_query,
     .sessions_expire = q_sessions_expire,
+    .sync = q_sync,
 };
 
 /* Open the write connection, create the schema, record a new epoch. */

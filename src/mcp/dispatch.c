@@ -112,20 +112,13 @@ static json_t *tools_call(tidemark_call_t *c)
     }
     json_decref(e.desc);
     c->hints = e.hints;
-    if (c->job && c->job->sse && c->message && !c->recovering) {
-        /* DESIGN §6: a tool that is not idempotent runs only once its
-         * "started" record is durable; for the others the record rides
-         * along with the stream's first commit. */
-        tm_request_rec rec = {.session = c->sess->id, .key = c->reqkey, .tool = (char *)name,
-                              .stream = c->job->stream, .message = c->message};
-        int rc = tm_store_request_begin(c->srv->store, &rec, !(e.hints & TIDEMARK_TOOL_IDEMPOTENT));
-        if (rc == TIDEMARK_EEXIST)
-            return tm_jsonrpc_error(c->id, TM_RPC_INVALID_REQUEST, "Duplicate request",
-                                    "duplicate_request", NULL);
+    /* DESIGN §6: the "started" record was queued with the stream's first
+     * event; a tool that is not idempotent runs only once it is durable. */
+    if (c->recorded && !c->recovering && !(e.hints & TIDEMARK_TOOL_IDEMPOTENT)) {
+        int rc = tm_store_sync(c->srv->store);
         if (rc)
             return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Request record failed",
                                     "store_error", NULL);
-        c->recorded = 1;
     }
     json_t *owned_args = args ? json_incref(args) : json_object();
     json_t *result = NULL;

@@ -40,7 +40,8 @@ int tm_jsonrpc_parse(const char *body, size_t len, json_t **root, char *err, siz
         return TIDEMARK_EINVAL;
     }
     json_error_t e;
-    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    /* Scalars decode too, so they get "invalid request", not "parse error". */
+    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
     if (!v) {
         snprintf(err, errlen, "%s (line %d, column %d)", e.text, e.line, e.column);
         return TIDEMARK_EINVAL;
@@ -103,14 +104,16 @@ void tm_jsonrpc_classify(json_t *v, tm_msg *m)
     if (tm_jsonrpc_id_valid(id))
         m->id = id;
     json_t *ver = json_object_get(v, "jsonrpc");
-    if (!json_is_string(ver) || strcmp(json_string_value(ver), "2.0") != 0)
+    if (!json_is_string(ver) || json_string_length(ver) != 3 ||
+        strcmp(json_string_value(ver), "2.0") != 0)
         return invalid(m, "invalid_jsonrpc_version", "\"jsonrpc\" must be \"2.0\"");
     json_t *method = json_object_get(v, "method");
     json_t *result = json_object_get(v, "result");
     json_t *error = json_object_get(v, "error");
     if (method) {
-        if (!json_is_string(method) || json_string_length(method) == 0)
-            return invalid(m, "invalid_method", "\"method\" must be a non-empty string");
+        if (!json_is_string(method) || json_string_length(method) == 0 ||
+            strlen(json_string_value(method)) != json_string_length(method))
+            return invalid(m, "invalid_method", "\"method\" must be a non-empty string without NUL");
         if (result || error)
             return invalid(m, "invalid_request", "a request cannot carry result or error");
         json_t *params = json_object_get(v, "params");

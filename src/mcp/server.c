@@ -154,6 +154,20 @@ static int accepts(const char *accept, const char *type)
     return 0;
 }
 
+/* Is the header's media type exactly type (parameters such as charset allowed)? */
+static int media_type_is(const char *header, const char *type)
+{
+    if (!header)
+        return 0;
+    while (*header == ' ' || *header == '\t')
+        header++;
+    size_t n = strlen(type);
+    if (strncasecmp(header, type, n) != 0)
+        return 0;
+    char c = header[n];
+    return c == '\0' || c == ';' || c == ' ' || c == '\t';
+}
+
 /* Host part of a Host header or of an Origin's authority, port removed. */
 static void host_only(const char *in, char *out, size_t n)
 {
@@ -280,7 +294,7 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
             }
             free(bytes);
             free(fallback);
-        } else if (last) {
+        } else if (last && !atomic_load(&srv->stopping)) {
             tm_store_close_stream(srv->store, j->sess->id, j->stream);
         }
         json_decref(response);
@@ -317,7 +331,11 @@ static void run_call(void *arg)
 {
     tidemark_call_t *c = arg;
     json_t *resp = tm_dispatch(c);
-    if (!resp && c->recorded) /* a recorded call always ends its stream with one response */
+    /* A recorded call always ends its stream with one response; but one cut
+     * short by a server shutdown stays "started", so the next start finishes
+     * it like after a crash (DESIGN §6) instead of telling the client it
+     * cancelled something it did not. */
+    if (!resp && c->recorded && !atomic_load(&c->srv->stopping))
         resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);
     if (c->registered) {
         pthread_mutex_lock(&c->sess->mu);
@@ -410,7 +428,7 @@ static tm_sess *require_session(tidemark_server_t *srv, tm_http_req *r)
 static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream)
 {
     tm_http_stream_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
-                             .retry_ms = srv->cfg.retry_ms};
+                             .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
     tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
     int rc = tm_http_reply_stream(r, &o);
     if (rc == TIDEMARK_EBUSY) {
@@ -486,7 +504,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
 static void handle_post(tidemark_server_t *srv, tm_http_req *r)
 {
     const char *ctype = tm_http_req_header(r, "Content-Type");
-    if (!ctype || strncasecmp(ctype, "application/json", 16) != 0)
+    if (!media_type_is(ctype, "application/json"))
         return reply_error(r, 415, TM_RPC_INVALID_REQUEST, "unsupported_media_type",
                            "Unsupported Media Type: Content-Type must be application/json", NULL);
     const char *accept = tm_http_req_header(r, "Accept");
@@ -619,10 +637,28 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
 
     if (j->sse) {
         int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
+        /* Record every call as started before the stream's first event, so
+         * no emitted stream is ever left without an owner after a crash. */
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            if (!is_call(&msgs[i]))
+                continue;
+            char idkey[160], key[200];
+            tm_jsonrpc_id_key(msgs[i].id, idkey, sizeof idkey);
+            tm_request_key(&msgs[i], idkey, key, sizeof key);
+            char *message = tm_jsonrpc_dump(msgs[i].raw, NULL);
+            const char *tool = json_string_value(json_object_get(msgs[i].params, "name"));
+            tm_request_rec rec = {.session = sess->id, .key = key, .tool = (char *)(tool ? tool : ""),
+                                  .stream = j->stream, .message = message};
+            rc = message ? tm_store_request_begin(srv->store, &rec, 0) : TIDEMARK_ENOMEM;
+            if (rc == TIDEMARK_EEXIST) /* memory store: a racing duplicate */
+                rc = 0;
+            free(message);
+        }
         if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
             rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
         tm_http_stream_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
-                                 .retry_ms = srv->cfg.retry_ms};
+                                 .retry_ms = srv->cfg.retry_ms,
+                                 .announce_durable = srv->cfg.emit_early};
         if (rc == 0) {
             tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
             rc = tm_http_reply_stream(r, &o);
@@ -658,8 +694,10 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
         tm_request_key(&msgs[i], c->idkey, c->reqkey, sizeof c->reqkey);
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
-        if (is_call(&msgs[i]))
+        if (is_call(&msgs[i]) && j->sse) {
             c->message = tm_jsonrpc_dump(msgs[i].raw, NULL);
+            c->recorded = 1;
+        }
         pthread_mutex_lock(&sess->mu);
         if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
             c->registered = 1;
@@ -699,7 +737,8 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
         return;
     int64_t t0 = tm_now_us();
     const char *cursor = tm_http_req_header(r, "Last-Event-ID");
-    tm_http_stream_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms};
+    tm_http_stream_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms,
+                             .announce_durable = srv->cfg.emit_early};
     tm_buf prelude;
     tm_buf_init(&prelude, 4096);
     tm_resume_decision d;

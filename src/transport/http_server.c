@@ -55,6 +55,8 @@ typedef struct sconn {
     char *session, *stream;
     uint64_t delivered;
     uint64_t replay_until; /* durable head when a resume attached */
+    int announce;          /* emit-early: announce the durable head */
+    uint64_t announced;    /* last durable head announced */
     tm_buf out;
     int suspended;
     int close_requested;
@@ -124,6 +126,22 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             break;
         int rc = tm_store_read(h->store, s->session, s->stream, s->delivered, READ_BATCH,
                                frame_event, s);
+        if (rc == TIDEMARK_ERANGE) {
+            /* Retention trimmed events this connection had not sent yet:
+             * say so with a typed gap event (never skip silently), then go
+             * on from the first retained event. */
+            tm_stream_bounds gb;
+            if (tm_store_bounds(h->store, s->session, s->stream, &gb) != 0 ||
+                gb.first_retained <= s->delivered + 1)
+                break;
+            char txt[96];
+            int n = snprintf(txt, sizeof txt, "{\"missing\":[%llu,%llu]}",
+                             (unsigned long long)s->delivered + 1,
+                             (unsigned long long)gb.first_retained - 1);
+            tm_sse_frame(&s->out, "gap", NULL, txt, (size_t)n);
+            s->delivered = gb.first_retained - 1;
+            continue;
+        }
         if (rc)
             break;
         if (s->out.len > 0)
@@ -131,6 +149,17 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
         tm_stream_bounds b;
         if (tm_store_bounds(h->store, s->session, s->stream, &b) != 0)
             break;
+        if (s->announce && b.head > s->announced && s->delivered > s->announced) {
+            /* Tell the client how far what it holds is durable: it never
+             * keeps a cursor above this (DESIGN §8). No id: not an event
+             * of the stream. */
+            uint64_t d = b.head < s->delivered ? b.head : s->delivered;
+            char txt[64];
+            int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)d);
+            tm_sse_frame(&s->out, "tidemark-durable", NULL, txt, (size_t)n);
+            s->announced = d;
+            continue;
+        }
         if (b.closed && s->delivered >= b.head)
             break;
         if (s->close_requested && s->delivered >= s->close_after)
@@ -384,6 +413,8 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     s->stream = strdup(o->stream);
     s->delivered = o->after_seq;
     s->replay_until = o->replay_until;
+    s->announce = o->announce_durable;
+    s->announced = o->after_seq;
     hub_key(s->key, sizeof s->key, o->session, o->stream);
     if (!s->session || !s->stream)
         goto nomem;

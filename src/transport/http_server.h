@@ -58,6 +58,8 @@ typedef struct tm_http_stream_opts {
     const char *prelude; /* raw SSE bytes sent first (e.g. a gap event), or NULL */
     size_t prelude_len;
     uint64_t replay_until; /* events up to here count as replayed (metrics) */
+    int announce_durable;  /* emit-early mode: send "event: tidemark-durable" as the
+                              durable head passes what was sent (DESIGN §8) */
 } tm_http_stream_opts;
 
 /* Answer with an SSE stream of the store's stream, replay then live, ending

@@ -29,6 +29,7 @@ const VERBOSE = process.env.BAD_INPUT_VERBOSE === '1';
 const RETAIN = 5;          // --retain-events the server runs with
 const MAX_BODY = 65536;    // --max-body the server runs with
 const STREAM_N = 8;        // progress notifications of the stream tool call
+const SETUP_DELAY_MS = 20; // delay_ms between them in the setup call
 
 if (!process.argv[2]) {
     console.error('usage: bad_input.mjs URL');
@@ -206,10 +207,11 @@ async function initialize(version) {
 
 // tools/call stream {n} as SSE; returns the parsed events (the stream ends
 // when the response has been committed).
-async function callStream(sess, reqId, n) {
+async function callStream(sess, reqId, n, delayMs) {
+    const args = delayMs ? { n, delay_ms: delayMs } : { n };
     const body = JSON.stringify({
         jsonrpc: '2.0', id: reqId, method: 'tools/call',
-        params: { name: 'stream', arguments: { n }, _meta: { progressToken: `bad-input-${reqId}` } },
+        params: { name: 'stream', arguments: args, _meta: { progressToken: `bad-input-${reqId}` } },
     });
     const res = await send({ headers: postHeaders(sess), body });
     if (res.status !== 200 || !String(res.headers['content-type']).startsWith('text/event-stream'))
@@ -292,13 +294,17 @@ async function setup() {
     ctx.S0618 = await initialize('2025-06-18');
     ctx.S0326 = await initialize('2025-03-26');
 
-    // priming + STREAM_N progress + response on a POST stream of A.
-    ctx.live = await callStream(ctx.A, 2, STREAM_N);
+    // priming + STREAM_N progress + response on a POST stream of A. The
+    // progress token makes the tool emit its notifications (more events than
+    // retained); delay_ms keeps the live reader in step with the tool so the
+    // POST stream shows every id (a reader left behind is its own case below).
+    ctx.live = await callStream(ctx.A, 2, STREAM_N, SETUP_DELAY_MS);
     const last = ctx.live[ctx.live.length - 1];
     const lid = parseId(last?.id);
     if (!lid) throw new Error(`stream call: no parsable event id in ${show(ctx.live)}`);
-    const resp = JSON.parse(last.data);
-    if (resp.id !== 2 || !resp.result) throw new Error(`stream call: last event is not the response: ${last.data}`);
+    let resp;
+    try { resp = JSON.parse(last.data); } catch { resp = undefined; }
+    if (resp?.id !== 2 || !resp?.result) throw new Error(`stream call: last event is not the response: ${last.data}`);
     ctx.epoch = lid.epoch;
     ctx.stream = lid.stream;
     ctx.head = lid.seq;
@@ -345,6 +351,33 @@ function replayCheck(fromSeq) {
         try { assert.deepStrictEqual(seqs, want); } catch { return `replayed seqs ${show(want)}, got ${show(seqs)}`; }
         return null;
     };
+}
+
+// The live-stream rule above, for one call of `stream {n}` without delay.
+async function liveStreamProblem(sess, n) {
+    const evs = await callStream(sess, 1, n);
+    const label = `(n=${n})`;
+    if (evs.some((e) => e.event === 'gap')) return null;
+    const withId = evs.filter((e) => e.id !== undefined);
+    const seqs = withId.map((e) => parseId(e.id)?.seq);
+    for (let i = 0; i < seqs.length; i++)
+        if (seqs[i] !== i + 1) {
+            const shown = seqs.length > 12 ? [...seqs.slice(0, 6), '...', ...seqs.slice(-3)] : seqs;
+            return `${label} dense seqs from 1 or an 'event: gap', got seqs ${show(shown)}, no gap signalled`;
+        }
+    let last;
+    try { last = JSON.parse(evs[evs.length - 1]?.data || 'null'); } catch { last = null; }
+    if (last?.id === 1 && (last.result || last.error)) return null; // complete and dense
+    if (withId.length === 0)
+        return `${label} the response, an 'event: gap', or an event id to resume from, got a stream that ended with no event (${show(evs)})`;
+    // Ended early: the typed error must come on resume.
+    const cursor = withId[withId.length - 1].id;
+    const r = await resume(sess, cursor);
+    const err = r.json?.error;
+    if (r.status === 400 && err?.data?.reason === 'resumption_gap' && Array.isArray(err.data.missing) &&
+        err.data.missing[0] === parseId(cursor).seq + 1)
+        return null;
+    return `${label} a stream that ended early at ${cursor} without the response to resume with 400 resumption_gap from ${parseId(cursor).seq + 1}, got ${r.status} ${r.text.slice(0, 160)}`;
 }
 
 const UNICODE_ID = 'é中😀 "q" \\ / \b\f\n\r\t \u2028 end';
@@ -500,29 +533,21 @@ const cases = [
       }, expect: { status: 409, code: -32600, reason: 'stream_attached' } },
 
     // ---- live stream under retention ---------------------------------------------
-    // DESIGN §1/§4: no message is skipped; a known gap is reported, never
-    // hidden. A POST stream whose reader falls more than --retain-events
-    // behind the tool must either still deliver every seq or say `event: gap`.
-    // The setup call (n=8) races the reader; a call with n=200 on its own
-    // session makes falling behind near-certain.
-    { name: 'live POST stream under retention never skips silently', run: async (c) => {
-          const d = await initialize('2025-11-25');
-          const big = await callStream(d, 1, 200);
-          return { status: 200, headers: {}, text: '', streams: [['n=8', c.live], ['n=200', big]] };
-      }, expect: { status: 200, check: (r) => {
-          for (const [label, evs] of r.streams) {
-              if (evs.some((e) => e.event === 'gap')) continue;
-              const seqs = evs.filter((e) => e.id !== undefined).map((e) => parseId(e.id)?.seq);
-              const last = JSON.parse(evs[evs.length - 1]?.data || 'null');
-              if (!last?.result) return `(${label}) the stream to end with the response, got ${show(evs[evs.length - 1])}`;
-              for (let i = 0; i < seqs.length; i++)
-                  if (seqs[i] !== i + 1) {
-                      const shown = seqs.length > 12 ? [...seqs.slice(0, 6), '...', ...seqs.slice(-3)] : seqs;
-                      return `(${label}) dense seqs 1..${seqs[seqs.length - 1]} or an 'event: gap', got ${seqs.length} events, seqs ${show(shown)}, no gap signalled`;
-                  }
+    // DESIGN §1/§4/§5: no message is skipped; a known gap is reported with a
+    // typed error, never hidden. A POST stream whose reader falls more than
+    // --retain-events behind the tool must deliver every seq, or signal
+    // `event: gap`, or end early so that a resume from the last id it did
+    // deliver is answered 400 resumption_gap. A stream that skips seqs, or
+    // ends with no id and no response, loses messages silently. Without a
+    // delay the tool outruns the reader: n=8 usually, n=200 near-certainly.
+    { name: 'live POST stream under retention never skips silently', run: async () => {
+          for (const n of [STREAM_N, 200]) {
+              const sess = await initialize('2025-11-25');
+              const problem = await liveStreamProblem(sess, n);
+              if (problem) return { status: 200, headers: {}, text: '', problem };
           }
-          return null;
-      } } },
+          return { status: 200, headers: {}, text: '', problem: null };
+      }, expect: { status: 200, check: (r) => r.problem } },
 
     // ---- ended session -----------------------------------------------------------
     { name: 'DELETE without session header', req: () => ({ method: 'DELETE', headers: {} }), expect: { status: 400, code: -32600, reason: 'session_required' } },
