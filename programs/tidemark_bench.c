@@ -177,7 +177,10 @@ static const char *dur_name(tm_durability d)
 /* ---- 1. the raw ceiling ------------------------------------------------------ */
 
 /* Same table and PRAGMAs as store_sqlite.c, so the only difference left is
- * the store's own work (queue, callbacks, stream rows, tail cache). */
+ * the store's own work (queue, callbacks, stream rows, tail cache). Like the
+ * store's writer, the raw loop never checkpoints inside its commits (the
+ * store checkpoints on another thread; the raw loop not at all), so the
+ * ceiling is an upper bound. */
 static const char raw_table_sql[] =
     "CREATE TABLE tm_events(sid INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " epoch INTEGER NOT NULL, created_ms INTEGER NOT NULL, data BLOB NOT NULL,"
@@ -204,9 +207,10 @@ static int raw_open(const char *path, tm_durability d, sqlite3 **out, sqlite3_st
         sqlite3_close(db);
         return TIDEMARK_EIO;
     }
-    char pragmas[160];
+    char pragmas[200];
     snprintf(pragmas, sizeof pragmas,
-             "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;",
+             "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;"
+             " PRAGMA wal_autocheckpoint=0;",
              d == TM_DURABILITY_PROCESS ? "NORMAL" : "FULL");
     if (raw_exec(db, pragmas) || raw_exec(db, raw_table_sql) ||
         sqlite3_prepare_v2(db,
