@@ -303,9 +303,9 @@ app.all('/mcp', async (req, res) => {
     const sessionId = req.headers['mcp-session-id'];
     if (VERBOSE) {
         const lei = req.headers['last-event-id'];
-        res.on('finish', () =>
-            vlog(`${req.method} session=${sessionId ?? '-'}${lei ? ` last-event-id=${lei}` : ''} -> ${res.statusCode}`)
-        );
+        const what = `${req.method} session=${sessionId ?? '-'}${lei ? ` last-event-id=${lei}` : ''}`;
+        vlog(`${what} (${typeof req.body?.method === 'string' ? req.body.method : 'no method'})`);
+        res.on('close', () => vlog(`${what} -> ${res.statusCode}${res.writableFinished ? '' : ' (aborted)'} closed`));
     }
     try {
         const session = sessionId ? sessions.get(sessionId) : undefined;
@@ -339,6 +339,8 @@ app.all('/mcp', async (req, res) => {
             protoOnError?.(err);
         };
         await transport.handleRequest(req, res, req.body);
+        // Rejected initialize (406, 415, ...): no session was created, drop it.
+        if (transport.sessionId === undefined) await transport.close();
     } catch (err) {
         console.error('[sdk_server] error handling request:', err);
         if (!res.headersSent) jsonRpcError(res, 500, -32603, 'Internal server error');
