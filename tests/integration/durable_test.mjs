@@ -199,6 +199,26 @@ async function gapEvent() {
   await stop(s);
 }
 
+async function ageAndTtl() {
+  const s = await start(join(dir, "age.db"), "--retain-seconds", "1", "--session-ttl", "2");
+  const a = await initialize(s.url);
+  const ev = (await callToEnd(s.url, a, 1, "stream", { n: 3 })).filter((e) => e.id);
+  // Events older than 1 s are trimmed by the background sweep: the cursor at
+  // seq 1 then names a gap of exactly the trimmed events.
+  const e = await until("age retention to trim", async () => {
+    const r = await errorOf(await getStream(s.url, a, ev[0].id));
+    return r.reason === "resumption_gap" ? r : null;
+  }, 8000);
+  check("--retain-seconds: old events trimmed, exact missing range",
+    JSON.stringify(e.data.missing) === JSON.stringify([2, seqOf(ev.at(-1).id)]), JSON.stringify(e));
+  const gone = await until("session to expire", async () => {
+    const r = await post(s.url, a, { jsonrpc: "2.0", id: 9, method: "ping" });
+    return r.status === 404 ? r : (await r.text(), null);
+  }, 10000);
+  check("--session-ttl: an idle session expires (404 unknown_session)", (await errorOf(gone)).reason === "unknown_session");
+  await stop(s);
+}
+
 async function restartAndRetries() {
   const db = join(dir, "life.db");
   let s = await start(db);
@@ -313,6 +333,7 @@ try {
   const timer = setTimeout(() => { console.log("FAIL deadline"); process.exit(1); }, DEADLINE - Date.now());
   await resumeTable();
   await gapEvent();
+  await ageAndTtl();
   await restartAndRetries();
   await restoredDatabase();
   await emitEarly();
