@@ -1,7 +1,10 @@
 /*
  * demo_tools.c - the demo tools:
  *   echo          {text}          returns the text
- *   stream        {n, delay_ms?}  sends n progress notifications, then returns
+ *   stream        {n, delay_ms?, close_after?}  sends n progress notifications,
+ *                                 then returns; with close_after=k it ends its SSE
+ *                                 connection after k of them (SEP-1699 polling):
+ *                                 the client must resume with Last-Event-ID
  *   ledger_append {entry, delay_ms?}  appends one ledger row on the atomic path
  *                                 (not idempotent: exactly once per request)
  *   ledger_read   {entry?}        the ledger rows (all, or those with that entry)
@@ -48,12 +51,16 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
         return 0;
     }
     long n = (long)json_integer_value(jn), delay = jd ? (long)json_integer_value(jd) : 0;
+    json_t *jc = json_object_get(args, "close_after");
+    long close_after = json_is_integer(jc) ? (long)json_integer_value(jc) : -1;
     for (long i = 1; i <= n; i++) {
         if (tidemark_call_cancelled(call))
             return TIDEMARK_ECANCELED;
         if (delay)
             sleep_ms(delay);
         tidemark_call_progress(call, (double)i, (double)n, NULL);
+        if (i == close_after)
+            tidemark_call_close_stream(call);
     }
     char text[64];
     snprintf(text, sizeof text, "streamed %ld", n);
@@ -191,8 +198,8 @@ int demo_tools_register(tidemark_server_t *srv)
         .name = "stream",
         .description = "Sends n progress notifications (delay_ms apart), then returns.",
         .input_schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
-                        "\"minimum\":0},\"delay_ms\":{\"type\":\"integer\",\"minimum\":0}},"
-                        "\"required\":[\"n\"]}",
+                        "\"minimum\":0},\"delay_ms\":{\"type\":\"integer\",\"minimum\":0},"
+                        "\"close_after\":{\"type\":\"integer\",\"minimum\":1}},\"required\":[\"n\"]}",
         .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
         .fn = tool_stream,
     };

@@ -43,8 +43,12 @@
 //                           relative to this script)
 //   SDK_SERVER_CUT_AFTER=k  every `stream` call closes its SSE response (the SDK's
 //                           closeSSEStream mechanism) once, right after its k-th
-//                           progress notification; the rest (progress and result)
-//                           is stored and only reachable by GET + Last-Event-ID
+//                           progress notification (k=0: before the first; k>=n:
+//                           never); the rest (progress and result) is stored and
+//                           only reachable by GET + Last-Event-ID. Uses the request
+//                           handler's extra.closeSSEStream (offered by the SDK only
+//                           to clients at protocol >= 2025-11-25), else the
+//                           transport's public closeSSEStream(requestId)
 //   SDK_SERVER_RETRY_MS=ms  transport retryInterval: priming events then carry
 //                           "retry: ms" (default: unset, no retry field)
 //   SDK_SERVER_VERBOSE=1    log each HTTP request and transport errors to stderr

@@ -1,0 +1,144 @@
+/*
+ * client.h - the MCP client of libtidemark (Streamable HTTP, libcurl).
+ *
+ * One client is one session with one server. Requests may be issued from
+ * many threads at once; all HTTP runs on the client's own I/O thread (curl
+ * multi). Every event that arrives on a stream goes through the resumption
+ * validator (DESIGN.md §7) and is dispatched to the application exactly once
+ * according to the persistence mode, with the stream cursor saved in durable
+ * client state (SQLite) so a killed client resumes where it was.
+ *
+ * JSON values are jansson's json_t. Results handed out are new references
+ * the caller decrefs.
+ */
+#ifndef TIDEMARK_CLIENT_H
+#define TIDEMARK_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tidemark/tidemark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tidemark_client tidemark_client_t;
+/* The client-state transaction an atomic handler writes its effects in. */
+typedef struct tidemark_txn tidemark_txn_t;
+
+/* How the cursor is saved relative to the application's effect (DESIGN §7). */
+typedef enum tidemark_persist {
+    TIDEMARK_PERSIST_ATOMIC = 0,            /* effect + dispatch row + cursor in one transaction */
+    TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH, /* effect, then cursor: a crash between duplicates */
+    TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH /* cursor, then effect: a crash between skips */
+} tidemark_persist_t;
+
+/* An event of a stream, as dispatched. */
+typedef struct tidemark_event {
+    const char *id;       /* the SSE id ("" if none) */
+    const char *stream;   /* our stream name ("g", "r3") or "" for foreign ids */
+    uint64_t seq;         /* 0 for foreign ids */
+    json_t *message;      /* the JSON-RPC message (borrowed) */
+} tidemark_event_t;
+
+/*
+ * Called once per event in order. In atomic mode txn is the client-state
+ * transaction that also saves the dispatch row and the cursor: write the
+ * effect with tidemark_txn_exec(). In the other modes txn commits the
+ * effect and the dispatch row only. Return 0, or a negative code to stop.
+ */
+typedef int (*tidemark_event_fn)(tidemark_txn_t *txn, const tidemark_event_t *ev, void *ud);
+/* Progress of a running request (progressToken = the request's id). */
+typedef void (*tidemark_progress_fn)(double progress, double total, const char *message, void *ud);
+/*
+ * A request from the server (sampling/createMessage, elicitation/create,
+ * roots/list, ping is answered internally). Store a result object in *result
+ * and return 0, or return a negative code (answered as a JSON-RPC error).
+ */
+typedef int (*tidemark_server_request_fn)(const char *method, json_t *params, json_t **result,
+                                          void *ud);
+
+typedef struct tidemark_client_config {
+    const char *url;               /* the server endpoint, e.g. http://127.0.0.1:8080/mcp */
+    const char *state_path;        /* SQLite file for durable state; NULL = in memory only */
+    tidemark_persist_t persist;    /* default TIDEMARK_PERSIST_ATOMIC */
+    int idempotent_handlers;       /* a replayed, already-dispatched event is suppressed
+                                      instead of failing closed (duplicate_effect) */
+    const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
+    const char *protocol_version;  /* offered; default 2025-11-25 */
+    unsigned max_attempts;         /* reconnect attempts per stream; default 8 */
+    unsigned backoff_ms;           /* first backoff when the server sent no retry; default 250 */
+    unsigned backoff_max_ms;       /* default 5000 */
+    int timeout_ms;                /* per request; default 60000 */
+    json_t *capabilities;          /* client capabilities (borrowed); default from callbacks */
+    json_t *roots;                 /* array of {uri, name} answered to roots/list (borrowed) */
+    const char *schema;            /* application DDL run in the state file at open (effect tables) */
+    tidemark_event_fn on_event;    /* every stream event, exactly once; may be NULL */
+    tidemark_server_request_fn on_request; /* sampling / elicitation; NULL = not supported */
+    void (*on_notification)(json_t *message, void *ud); /* notifications, after dispatch */
+    void *ud;
+} tidemark_client_config_t;
+
+/* Fill a config with the defaults. */
+void tidemark_client_config_init(tidemark_client_config_t *cfg);
+/* Create a client; opens its state. OUT client (tidemark_client_free). */
+int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **client);
+/*
+ * Start the session: reuse the one in the state file (then resume its open
+ * streams from their cursors) or initialize a new one. OUT err (optional):
+ * a typed error object {code, message, data:{reason}} on failure.
+ */
+int tidemark_client_connect(tidemark_client_t *c, json_t **err);
+/* The session id, the negotiated protocol version (after connect). */
+const char *tidemark_client_session(const tidemark_client_t *c);
+const char *tidemark_client_protocol_version(const tidemark_client_t *c);
+/* The server's initialize result (borrowed). */
+json_t *tidemark_client_server_info(const tidemark_client_t *c);
+
+/*
+ * Send a request and wait for its response. OUT result: the result object,
+ * or on TIDEMARK_EPEER the JSON-RPC error object; on other failures a typed
+ * error {code, message, data:{reason}} when one is known.
+ */
+int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
+                            tidemark_progress_fn progress, void *progress_ud, json_t **result);
+/* tools/call with arguments (borrowed, may be NULL). */
+int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
+                              tidemark_progress_fn progress, void *ud, json_t **result);
+/* Collect every page of a list method ("tools/list", ...): OUT items array. */
+int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field,
+                         json_t **items);
+/*
+ * After a crash: resume every request the state file says is outstanding,
+ * each from its stream's cursor (or re-sent when no event of it was ever
+ * received), until each has its answer. OUT results: array of
+ * {id, result} / {id, error}.
+ */
+int tidemark_client_resume(tidemark_client_t *c, json_t **results);
+/* Send a notification. */
+int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params);
+/*
+ * Open the standalone GET stream and deliver its events until stop_after_ms
+ * passes (0 = until tidemark_client_stop) or the stream ends for good.
+ */
+int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
+/* Make listen() and pending waits return (thread-safe). */
+void tidemark_client_stop(tidemark_client_t *c);
+/* End the session on the server (DELETE) and forget it in the state. */
+int tidemark_client_end_session(tidemark_client_t *c);
+/* Stop the I/O thread and free. The session stays resumable from the state. */
+void tidemark_client_free(tidemark_client_t *c);
+
+/* Read the application's tables in the state file: OUT rows, an array of
+ * objects (caller decrefs). */
+int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
+                          size_t nargs, json_t **rows);
+
+/* Run one SQL statement in the client-state transaction (the effect's rows). */
+int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

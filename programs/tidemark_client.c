@@ -1,0 +1,315 @@
+/*
+ * tidemark-client - a command-line MCP client over libtidemark.
+ *
+ *   tidemark-client [options] URL COMMAND [ARGS...]
+ *
+ * Exit codes: 0 success; 1 the server answered with an error (JSON-RPC
+ * error, or a tool result with isError); 2 usage; 3 transport failure
+ * (cannot connect, reconnects exhausted, timeout); 4 the resumption
+ * validator refused a stream (gap, duplicate, inconsistent log: never a
+ * silent resume); 5 the session was lost (404).
+ */
+#include "tidemark/client.h"
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int json_out;
+static int quiet;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: tidemark-client [options] URL COMMAND [ARGS...]\n"
+            "\n"
+            "Commands:\n"
+            "  tools                      list the tools\n"
+            "  call NAME [key=value...]   call a tool (values that parse as JSON are JSON)\n"
+            "  resources                  list resources and resource templates\n"
+            "  read URI                   read a resource\n"
+            "  prompts                    list prompts\n"
+            "  prompt NAME [key=value...] get a prompt\n"
+            "  listen [SECONDS]           print the standalone stream's notifications\n"
+            "  resume                     finish requests a killed client left outstanding\n"
+            "  end                        end the session (DELETE)\n"
+            "  effects                    print the recorded effects (with --record-effects)\n"
+            "\n"
+            "Options:\n"
+            "  --state FILE               durable client state (session, cursors, dispatch log);\n"
+            "                             the same file after a crash resumes the same session\n"
+            "  --json                     print JSON results\n"
+            "  --args JSON                tool/prompt arguments as one JSON object\n"
+            "  --persist MODE             atomic (default) | cursor_after_dispatch |\n"
+            "                             cursor_before_dispatch\n"
+            "  --idempotent-handlers      suppress replayed events instead of failing closed\n"
+            "  --record-effects           record every dispatched event in the state file's\n"
+            "                             table effects(event_id, stream, seq, body): the\n"
+            "                             application effect the persistence modes protect\n"
+            "  --timeout MS               per-request timeout (default 60000)\n"
+            "  --quiet                    no progress on stderr\n"
+            "  --help\n"
+            "\n"
+            "Exit codes: 0 ok, 1 error answer, 2 usage, 3 transport, 4 validator refused a\n"
+            "stream, 5 session lost.\n");
+}
+
+static int exit_code(int rc, json_t *res)
+{
+    if (rc == 0)
+        return json_is_true(json_object_get(res, "isError")) ? 1 : 0;
+    const char *reason = json_string_value(json_object_get(json_object_get(res, "data"), "reason"));
+    if (reason && (!strcmp(reason, "resumption_gap") || !strcmp(reason, "duplicate_effect") ||
+                   !strcmp(reason, "dispatch_log_inconsistent") ||
+                   !strcmp(reason, "replay_not_monotonic")))
+        return 4;
+    if (reason && !strcmp(reason, "session_lost"))
+        return 5;
+    if (rc == TIDEMARK_EPEER)
+        return 1;
+    return 3;
+}
+
+static void print_json(json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static void on_progress(double p, double total, const char *msg, void *ud)
+{
+    (void)ud;
+    if (quiet)
+        return;
+    if (total >= 0)
+        fprintf(stderr, "progress %g/%g%s%s\n", p, total, msg ? " " : "", msg ? msg : "");
+    else
+        fprintf(stderr, "progress %g%s%s\n", p, msg ? " " : "", msg ? msg : "");
+}
+
+static int record_effect(tidemark_txn_t *txn, const tidemark_event_t *ev, void *ud)
+{
+    (void)ud;
+    char seq[32];
+    snprintf(seq, sizeof seq, "%llu", (unsigned long long)ev->seq);
+    char *body = json_dumps(ev->message, JSON_COMPACT);
+    const char *a[4] = {ev->id, ev->stream, seq, body};
+    int rc = tidemark_txn_exec(txn, "INSERT INTO effects(event_id, stream, seq, body) VALUES(?1, ?2, ?3, ?4)",
+                               a, 4);
+    free(body);
+    return rc;
+}
+
+static void on_notification(json_t *msg, void *ud)
+{
+    (void)ud;
+    const char *m = json_string_value(json_object_get(msg, "method"));
+    if (!m || !strcmp(m, "notifications/progress"))
+        return;
+    char *s = json_dumps(msg, JSON_COMPACT);
+    if (s)
+        fprintf(json_out ? stdout : stderr, "%s\n", s);
+    free(s);
+}
+
+/* Answer sampling and elicitation from the terminal-less CLI: decline. */
+static int on_request(const char *method, json_t *params, json_t **result, void *ud)
+{
+    (void)params, (void)ud;
+    if (!strcmp(method, "elicitation/create")) {
+        *result = json_pack("{s:s}", "action", "decline");
+        return 0;
+    }
+    return TIDEMARK_ENOTSUP;
+}
+
+/* key=value pairs; a value that parses as JSON is taken as JSON. */
+static json_t *kv_args(int argc, char **argv)
+{
+    json_t *o = json_object();
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) {
+            json_decref(o);
+            return NULL;
+        }
+        *eq = '\0';
+        json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+        json_object_set_new(o, argv[i], v ? v : json_string(eq + 1));
+    }
+    return o;
+}
+
+static tidemark_client_t *g_client;
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_client)
+        tidemark_client_stop(g_client);
+}
+
+int main(int argc, char **argv)
+{
+    const char *state = NULL, *args_json = NULL;
+    tidemark_client_config_t cfg;
+    tidemark_client_config_init(&cfg);
+    int record = 0;
+    static const struct option opts[] = {
+        {"state", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
+        {"args", required_argument, 0, 'a'},  {"persist", required_argument, 0, 'p'},
+        {"idempotent-handlers", no_argument, 0, 'i'}, {"record-effects", no_argument, 0, 'r'},
+        {"timeout", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        switch (o) {
+        case 's': state = optarg; break;
+        case 'j': json_out = 1; break;
+        case 'a': args_json = optarg; break;
+        case 'p':
+            if (!strcmp(optarg, "atomic")) cfg.persist = TIDEMARK_PERSIST_ATOMIC;
+            else if (!strcmp(optarg, "cursor_after_dispatch")) cfg.persist = TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH;
+            else if (!strcmp(optarg, "cursor_before_dispatch")) cfg.persist = TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH;
+            else { fprintf(stderr, "tidemark-client: unknown --persist %s\n", optarg); return 2; }
+            break;
+        case 'i': cfg.idempotent_handlers = 1; break;
+        case 'r': record = 1; break;
+        case 't': cfg.timeout_ms = atoi(optarg); break;
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (argc - optind < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *url = argv[optind], *cmd = argv[optind + 1];
+    char **rest = argv + optind + 2;
+    int nrest = argc - optind - 2;
+    cfg.url = url;
+    cfg.state_path = state;
+    cfg.on_notification = on_notification;
+    cfg.on_request = on_request;
+    if (record) {
+        cfg.on_event = record_effect;
+        cfg.schema = "CREATE TABLE IF NOT EXISTS effects(n INTEGER PRIMARY KEY, event_id TEXT, "
+                     "stream TEXT, seq INTEGER, body TEXT)";
+    }
+    tidemark_client_t *c;
+    int rc = tidemark_client_new(&cfg, &c);
+    if (rc) {
+        fprintf(stderr, "tidemark-client: %s\n", tidemark_strerror(rc));
+        return 3;
+    }
+    g_client = c;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    json_t *res = NULL;
+    rc = strcmp(cmd, "effects") ? tidemark_client_connect(c, &res) : 0;
+    if (rc) {
+        fprintf(stderr, "tidemark-client: connect: %s\n", tidemark_strerror(rc));
+        if (res)
+            print_json(res);
+        int code = exit_code(rc, res);
+        json_decref(res);
+        tidemark_client_free(c);
+        return code;
+    }
+    int named = !strcmp(cmd, "call") || !strcmp(cmd, "prompt");
+    json_t *args = args_json ? json_loads(args_json, 0, NULL)
+                   : named && nrest >= 1 ? kv_args(nrest - 1, rest + 1) : json_object();
+    if (!args) {
+        fprintf(stderr, "tidemark-client: arguments must be key=value or --args JSON\n");
+        tidemark_client_free(c);
+        return 2;
+    }
+    if (!strcmp(cmd, "tools")) {
+        rc = tidemark_client_list(c, "tools/list", "tools", &res);
+        if (!rc && !json_out) {
+            size_t i;
+            json_t *t;
+            json_array_foreach(res, i, t) printf("%-30s %s\n", json_string_value(json_object_get(t, "name")),
+                                                  json_string_value(json_object_get(t, "description")) ? json_string_value(json_object_get(t, "description")) : "");
+        } else {
+            print_json(res);
+        }
+    } else if (!strcmp(cmd, "call") && nrest >= 1) {
+        rc = tidemark_client_call_tool(c, rest[0], args, on_progress, NULL, &res);
+        if (json_out || rc) {
+            print_json(res);
+        } else {
+            size_t i;
+            json_t *item;
+            json_array_foreach(json_object_get(res, "content"), i, item) {
+                const char *text = json_string_value(json_object_get(item, "text"));
+                if (text)
+                    puts(text);
+                else
+                    print_json(item);
+            }
+        }
+    } else if (!strcmp(cmd, "resources")) {
+        json_t *tpl = NULL;
+        rc = tidemark_client_list(c, "resources/list", "resources", &res);
+        if (!rc)
+            rc = tidemark_client_list(c, "resources/templates/list", "resourceTemplates", &tpl);
+        if (!rc) {
+            json_t *all = json_pack("{s:O,s:O}", "resources", res, "resourceTemplates", tpl);
+            print_json(all);
+            json_decref(all);
+        } else {
+            print_json(tpl ? tpl : res);
+        }
+        json_decref(tpl);
+    } else if (!strcmp(cmd, "read") && nrest == 1) {
+        json_t *p = json_pack("{s:s}", "uri", rest[0]);
+        rc = tidemark_client_request(c, "resources/read", p, NULL, NULL, &res);
+        json_decref(p);
+        print_json(res);
+    } else if (!strcmp(cmd, "prompts")) {
+        rc = tidemark_client_list(c, "prompts/list", "prompts", &res);
+        print_json(res);
+    } else if (!strcmp(cmd, "prompt") && nrest >= 1) {
+        json_t *p = json_pack("{s:s,s:O}", "name", rest[0], "arguments", args);
+        rc = tidemark_client_request(c, "prompts/get", p, NULL, NULL, &res);
+        json_decref(p);
+        print_json(res);
+    } else if (!strcmp(cmd, "listen")) {
+        rc = tidemark_client_listen(c, nrest ? atoi(rest[0]) * 1000 : 0);
+    } else if (!strcmp(cmd, "resume")) {
+        rc = tidemark_client_resume(c, &res);
+        print_json(res);
+        size_t i;
+        json_t *e;
+        json_t *first_err = NULL;
+        json_array_foreach(res, i, e) if (!first_err && json_object_get(e, "error"))
+            first_err = json_incref(json_object_get(e, "error"));
+        if (rc == 0 && first_err) {
+            /* Exit with the first failure's code (typed reasons map to 4, 5). */
+            rc = json_object_get(json_object_get(first_err, "data"), "reason") ? TIDEMARK_EPROTO
+                                                                                  : TIDEMARK_EPEER;
+            json_decref(res);
+            res = first_err;
+        } else {
+            json_decref(first_err);
+        }
+    } else if (!strcmp(cmd, "effects")) {
+        rc = tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
+                                      "GROUP BY event_id ORDER BY stream, seq", NULL, 0, &res);
+        print_json(res);
+    } else if (!strcmp(cmd, "end")) {
+        rc = tidemark_client_end_session(c);
+    } else {
+        usage(stderr);
+        rc = -100;
+    }
+    int code = rc == -100 ? 2 : exit_code(rc, res);
+    json_decref(res);
+    json_decref(args);
+    tidemark_client_free(c);
+    return code;
+}

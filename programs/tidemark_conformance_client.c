@@ -1,0 +1,184 @@
+/*
+ * tidemark-conformance-client - the client side of the official MCP
+ * conformance suite (@modelcontextprotocol/conformance), over libtidemark.
+ *
+ *   tidemark-conformance-client [--scenario NAME] URL
+ *
+ * The suite's runner starts its scenario server, then runs this program with
+ * the server URL as the last argument and the scenario's name in the
+ * environment variable MCP_CONFORMANCE_SCENARIO (--scenario overrides it).
+ * What the program does per scenario:
+ *
+ *   initialize                          connect (initialize + initialized), list tools
+ *   tools_call                          connect, list tools, call add_numbers {a:5, b:3}
+ *   elicitation-sep1034-client-defaults connect, call test_client_elicitation_defaults;
+ *                                       the elicitation is accepted with empty content,
+ *                                       the library fills in the schema's defaults
+ *   sse-retry                           connect, call test_reconnection; the server cuts
+ *                                       the call's stream after a priming event with
+ *                                       retry: 500, the library resumes with GET +
+ *                                       Last-Event-ID after exactly that delay
+ *   anything else                       connect and list tools
+ *
+ * Exit codes: 0 the scenario ran through; 1 a step failed; 2 usage.
+ */
+#include "tidemark/client.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prog = "tidemark-conformance-client";
+
+static void print_json(const char *what, json_t *v)
+{
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    fprintf(stderr, "%s: %s: %s\n", prog, what, s ? s : "(none)");
+    free(s);
+}
+
+/*
+ * Requests from the server. An elicitation is accepted with no fields of its
+ * own: the library applies the requested schema's defaults (SEP-1034), which
+ * is what the elicitation-defaults scenario checks. Sampling is answered with
+ * a fixed text so a scenario that samples gets a well-formed result.
+ */
+static int on_request(const char *method, json_t *params, json_t **result, void *ud)
+{
+    (void)params, (void)ud;
+    fprintf(stderr, "%s: server request %s\n", prog, method);
+    if (!strcmp(method, "elicitation/create")) {
+        *result = json_pack("{s:s,s:{}}", "action", "accept", "content");
+        return *result ? 0 : TIDEMARK_ENOMEM;
+    }
+    if (!strcmp(method, "sampling/createMessage")) {
+        *result = json_pack("{s:s,s:{s:s,s:s},s:s,s:s}", "role", "assistant", "content", "type",
+                            "text", "text", "This is a response from the conformance client.",
+                            "model", "tidemark-conformance", "stopReason", "endTurn");
+        return *result ? 0 : TIDEMARK_ENOMEM;
+    }
+    return TIDEMARK_ENOTSUP;
+}
+
+static void on_notification(json_t *msg, void *ud)
+{
+    (void)ud;
+    print_json("notification", msg);
+}
+
+/* The tool's result, printed; 0 unless the call failed or returned isError. */
+static int call_tool(tidemark_client_t *c, const char *name, json_t *args)
+{
+    json_t *res = NULL;
+    int rc = tidemark_client_call_tool(c, name, args, NULL, NULL, &res);
+    if (rc) {
+        fprintf(stderr, "%s: tools/call %s: %s\n", prog, name, tidemark_strerror(rc));
+        print_json("error", res);
+        json_decref(res);
+        return 1;
+    }
+    print_json(name, res);
+    int is_error = json_is_true(json_object_get(res, "isError"));
+    json_decref(res);
+    return is_error ? 1 : 0;
+}
+
+static int list_tools(tidemark_client_t *c)
+{
+    json_t *tools = NULL;
+    int rc = tidemark_client_list(c, "tools/list", "tools", &tools);
+    if (rc) {
+        fprintf(stderr, "%s: tools/list: %s\n", prog, tidemark_strerror(rc));
+        print_json("error", tools);
+        json_decref(tools);
+        return 1;
+    }
+    fprintf(stderr, "%s: %zu tool(s)\n", prog, json_array_size(tools));
+    json_decref(tools);
+    return 0;
+}
+
+static int run_scenario(tidemark_client_t *c, const char *scenario)
+{
+    if (!strcmp(scenario, "tools_call")) {
+        if (list_tools(c))
+            return 1;
+        json_t *args = json_pack("{s:i,s:i}", "a", 5, "b", 3);
+        int rc = call_tool(c, "add_numbers", args);
+        json_decref(args);
+        return rc;
+    }
+    if (!strcmp(scenario, "elicitation-sep1034-client-defaults")) {
+        if (list_tools(c))
+            return 1;
+        return call_tool(c, "test_client_elicitation_defaults", NULL);
+    }
+    if (!strcmp(scenario, "sse-retry")) {
+        if (list_tools(c))
+            return 1;
+        return call_tool(c, "test_reconnection", NULL);
+    }
+    /* initialize, and scenarios this program has no script for. */
+    return list_tools(c);
+}
+
+int main(int argc, char **argv)
+{
+    const char *scenario = getenv("MCP_CONFORMANCE_SCENARIO");
+    const char *url = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--scenario") && i + 1 < argc) {
+            scenario = argv[++i];
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("Usage: %s [--scenario NAME] URL\n"
+                   "  The scenario defaults to $MCP_CONFORMANCE_SCENARIO.\n", prog);
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "%s: unknown option %s\n", prog, argv[i]);
+            return 2;
+        } else {
+            url = argv[i]; /* the runner appends the URL last */
+        }
+    }
+    if (!url) {
+        fprintf(stderr, "Usage: %s [--scenario NAME] URL\n", prog);
+        return 2;
+    }
+    if (!scenario || !scenario[0])
+        scenario = "initialize";
+    fprintf(stderr, "%s: scenario %s, server %s\n", prog, scenario, url);
+
+    tidemark_client_config_t cfg;
+    tidemark_client_config_init(&cfg);
+    cfg.url = url;
+    cfg.state_path = NULL; /* in memory: every run is a fresh session */
+    cfg.name = "tidemark-conformance-client";
+    cfg.timeout_ms = 20000; /* inside the runner's 30 s */
+    cfg.on_request = on_request;
+    cfg.on_notification = on_notification;
+
+    tidemark_client_t *c = NULL;
+    int rc = tidemark_client_new(&cfg, &c);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", prog, tidemark_strerror(rc));
+        return 1;
+    }
+    json_t *err = NULL;
+    rc = tidemark_client_connect(c, &err);
+    if (rc) {
+        fprintf(stderr, "%s: connect: %s\n", prog, tidemark_strerror(rc));
+        print_json("error", err);
+        json_decref(err);
+        tidemark_client_free(c);
+        return 1;
+    }
+    fprintf(stderr, "%s: connected, protocol %s, session %s\n", prog,
+            tidemark_client_protocol_version(c),
+            tidemark_client_session(c) ? tidemark_client_session(c) : "(none)");
+    int code = run_scenario(c, scenario);
+    /* End the session where the server gave one; its answer does not matter. */
+    if (tidemark_client_session(c))
+        tidemark_client_end_session(c);
+    tidemark_client_free(c);
+    fprintf(stderr, "%s: %s\n", prog, code ? "FAILED" : "done");
+    return code;
+}

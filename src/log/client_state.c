@@ -1,0 +1,273 @@
+/* client_state.c - durable client state in SQLite; see client_state.h. */
+#include "client_state.h"
+#include "sqlite_util.h"
+#include "../base/clock.h"
+#include "tidemark/tidemark.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const schema_sql =
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+    "CREATE TABLE IF NOT EXISTS tmc_meta(k TEXT PRIMARY KEY, v INTEGER) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tmc_session(k INTEGER PRIMARY KEY CHECK (k = 1), url TEXT,"
+    " id TEXT, version TEXT, server TEXT);"
+    "CREATE TABLE IF NOT EXISTS tmc_cursor(stream TEXT PRIMARY KEY, event_id TEXT NOT NULL,"
+    " seq INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tmc_dispatch(event_id TEXT PRIMARY KEY, stream TEXT NOT NULL,"
+    " seq INTEGER NOT NULL, state INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS tmc_dispatch_stream ON tmc_dispatch(stream, seq);"
+    "CREATE TABLE IF NOT EXISTS tmc_outstanding(request_id INTEGER PRIMARY KEY, method TEXT,"
+    " params TEXT, sent_ms INTEGER, stream TEXT, idem_key TEXT);"
+    "INSERT OR IGNORE INTO tmc_meta(k, v) VALUES('next_request_id', 1);";
+
+struct tm_cstate {
+    sqlite3 *db;
+    pthread_mutex_t mu; /* held for a whole transaction */
+};
+
+int tm_cstate_open(const char *path, const char *schema, tm_cstate **out)
+{
+    tm_cstate *st = calloc(1, sizeof *st);
+    if (!st)
+        return TIDEMARK_ENOMEM;
+    if (sqlite3_open_v2(path ? path : ":memory:", &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK) {
+        sqlite3_close(st->db);
+        free(st);
+        return TIDEMARK_EIO;
+    }
+    sqlite3_busy_timeout(st->db, 10000);
+    if (sqlite3_exec(st->db, schema_sql, NULL, NULL, NULL) != SQLITE_OK ||
+        (schema && sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)) {
+        sqlite3_close(st->db);
+        free(st);
+        return TIDEMARK_EIO;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    *out = st;
+    return 0;
+}
+
+void tm_cstate_close(tm_cstate *st)
+{
+    if (!st)
+        return;
+    sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+sqlite3 *tm_cstate_db(tm_cstate *st) { return st->db; }
+
+int tm_cstate_begin(tm_cstate *st)
+{
+    pthread_mutex_lock(&st->mu);
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        pthread_mutex_unlock(&st->mu);
+        return TIDEMARK_EIO;
+    }
+    return 0;
+}
+
+int tm_cstate_commit(tm_cstate *st)
+{
+    int rc = sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    pthread_mutex_unlock(&st->mu);
+    return tm_sqlite_err(rc);
+}
+
+void tm_cstate_rollback(tm_cstate *st)
+{
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* One statement outside a transaction, under the mutex. */
+static int exec1(tm_cstate *st, const char *sql, const char *const *args, size_t n)
+{
+    pthread_mutex_lock(&st->mu);
+    int rc = tm_sqlite_exec_args(st->db, sql, args, n);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static char *col_dup(sqlite3_stmt *s, int i)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+int tm_cstate_session_get(tm_cstate *st, char **url, char **id, char **version, char **server)
+{
+    *url = *id = *version = *server = NULL;
+    pthread_mutex_lock(&st->mu);
+    sqlite3_stmt *s;
+    int rc = TIDEMARK_ENOTFOUND;
+    if (sqlite3_prepare_v2(st->db, "SELECT url, id, version, server FROM tmc_session WHERE k = 1", -1,
+                           &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            *url = col_dup(s, 0);
+            *id = col_dup(s, 1);
+            *version = col_dup(s, 2);
+            *server = col_dup(s, 3);
+            rc = 0;
+        }
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+int tm_cstate_session_set(tm_cstate *st, const char *url, const char *id, const char *version,
+                          const char *server)
+{
+    const char *a[4] = {url, id, version, server};
+    return exec1(st, "INSERT OR REPLACE INTO tmc_session(k, url, id, version, server) "
+                     "VALUES(1, ?1, ?2, ?3, ?4)", a, 4);
+}
+
+int tm_cstate_session_clear(tm_cstate *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int rc = sqlite3_exec(st->db,
+                          "BEGIN; DELETE FROM tmc_session; DELETE FROM tmc_cursor;"
+                          " DELETE FROM tmc_dispatch; DELETE FROM tmc_outstanding; COMMIT;",
+                          NULL, NULL, NULL);
+    pthread_mutex_unlock(&st->mu);
+    return tm_sqlite_err(rc);
+}
+
+int64_t tm_cstate_next_request_id(tm_cstate *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int64_t id = -1;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db,
+                           "UPDATE tmc_meta SET v = v + 1 WHERE k = 'next_request_id' RETURNING v - 1",
+                           -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            id = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return id;
+}
+
+int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT event_id, seq FROM tmc_cursor WHERE stream = ?1", -1, &s,
+                           NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        snprintf(out->event_id, sizeof out->event_id, "%s", sqlite3_column_text(s, 0));
+        out->seq = (uint64_t)sqlite3_column_int64(s, 1);
+        out->known = 1;
+    }
+    sqlite3_finalize(s);
+    return 0;
+}
+
+int tm_cstate_cursor_set(tm_cstate *st, const char *stream, const char *event_id, uint64_t seq)
+{
+    char q[32];
+    snprintf(q, sizeof q, "%llu", (unsigned long long)seq);
+    const char *a[3] = {stream, event_id, q};
+    return tm_sqlite_exec_args(st->db,
+                               "INSERT OR REPLACE INTO tmc_cursor(stream, event_id, seq) "
+                               "VALUES(?1, ?2, ?3)", a, 3);
+}
+
+int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id)
+{
+    sqlite3_stmt *s;
+    int state = TM_DISPATCH_NONE;
+    if (sqlite3_prepare_v2(st->db, "SELECT state FROM tmc_dispatch WHERE event_id = ?1", -1, &s,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, event_id, -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW)
+            state = sqlite3_column_int(s, 0);
+        sqlite3_finalize(s);
+    }
+    return state;
+}
+
+uint64_t tm_cstate_last_dispatched(tm_cstate *st, const char *stream)
+{
+    sqlite3_stmt *s;
+    uint64_t seq = 0;
+    if (sqlite3_prepare_v2(st->db, "SELECT MAX(seq) FROM tmc_dispatch WHERE stream = ?1", -1, &s,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW)
+            seq = (uint64_t)sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    return seq;
+}
+
+int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stream, uint64_t seq,
+                           int state)
+{
+    char q[32], z[8];
+    snprintf(q, sizeof q, "%llu", (unsigned long long)seq);
+    snprintf(z, sizeof z, "%d", state);
+    const char *a[4] = {event_id, stream, q, z};
+    return tm_sqlite_exec_args(st->db,
+                               "INSERT OR REPLACE INTO tmc_dispatch(event_id, stream, seq, state) "
+                               "VALUES(?1, ?2, ?3, ?4)", a, 4);
+}
+
+int tm_cstate_outstanding_add(tm_cstate *st, int64_t id, const char *method, const char *params,
+                              const char *idem_key)
+{
+    char i[32], t[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    snprintf(t, sizeof t, "%lld", (long long)tm_wall_ms());
+    const char *a[5] = {i, method, params, t, idem_key};
+    return exec1(st, "INSERT OR REPLACE INTO tmc_outstanding(request_id, method, params, sent_ms, "
+                     "idem_key) VALUES(?1, ?2, ?3, ?4, ?5)", a, 5);
+}
+
+int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[2] = {i, stream};
+    return exec1(st, "UPDATE tmc_outstanding SET stream = ?2 WHERE request_id = ?1", a, 2);
+}
+
+int tm_cstate_outstanding_done(tm_cstate *st, int64_t id)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[1] = {i};
+    return exec1(st, "DELETE FROM tmc_outstanding WHERE request_id = ?1", a, 1);
+}
+
+int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows)
+{
+    pthread_mutex_lock(&st->mu);
+    int rc = tm_sqlite_query_json(st->db,
+                                  "SELECT request_id, method, params, stream, idem_key FROM "
+                                  "tmc_outstanding ORDER BY request_id",
+                                  NULL, 0, rows);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+int tm_cstate_query(tm_cstate *st, const char *sql, const char *const *args, size_t nargs,
+                    json_t **rows)
+{
+    pthread_mutex_lock(&st->mu);
+    int rc = tm_sqlite_query_json(st->db, sql, args, nargs, rows);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}

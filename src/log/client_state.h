@@ -1,0 +1,68 @@
+/*
+ * client_state.h - the client's durable state (DESIGN.md §7), in SQLite:
+ * the session, a cursor per stream, the dispatch log (event id -> processed
+ * | committed) and the outstanding requests. Thread-safe (one connection,
+ * one mutex); transactions are explicit so an application's effect, its
+ * dispatch row and the cursor can share one.
+ */
+#ifndef TM_CLIENT_STATE_H
+#define TM_CLIENT_STATE_H
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+typedef struct tm_cstate tm_cstate;
+
+enum { TM_DISPATCH_NONE = 0, TM_DISPATCH_PROCESSED = 1, TM_DISPATCH_COMMITTED = 2 };
+
+typedef struct tm_cursor {
+    char event_id[256];
+    uint64_t seq;     /* 0 for foreign ids */
+    int known;        /* a cursor is stored */
+} tm_cursor;
+
+/* Open (create) the state at path; NULL path = in memory. schema: optional
+ * application DDL. OUT st. */
+int tm_cstate_open(const char *path, const char *schema, tm_cstate **st);
+void tm_cstate_close(tm_cstate *st);
+/* The connection, for effects written through tidemark_txn_exec. Use only
+ * between tm_cstate_begin and commit/rollback. */
+sqlite3 *tm_cstate_db(tm_cstate *st);
+
+/* Session: OUT strings are copies (free()); NULL when none stored. */
+int tm_cstate_session_get(tm_cstate *st, char **url, char **id, char **version, char **server);
+int tm_cstate_session_set(tm_cstate *st, const char *url, const char *id, const char *version,
+                          const char *server);
+/* Forget the session with its cursors, dispatch log and outstanding requests. */
+int tm_cstate_session_clear(tm_cstate *st);
+/* A request id never used before in this state (survives restarts). */
+int64_t tm_cstate_next_request_id(tm_cstate *st);
+
+/* Transactions (a recursive-free mutex is held from begin to end). */
+int tm_cstate_begin(tm_cstate *st);
+int tm_cstate_commit(tm_cstate *st);
+void tm_cstate_rollback(tm_cstate *st);
+
+/* Inside a transaction. */
+int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out);
+int tm_cstate_cursor_set(tm_cstate *st, const char *stream, const char *event_id, uint64_t seq);
+/* State of an event in the dispatch log (TM_DISPATCH_*). */
+int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id);
+/* Highest seq dispatched (processed or committed) on a stream, 0 if none. */
+uint64_t tm_cstate_last_dispatched(tm_cstate *st, const char *stream);
+int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stream, uint64_t seq,
+                           int state);
+
+/* Read application tables (outside a transaction). OUT rows. */
+int tm_cstate_query(tm_cstate *st, const char *sql, const char *const *args, size_t nargs,
+                    json_t **rows);
+
+/* Outstanding requests (outside or inside a transaction). */
+int tm_cstate_outstanding_add(tm_cstate *st, int64_t id, const char *method, const char *params,
+                              const char *idem_key);
+int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream);
+int tm_cstate_outstanding_done(tm_cstate *st, int64_t id);
+/* OUT rows: array of {request_id, method, params, stream, idem_key}. */
+int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows);
+
+#endif

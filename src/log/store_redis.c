@@ -1,0 +1,1592 @@
+/*
+ * store_redis.c - the event log on Redis Streams, shared by many nodes
+ * (DESIGN.md §3-§6). URI: redis://HOST:PORT[/DB].
+ *
+ * Redis is the only authority. Every mutation is one Lua script, so a seq is
+ * assigned, its entry written (XADD with the explicit id "<seq>-0"), the
+ * stream's bounds updated, retention applied with its trim record, a request
+ * record completed and a wake-up PUBLISHed in one atomic step inside Redis:
+ * the id is the store's on every node, and a node learns it only from the
+ * script's reply (commit, then emit).
+ *
+ * Keys ({session} is a hash tag: all of a session's keys share a slot):
+ *   tm:{S}:sess          hash: id, version, client, created_ms, last_seen_ms, next_r
+ *   tm:{S}:streams       set of stream names
+ *   tm:{S}:m:<name>      hash: head, first, closed, te (epoch of seq first-1)
+ *   tm:{S}:s:<name>      stream: entry "<seq>-0" {d: bytes, e: epoch, t: ms}
+ *   tm:{S}:q:<key>       hash: a request record (state, tool, stream, message,
+ *                        response, updated_ms, node)
+ *   tm:{S}:reqs          set of request keys (to delete them with the session)
+ *   tm:sessions          sorted set: session id by last_seen_ms (idle expiry)
+ *   tm:started           set of "<len(S)>:<S><key>" for every record still started
+ *   tm:w:<writer>        hash: op token -> result, for the writer's current batch
+ * Channel tm:<db>:commits carries "<writer> <seq> <stream> <session>".
+ *
+ * Threads. One writer thread owns the write connection and does group commit
+ * over the network: everything queued is sent as one pipeline of EVALSHA
+ * calls, then the append callbacks run, then the commit listener. Readers use
+ * a small pool of connections. One subscriber thread blocks on the channel
+ * (poll(), no busy loop) and wakes this node's readers for other nodes'
+ * commits.
+ *
+ * Lost replies. Each op carries a token (writer id, counter); a script records
+ * its result under the token in tm:w:<writer>. After a reconnect the writer
+ * resends the unanswered ops flagged as retries, and a retry whose token is
+ * recorded returns the recorded result instead of running again: a commit
+ * whose reply was lost is never duplicated. Ops that cannot say (expiry)
+ * fail with TIDEMARK_EIO. An outage longer than OUTAGE_MS fails the queued
+ * ops with TIDEMARK_EIO: nothing waits forever.
+ *
+ * Epochs. A new random epoch at every open, and a new one whenever a
+ * connection (re)connects to a Redis server whose run_id differs from the one
+ * seen before (restart, failover): events under the new server can never be
+ * taken for events the old one lost. Every entry stores its writer's epoch.
+ *
+ * Local state is a hint, never the truth: per stream the highest seq seen,
+ * the appends queued here, and whether a close is queued here. It gives
+ * append() its synchronous TIDEMARK_ENOTFOUND / TIDEMARK_ECLOSED, bounds()
+ * its "assigned", and emit_early its not-yet-durable tail. read(), bounds()
+ * and event_epoch() always ask Redis: another node may have written.
+ *
+ * Known limitations (see the report in docs/design.md):
+ *  - Atomic effects run on a private in-memory SQLite database, as in the
+ *    memory backend: they are neither shared between nodes nor atomic with
+ *    the Redis commit (a Redis failure after the effect leaves the effect);
+ *    cross-node atomic effects on Redis need effects expressed as Redis
+ *    commands inside the append script.
+ *  - "assigned" and emit_early predict seqs from this node's own appends;
+ *    exact when one node writes a stream (a request's POST stream). Under
+ *    emit_early the script refuses an append whose seq is not the predicted
+ *    one (TIDEMARK_EBUSY) rather than store it under another seq.
+ *  - requests_unfinished() lists records started by every node, live or not
+ *    (node leases are separate work).
+ *  - One Redis (primary); Redis Cluster is not supported (global keys).
+ *
+ * Lock order: c_mu before q_mu; e_mu and p_mu are leaves. Callbacks and the
+ * commit listener run with no store lock held.
+ */
+#include "store.h"
+#include "sqlite_util.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/map.h"
+#include "../base/metrics.h"
+#include "../base/random.h"
+#include "tidemark/tidemark.h"
+#include <hiredis/hiredis.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_MAX 8
+#define CONNECT_TIMEOUT_MS 1000
+#define CMD_TIMEOUT_MS 10000
+#define OUTAGE_MS 3000       /* a batch waits this long for Redis, then fails */
+#define BACKOFF_MIN_MS 20
+#define BACKOFF_MAX_MS 500
+#define BATCH_MAX 1024       /* ops per pipeline */
+#define READ_CHUNK 256       /* entries per XRANGE */
+#define EXPIRE_CHUNK 256     /* sessions per expiry script */
+#define TOUCH_EVERY_MS 5000
+#define CACHE_MAX 4096       /* stream entries kept before idle ones are dropped */
+#define SUB_PING_MS 5000     /* subscriber: ping an idle connection */
+#define SUB_DEAD_MS 15000    /* subscriber: nothing heard this long: reconnect */
+#define WKEY_TTL_MS 86400000 /* a dead writer's token hash goes away */
+
+#define XSTR(x) STR_(x)
+#define STR_(x) #x
+
+/* ---- Lua -------------------------------------------------------------------- */
+
+/* Shared helpers, prepended to every script. */
+static const char lua_helpers[] =
+    "local function now_ms()\n"
+    "  local t = redis.call('TIME')\n"
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "end\n"
+    "local function eid(seq) return string.format('%d-0', seq) end\n"
+    "local function eseq(id) return tonumber(string.match(id, '^(%d+)')) end\n"
+    "local function field(kv, name)\n"
+    "  for i = 1, #kv, 2 do if kv[i] == name then return kv[i + 1] end end\n"
+    "  return false\n"
+    "end\n"
+    /* Retention by count and age. The trim record (first, te) keeps a gap
+     * exact: te is the epoch of seq first-1, the last event trimmed. */
+    "local function trim(meta, sk, keep, maxage)\n"
+    "  local h = redis.call('HMGET', meta, 'head', 'first')\n"
+    "  local head, first = tonumber(h[1]), tonumber(h[2])\n"
+    "  local nf = first\n"
+    "  if keep > 0 and head - nf + 1 > keep then nf = head - keep + 1 end\n"
+    "  if maxage > 0 then\n"
+    "    local cutoff = now_ms() - maxage\n"
+    "    local more = true\n"
+    "    while more and nf <= head do\n"
+    "      local es = redis.call('XRANGE', sk, eid(nf), '+', 'COUNT', 128)\n"
+    "      if #es == 0 then break end\n"
+    "      for _, e in ipairs(es) do\n"
+    "        if tonumber(field(e[2], 't')) >= cutoff then more = false break end\n"
+    "        nf = eseq(e[1]) + 1\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  if nf <= first then return end\n"
+    "  local last = redis.call('XRANGE', sk, eid(nf - 1), eid(nf - 1))\n"
+    "  local te = ''\n"
+    "  if last[1] then te = field(last[1][2], 'e') or '' end\n"
+    "  redis.call('XTRIM', sk, 'MINID', eid(nf))\n"
+    "  redis.call('HSET', meta, 'first', nf, 'te', te)\n"
+    "end\n"
+    "local function del_session(id, sessions, started)\n"
+    "  local p = 'tm:{' .. id .. '}:'\n"
+    "  if redis.call('EXISTS', p .. 'sess') == 0 then return false end\n"
+    "  for _, n in ipairs(redis.call('SMEMBERS', p .. 'streams')) do\n"
+    "    redis.call('DEL', p .. 's:' .. n, p .. 'm:' .. n)\n"
+    "  end\n"
+    "  for _, k in ipairs(redis.call('SMEMBERS', p .. 'reqs')) do\n"
+    "    redis.call('DEL', p .. 'q:' .. k)\n"
+    "    redis.call('SREM', started, string.len(id) .. ':' .. id .. k)\n"
+    "  end\n"
+    "  redis.call('DEL', p .. 'sess', p .. 'streams', p .. 'reqs')\n"
+    "  redis.call('ZREM', sessions, id)\n"
+    "  return true\n"
+    "end\n";
+
+/* Scripts whose ARGV starts with (token hash, token, retry): a retry whose
+ * token has a recorded result returns it instead of running again. */
+#define LUA_TOKEN                                                                  \
+    "if ARGV[3] == '1' then\n"                                                     \
+    "  local r = redis.call('HGET', ARGV[1], ARGV[2])\n"                           \
+    "  if r then return {0, tonumber(r), 1} end\n"                                 \
+    "end\n"                                                                        \
+    "local function ok(v) redis.call('HSET', ARGV[1], ARGV[2], v) return {0, v} end\n"
+
+enum script {
+    SC_APPEND, SC_CLOSE, SC_OPEN, SC_SESS_CREATE, SC_SESS_TOUCH, SC_SESS_DELETE,
+    SC_REQ_BEGIN, SC_EXPIRE, SC_SWEEP, SC_COUNT
+};
+
+static const char *const lua_bodies[SC_COUNT] = {
+    /* SC_APPEND. KEYS meta, stream, started. ARGV token(1-3), 4 epoch,
+     * 5 data, 6 final, 7 keep, 8 max age, 9 expected seq (0: any), 10 request
+     * record key or '', 11 started member, 12 channel, 13 writer, 14 stream
+     * name, 15 session. */
+    [SC_APPEND] = LUA_TOKEN
+    "local meta, sk = KEYS[1], KEYS[2]\n"
+    "local h = redis.call('HMGET', meta, 'head', 'closed')\n"
+    "if not h[1] then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "if h[2] == '1' then return {" XSTR(TIDEMARK_ECLOSED) "} end\n"
+    "local seq = tonumber(h[1]) + 1\n"
+    "local expect = tonumber(ARGV[9])\n"
+    "if expect > 0 and expect ~= seq then return {" XSTR(TIDEMARK_EBUSY) ", seq - 1} end\n"
+    "local t = now_ms()\n"
+    "redis.call('XADD', sk, eid(seq), 'd', ARGV[5], 'e', ARGV[4], 't', t)\n"
+    "redis.call('HSET', meta, 'head', seq)\n"
+    "if ARGV[6] == '1' then redis.call('HSET', meta, 'closed', '1') end\n"
+    "if ARGV[10] ~= '' and redis.call('EXISTS', ARGV[10]) == 1 then\n"
+    "  redis.call('HSET', ARGV[10], 'state', '2', 'response', ARGV[5], 'updated_ms', t)\n"
+    "  redis.call('SREM', KEYS[3], ARGV[11])\n"
+    "end\n"
+    "trim(meta, sk, tonumber(ARGV[7]), tonumber(ARGV[8]))\n"
+    "redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', seq) .. ' ' ..\n"
+    "           ARGV[14] .. ' ' .. ARGV[15])\n"
+    "return ok(seq)\n",
+
+    /* SC_CLOSE (idempotent). KEYS meta. ARGV channel, writer, name, session. */
+    [SC_CLOSE] =
+    "local h = redis.call('HGET', KEYS[1], 'head')\n"
+    "if not h then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "redis.call('HSET', KEYS[1], 'closed', '1')\n"
+    "redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. h .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])\n"
+    "return {0, tonumber(h)}\n",
+
+    /* SC_OPEN: create the next POST stream (name '') or create / reopen the
+     * standalone one. KEYS sess, streams. ARGV token(1-3), 4 key prefix,
+     * 5 name. Returns n of r<n> (0 for "g"). */
+    [SC_OPEN] = LUA_TOKEN
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "local name, n = ARGV[5], 0\n"
+    "if name == '' then\n"
+    "  n = tonumber(redis.call('HGET', KEYS[1], 'next_r') or '1')\n"
+    "  redis.call('HSET', KEYS[1], 'next_r', n + 1)\n"
+    "  name = 'r' .. string.format('%d', n)\n"
+    "end\n"
+    "local meta = ARGV[4] .. 'm:' .. name\n"
+    "if redis.call('EXISTS', meta) == 1 then\n"
+    "  redis.call('HSET', meta, 'closed', '0')\n" /* reopened: seqs continue */
+    "else\n"
+    "  redis.call('HSET', meta, 'head', 0, 'first', 1, 'closed', '0', 'te', '')\n"
+    "  redis.call('SADD', KEYS[2], name)\n"
+    "end\n"
+    "return ok(n)\n",
+
+    /* SC_SESS_CREATE. KEYS sess, sessions. ARGV token(1-3), 4 id,
+     * 5 last_seen_ms, 6.. field/value pairs. */
+    [SC_SESS_CREATE] = LUA_TOKEN
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return {" XSTR(TIDEMARK_EEXIST) "} end\n"
+    "redis.call('HSET', KEYS[1], 'next_r', 1, unpack(ARGV, 6))\n"
+    "redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])\n"
+    "return ok(0)\n",
+
+    /* SC_SESS_TOUCH (idempotent). KEYS sess, sessions. ARGV ms, id. */
+    [SC_SESS_TOUCH] =
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "redis.call('HSET', KEYS[1], 'last_seen_ms', ARGV[1])\n"
+    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])\n"
+    "return {0, 0}\n",
+
+    /* SC_SESS_DELETE. KEYS sessions, started. ARGV token(1-3), 4 id. */
+    [SC_SESS_DELETE] = LUA_TOKEN
+    "if not del_session(ARGV[4], KEYS[1], KEYS[2]) then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "return ok(0)\n",
+
+    /* SC_REQ_BEGIN: HSETNX-like create. KEYS sess, record, started, reqs.
+     * ARGV token(1-3), 4 started member, 5 key, 6 ms, 7.. field/value pairs. */
+    [SC_REQ_BEGIN] = LUA_TOKEN
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return {" XSTR(TIDEMARK_EEXIST) "} end\n"
+    "redis.call('HSET', KEYS[2], 'state', '1', 'updated_ms', ARGV[6], unpack(ARGV, 7))\n"
+    "redis.call('SADD', KEYS[3], ARGV[4])\n"
+    "redis.call('SADD', KEYS[4], ARGV[5])\n"
+    "return ok(0)\n",
+
+    /* SC_EXPIRE. KEYS sessions, started. ARGV before_ms, limit. Returns ids. */
+    [SC_EXPIRE] =
+    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0,\n"
+    "                       tonumber(ARGV[2]))\n"
+    "for _, id in ipairs(ids) do del_session(id, KEYS[1], KEYS[2]) end\n"
+    "return ids\n",
+
+    /* SC_SWEEP: age retention of idle streams. KEYS meta1, stream1, ...
+     * ARGV max age. */
+    [SC_SWEEP] =
+    "for i = 1, #KEYS, 2 do\n"
+    "  if redis.call('EXISTS', KEYS[i]) == 1 then trim(KEYS[i], KEYS[i + 1], 0, tonumber(ARGV[1])) end\n"
+    "end\n"
+    "return {0}\n",
+};
+
+/* ---- local state ---------------------------------------------------------------- */
+
+/* emit_early: an event queued here, not yet durable. */
+typedef struct early {
+    uint64_t seq;
+    char *data; /* NULL while an effect may still replace the bytes */
+    size_t len;
+    struct early *next;
+} early;
+
+typedef struct rstream {
+    char *session, *name;
+    uint64_t known;        /* highest seq known to be durable */
+    uint64_t pending;      /* appends queued here, not yet answered */
+    int closing;           /* closed in Redis or a close/final queued here */
+    int close_pending;     /* closes/finals queued here, not yet answered */
+    early *early_head, *early_tail;
+} rstream;
+
+enum op_kind {
+    OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_DELETE, OP_REQ_BEGIN,
+    OP_EXPIRE, OP_BARRIER,
+};
+
+enum op_state { ST_TODO, ST_SENT, ST_DONE };
+
+typedef struct rop {
+    enum op_kind kind;
+    struct rop *next;
+    int sync, done, status;
+    enum op_state state;
+    int retry;             /* resend after a lost reply: the token decides */
+    int fx_done;           /* the effect ran (first attempt only) */
+    uint64_t ctr;          /* token counter */
+    char *session, *name;  /* name: stream, or NULL (next POST stream) */
+    uint64_t seq;          /* append: predicted, then durable. open: n */
+    uint64_t expect;       /* emit_early: the seq readers may have seen */
+    char *data;
+    size_t len;
+    unsigned flags;
+    char *request_key;
+    tm_effect_fn effect;
+    void *effect_ud;
+    char *fallback;
+    size_t fallback_len;
+    tm_append_cb cb;
+    void *cb_ud;
+    int64_t ms;
+    int64_t enq_us;
+    tm_session_rec srec;
+    tm_request_rec rrec;
+    char **ids;            /* OP_EXPIRE: sessions deleted */
+    size_t nids;
+} rop;
+
+typedef struct rstore {
+    tm_store base;
+    tm_store_options opt;
+    char *host;
+    int port, db;
+    char wid[17];          /* this writer: token namespace, ignores own wake-ups */
+    char wkey[32];
+    char channel[48];
+    char sha[SC_COUNT][41];
+
+    pthread_mutex_t e_mu;  /* server identity and base.epoch */
+    char run_id[64];
+
+    pthread_mutex_t c_mu;  /* local hints */
+    tm_map *streams;       /* "<len>:<session>/<name>" -> rstream */
+    tm_map *touched;       /* session -> int64_t last touch written */
+
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv, done_cv;
+    rop *q_head, *q_tail;
+    uint64_t next_ctr;
+    int stopping;
+    pthread_t writer;
+    redisContext *wc;
+    int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
+    int wkey_dirty;        /* tokens recorded by the previous batch */
+
+    pthread_mutex_t p_mu;
+    pthread_cond_t p_cv;
+    redisContext *pfree[POOL_MAX];
+    int npfree, npopen;
+
+    pthread_t sub;
+    int sub_started;
+    int wake[2];           /* pipe: tells the subscriber to stop */
+
+    pthread_mutex_t fx_mu;
+    sqlite3 *fx;
+} rstore;
+
+static char *dupn(const void *p, size_t n)
+{
+    char *o = malloc(n + 1);
+    if (o) {
+        if (n)
+            memcpy(o, p, n);
+        o[n] = '\0';
+    }
+    return o;
+}
+
+static char *dups(const char *s) { return s ? strdup(s) : NULL; }
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, f);
+    int n = vasprintf(&s, f, ap);
+    va_end(ap);
+    return n < 0 ? NULL : s;
+}
+
+static char *cache_key(const char *session, const char *name)
+{
+    return fmt("%zu:%s/%s", strlen(session), session, name);
+}
+
+static char *started_member(const char *session, const char *key)
+{
+    return fmt("%zu:%s%s", strlen(session), session, key);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static struct timeval ms_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* ---- command arguments --------------------------------------------------------- */
+
+#define ARGS_MAX 32
+
+typedef struct args {
+    int n, nheap, oom;
+    const char *v[ARGS_MAX];
+    size_t len[ARGS_MAX];
+    char *heap[ARGS_MAX];
+} args;
+
+static void arg_bin(args *a, const void *p, size_t n)
+{
+    if (a->n == ARGS_MAX) {
+        a->oom = 1;
+        return;
+    }
+    a->v[a->n] = p ? p : "";
+    a->len[a->n++] = p ? n : 0;
+}
+
+static void arg_str(args *a, const char *s) { arg_bin(a, s, s ? strlen(s) : 0); }
+
+/* A formatted argument the builder owns. */
+static void arg_fmt(args *a, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static void arg_fmt(args *a, const char *f, ...)
+{
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, f);
+    int n = vasprintf(&s, f, ap);
+    va_end(ap);
+    if (n < 0 || a->nheap == ARGS_MAX) {
+        if (n >= 0)
+            free(s);
+        a->oom = 1;
+        return;
+    }
+    a->heap[a->nheap++] = s;
+    arg_bin(a, s, (size_t)n);
+}
+
+static void args_free(args *a)
+{
+    for (int i = 0; i < a->nheap; i++)
+        free(a->heap[i]);
+    a->nheap = a->n = 0;
+}
+
+/* EVALSHA <script> <nkeys>, then the keys and arguments follow. */
+static void arg_eval(rstore *r, args *a, enum script sc, int nkeys)
+{
+    arg_str(a, "EVALSHA");
+    arg_str(a, r->sha[sc]);
+    arg_fmt(a, "%d", nkeys);
+}
+
+/* The token arguments of LUA_TOKEN scripts. */
+static void arg_token(rstore *r, args *a, const rop *o)
+{
+    arg_str(a, r->wkey);
+    arg_fmt(a, "%" PRIu64, o->ctr);
+    arg_str(a, o->retry ? "1" : "0");
+}
+
+/* ---- connections --------------------------------------------------------------- */
+
+static void current_epoch(rstore *r, char out[TM_EPOCH_LEN + 1])
+{
+    pthread_mutex_lock(&r->e_mu);
+    memcpy(out, r->base.epoch, TM_EPOCH_LEN + 1);
+    pthread_mutex_unlock(&r->e_mu);
+}
+
+/* A connection reached a server: if it is another server than the one seen
+ * before, whatever that one held may be lost or older here, so the seqs it
+ * assigns from now on need a new writer generation (DESIGN §3). */
+static void note_identity(rstore *r, const char *run_id)
+{
+    pthread_mutex_lock(&r->e_mu);
+    if (r->run_id[0] && strcmp(r->run_id, run_id) != 0) {
+        char old[TM_EPOCH_LEN + 1];
+        memcpy(old, r->base.epoch, sizeof old);
+        if (tm_random_hex(r->base.epoch, TM_EPOCH_LEN / 2) != 0)
+            memcpy(r->base.epoch, old, sizeof old);
+        TM_WARN("redis: server identity changed (run_id %s -> %s): epoch %s -> %s", r->run_id,
+                run_id, old, r->base.epoch);
+    }
+    snprintf(r->run_id, sizeof r->run_id, "%s", run_id);
+    pthread_mutex_unlock(&r->e_mu);
+}
+
+static int reply_ok(redisReply *rep)
+{
+    int ok = rep && rep->type != REDIS_REPLY_ERROR;
+    freeReplyObject(rep);
+    return ok;
+}
+
+/* Connect, select the database, and check the server's identity. */
+static redisContext *conn_open(rstore *r)
+{
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, ms_tv(CONNECT_TIMEOUT_MS));
+    if (!c || c->err) {
+        TM_DEBUG("redis: connect %s:%d: %s", r->host, r->port, c ? c->errstr : "out of memory");
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, ms_tv(CMD_TIMEOUT_MS));
+    redisEnableKeepAlive(c);
+    if (r->db && !reply_ok(redisCommand(c, "SELECT %d", r->db)))
+        goto fail;
+    redisReply *info = redisCommand(c, "INFO server");
+    if (!info || info->type != REDIS_REPLY_STRING) {
+        freeReplyObject(info);
+        goto fail;
+    }
+    char run_id[64] = "";
+    const char *p = strstr(info->str, "run_id:");
+    if (p)
+        sscanf(p + 7, "%63[0-9a-zA-Z]", run_id);
+    freeReplyObject(info);
+    if (!run_id[0])
+        goto fail;
+    note_identity(r, run_id);
+    return c;
+fail:
+    TM_DEBUG("redis: %s:%d: setup failed: %s", r->host, r->port, c->err ? c->errstr : "error reply");
+    redisFree(c);
+    return NULL;
+}
+
+/* Load every script on c (a restarted server has none). */
+static int load_scripts(rstore *r, redisContext *c)
+{
+    for (int i = 0; i < SC_COUNT; i++) {
+        size_t n = sizeof lua_helpers - 1 + strlen(lua_bodies[i]);
+        char *src = malloc(n + 1);
+        if (!src)
+            return TIDEMARK_ENOMEM;
+        memcpy(src, lua_helpers, sizeof lua_helpers - 1);
+        memcpy(src + sizeof lua_helpers - 1, lua_bodies[i], strlen(lua_bodies[i]) + 1);
+        redisReply *rep = redisCommand(c, "SCRIPT LOAD %b", src, n);
+        free(src);
+        if (!rep || rep->type != REDIS_REPLY_STRING || rep->len != 40) {
+            TM_ERROR("redis: SCRIPT LOAD: %s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str
+                                                : c->err ? c->errstr : "unexpected reply");
+            freeReplyObject(rep);
+            return TIDEMARK_EIO;
+        }
+        memcpy(r->sha[i], rep->str, 41);
+        freeReplyObject(rep);
+    }
+    return 0;
+}
+
+/* Read connections: a small pool, each used by one thread at a time. */
+static redisContext *pool_get(rstore *r)
+{
+    pthread_mutex_lock(&r->p_mu);
+    while (r->npfree == 0 && r->npopen >= POOL_MAX)
+        pthread_cond_wait(&r->p_cv, &r->p_mu);
+    if (r->npfree > 0) {
+        redisContext *c = r->pfree[--r->npfree];
+        pthread_mutex_unlock(&r->p_mu);
+        return c;
+    }
+    r->npopen++;
+    pthread_mutex_unlock(&r->p_mu);
+    redisContext *c = conn_open(r);
+    if (!c) {
+        pthread_mutex_lock(&r->p_mu);
+        r->npopen--;
+        pthread_cond_signal(&r->p_cv);
+        pthread_mutex_unlock(&r->p_mu);
+    }
+    return c;
+}
+
+static void pool_put(rstore *r, redisContext *c)
+{
+    pthread_mutex_lock(&r->p_mu);
+    if (c->err) { /* broken: the next user opens a fresh one */
+        redisFree(c);
+        r->npopen--;
+    } else {
+        r->pfree[r->npfree++] = c;
+    }
+    pthread_cond_signal(&r->p_cv);
+    pthread_mutex_unlock(&r->p_mu);
+}
+
+/* Run n read commands as one pipeline on a pooled connection; a connection
+ * that broke is replaced once (reads are safe to repeat). OUT rep[0..n) the
+ * replies (caller frees). TIDEMARK_EIO when Redis cannot be reached. */
+static int pool_run(rstore *r, args *cmds, int n, redisReply **rep)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        redisContext *c = pool_get(r);
+        if (!c)
+            continue;
+        int i = 0, got = 0;
+        for (i = 0; i < n; i++)
+            if (redisAppendCommandArgv(c, cmds[i].n, cmds[i].v, cmds[i].len) != REDIS_OK)
+                break;
+        if (i == n) {
+            for (got = 0; got < n; got++) {
+                void *x = NULL;
+                if (redisGetReply(c, &x) != REDIS_OK)
+                    break;
+                rep[got] = x;
+            }
+        }
+        int broken = got < n;
+        if (broken && !c->err)
+            c->err = REDIS_ERR_OTHER; /* half-read pipeline: never reuse */
+        pool_put(r, c);
+        if (!broken)
+            return 0;
+        for (int k = 0; k < got; k++)
+            freeReplyObject(rep[k]);
+    }
+    return TIDEMARK_EIO;
+}
+
+/* ---- reply helpers ------------------------------------------------------------- */
+
+static int64_t int_of(const redisReply *x)
+{
+    if (!x)
+        return 0;
+    if (x->type == REDIS_REPLY_INTEGER)
+        return x->integer;
+    if (x->type == REDIS_REPLY_STRING)
+        return strtoll(x->str, NULL, 10);
+    return 0;
+}
+
+static int is_array(const redisReply *x, size_t min)
+{
+    return x && x->type == REDIS_REPLY_ARRAY && x->elements >= min;
+}
+
+static int is_nil(const redisReply *x) { return !x || x->type == REDIS_REPLY_NIL; }
+
+/* Value of field name in a flat field/value array, or NULL. */
+static const redisReply *kv_get(const redisReply *kv, const char *name)
+{
+    if (!is_array(kv, 0))
+        return NULL;
+    for (size_t i = 0; i + 1 < kv->elements; i += 2)
+        if (kv->element[i]->type == REDIS_REPLY_STRING && strcmp(kv->element[i]->str, name) == 0)
+            return kv->element[i + 1];
+    return NULL;
+}
+
+static char *kv_dup(const redisReply *kv, const char *name)
+{
+    const redisReply *v = kv_get(kv, name);
+    return v && v->type == REDIS_REPLY_STRING ? dupn(v->str, v->len) : NULL;
+}
+
+/* ---- local hints -------------------------------------------------------------- */
+
+static void early_free(early *e)
+{
+    while (e) {
+        early *n = e->next;
+        free(e->data);
+        free(e);
+        e = n;
+    }
+}
+
+static void rstream_free(rstream *s)
+{
+    early_free(s->early_head);
+    free(s->session);
+    free(s->name);
+    free(s);
+}
+
+typedef struct key_list {
+    const char *prefix; /* NULL: idle entries */
+    size_t plen;
+    char **v;
+    size_t n, cap;
+} key_list;
+
+static void collect_keys(const char *k, void *val, void *ud)
+{
+    key_list *l = ud;
+    rstream *s = val;
+    if (l->prefix ? strncmp(k, l->prefix, l->plen) != 0
+                  : (s->pending || s->close_pending || s->early_head))
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return;
+        l->v = v;
+        l->cap = cap;
+    }
+    if ((l->v[l->n] = strdup(k)) != NULL)
+        l->n++;
+}
+
+/* Drop stream entries: a session's (prefix) or the idle ones (NULL). Caller
+ * holds c_mu. */
+static void drop_streams(rstore *r, const char *prefix)
+{
+    key_list l = {prefix, prefix ? strlen(prefix) : 0, NULL, 0, 0};
+    tm_map_each(r->streams, collect_keys, &l);
+    for (size_t i = 0; i < l.n; i++) {
+        rstream *s = tm_map_del(r->streams, l.v[i]);
+        if (s)
+            rstream_free(s);
+        free(l.v[i]);
+    }
+    free(l.v);
+}
+
+static void forget_session(rstore *r, const char *id)
+{
+    char *prefix = fmt("%zu:%s/", strlen(id), id);
+    pthread_mutex_lock(&r->c_mu);
+    if (prefix)
+        drop_streams(r, prefix);
+    free(tm_map_del(r->touched, id));
+    pthread_mutex_unlock(&r->c_mu);
+    free(prefix);
+}
+
+/* Head and closed flag of a stream, from Redis. */
+static int stream_state(rstore *r, const char *session, const char *name, uint64_t *head,
+                        int *closed)
+{
+    args a = {0};
+    arg_str(&a, "HMGET");
+    arg_fmt(&a, "tm:{%s}:m:%s", session, name);
+    arg_str(&a, "head");
+    arg_str(&a, "closed");
+    redisReply *rep = NULL;
+    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &rep);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (!is_array(rep, 2))
+        rc = TIDEMARK_EIO;
+    else if (is_nil(rep->element[0]))
+        rc = TIDEMARK_ENOTFOUND;
+    else {
+        *head = (uint64_t)int_of(rep->element[0]);
+        *closed = int_of(rep->element[1]) == 1;
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* The entry of a stream, loaded from Redis when absent. Caller holds c_mu,
+ * released and retaken around the load. OUT rc on NULL. */
+static rstream *stream_ref(rstore *r, const char *session, const char *name, int *rc)
+{
+    char *key = cache_key(session, name);
+    if (!key) {
+        *rc = TIDEMARK_ENOMEM;
+        return NULL;
+    }
+    rstream *s = tm_map_get(r->streams, key);
+    if (s) {
+        free(key);
+        return s;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    uint64_t head = 0;
+    int closed = 0;
+    *rc = stream_state(r, session, name, &head, &closed);
+    pthread_mutex_lock(&r->c_mu);
+    if (*rc == 0 && (s = tm_map_get(r->streams, key)) == NULL) {
+        if (tm_map_count(r->streams) >= CACHE_MAX)
+            drop_streams(r, NULL);
+        s = calloc(1, sizeof *s);
+        if (s) {
+            s->session = strdup(session);
+            s->name = strdup(name);
+        }
+        if (!s || !s->session || !s->name || tm_map_put(r->streams, key, s) != 0) {
+            if (s)
+                rstream_free(s);
+            s = NULL;
+            *rc = TIDEMARK_ENOMEM;
+        } else {
+            s->known = head;
+            s->closing = closed;
+        }
+    }
+    free(key);
+    return s;
+}
+
+/* ---- the queue ------------------------------------------------------------------ */
+
+static rop *op_new(enum op_kind k)
+{
+    rop *o = calloc(1, sizeof *o);
+    if (o) {
+        o->kind = k;
+        o->ms = tm_wall_ms();
+        o->enq_us = tm_now_us();
+    }
+    return o;
+}
+
+static void op_free(rop *o)
+{
+    free(o->session);
+    free(o->name);
+    free(o->data);
+    free(o->request_key);
+    free(o->fallback);
+    tm_session_rec_clear(&o->srec);
+    tm_request_rec_clear(&o->rrec);
+    for (size_t i = 0; i < o->nids; i++)
+        free(o->ids[i]);
+    free(o->ids);
+    free(o);
+}
+
+static void enqueue(rstore *r, rop *o)
+{
+    pthread_mutex_lock(&r->q_mu);
+    o->ctr = ++r->next_ctr;
+    if (r->q_tail)
+        r->q_tail->next = o;
+    else
+        r->q_head = o;
+    r->q_tail = o;
+    pthread_cond_signal(&r->q_cv);
+    pthread_mutex_unlock(&r->q_mu);
+}
+
+/* Wait until the writer finished o (queued by the caller). Returns its
+ * status; o stays the caller's. */
+static int wait_op(rstore *r, rop *o)
+{
+    pthread_mutex_lock(&r->q_mu);
+    while (!o->done)
+        pthread_cond_wait(&r->done_cv, &r->q_mu);
+    pthread_mutex_unlock(&r->q_mu);
+    return o->status;
+}
+
+/* Queue o, wait for it, free it. */
+static int run_sync(rstore *r, rop *o)
+{
+    o->sync = 1;
+    enqueue(r, o);
+    int rc = wait_op(r, o);
+    op_free(o);
+    return rc;
+}
+
+/* ---- the writer ------------------------------------------------------------------ */
+
+/* Run an effect in a savepoint of the private effect database: a failed
+ * effect leaves no row behind. */
+static int effect_in_savepoint(rstore *r, tm_effect_fn fn, void *ud)
+{
+    struct tidemark_txn txn = {r->fx};
+    pthread_mutex_lock(&r->fx_mu);
+    int rc = tm_sqlite_exec_args(r->fx, "SAVEPOINT fx", NULL, 0);
+    if (rc == 0) {
+        rc = fn(ud, &txn);
+        const char *end = rc ? "ROLLBACK TO fx" : "RELEASE fx";
+        tm_sqlite_exec_args(r->fx, end, NULL, 0);
+        if (rc)
+            tm_sqlite_exec_args(r->fx, "RELEASE fx", NULL, 0);
+    }
+    pthread_mutex_unlock(&r->fx_mu);
+    return rc;
+}
+
+/* Build the command of o. Returns 0, or 1 when o has no command. */
+static int build(rstore *r, rop *o, const char *epoch, args *a)
+{
+    const char *s = o->session;
+    switch (o->kind) {
+    case OP_APPEND:
+        if (o->effect && !o->fx_done) {
+            o->fx_done = 1;
+            if (effect_in_savepoint(r, o->effect, o->effect_ud) != 0) {
+                free(o->data); /* the effect failed: write the fallback */
+                o->data = o->fallback;
+                o->len = o->fallback_len;
+                o->fallback = NULL;
+            }
+        }
+        arg_eval(r, a, SC_APPEND, 3);
+        arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
+        arg_fmt(a, "tm:{%s}:s:%s", s, o->name);
+        arg_str(a, "tm:started");
+        arg_token(r, a, o);
+        arg_str(a, epoch);
+        arg_bin(a, o->data, o->len);
+        arg_str(a, (o->flags & TM_APPEND_FINAL) ? "1" : "0");
+        arg_fmt(a, "%" PRIu64, r->opt.retain_events);
+        arg_fmt(a, "%" PRId64, r->opt.retain_ms > 0 ? r->opt.retain_ms : 0);
+        arg_fmt(a, "%" PRIu64, o->expect);
+        if (o->request_key) {
+            arg_fmt(a, "tm:{%s}:q:%s", s, o->request_key);
+            arg_fmt(a, "%zu:%s%s", strlen(s), s, o->request_key);
+        } else {
+            arg_str(a, "");
+            arg_str(a, "");
+        }
+        arg_str(a, r->channel);
+        arg_str(a, r->wid);
+        arg_str(a, o->name);
+        arg_str(a, s);
+        return 0;
+    case OP_CLOSE:
+        arg_eval(r, a, SC_CLOSE, 1);
+        arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
+        arg_str(a, r->channel);
+        arg_str(a, r->wid);
+        arg_str(a, o->name);
+        arg_str(a, s);
+        return 0;
+    case OP_OPEN:
+        arg_eval(r, a, SC_OPEN, 2);
+        arg_fmt(a, "tm:{%s}:sess", s);
+        arg_fmt(a, "tm:{%s}:streams", s);
+        arg_token(r, a, o);
+        arg_fmt(a, "tm:{%s}:", s);
+        arg_str(a, o->name ? o->name : "");
+        return 0;
+    case OP_SESS_CREATE:
+        arg_eval(r, a, SC_SESS_CREATE, 2);
+        arg_fmt(a, "tm:{%s}:sess", s);
+        arg_str(a, "tm:sessions");
+        arg_token(r, a, o);
+        arg_str(a, s);
+        arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
+        arg_str(a, "id");
+        arg_str(a, s);
+        arg_str(a, "created_ms");
+        arg_fmt(a, "%" PRId64, o->srec.created_ms);
+        arg_str(a, "last_seen_ms");
+        arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
+        if (o->srec.protocol_version) { /* absent fields read back as NULL */
+            arg_str(a, "version");
+            arg_str(a, o->srec.protocol_version);
+        }
+        if (o->srec.client) {
+            arg_str(a, "client");
+            arg_str(a, o->srec.client);
+        }
+        return 0;
+    case OP_SESS_TOUCH:
+        arg_eval(r, a, SC_SESS_TOUCH, 2);
+        arg_fmt(a, "tm:{%s}:sess", s);
+        arg_str(a, "tm:sessions");
+        arg_fmt(a, "%" PRId64, o->ms);
+        arg_str(a, s);
+        return 0;
+    case OP_SESS_DELETE:
+        arg_eval(r, a, SC_SESS_DELETE, 2);
+        arg_str(a, "tm:sessions");
+        arg_str(a, "tm:started");
+        arg_token(r, a, o);
+        arg_str(a, s);
+        return 0;
+    case OP_REQ_BEGIN:
+        arg_eval(r, a, SC_REQ_BEGIN, 4);
+        arg_fmt(a, "tm:{%s}:sess", s);
+        arg_fmt(a, "tm:{%s}:q:%s", s, o->rrec.key);
+        arg_str(a, "tm:started");
+        arg_fmt(a, "tm:{%s}:reqs", s);
+        arg_token(r, a, o);
+        arg_fmt(a, "%zu:%s%s", strlen(s), s, o->rrec.key);
+        arg_str(a, o->rrec.key);
+        arg_fmt(a, "%" PRId64, o->ms);
+        arg_str(a, "node");
+        arg_str(a, r->wid);
+        if (o->rrec.tool) {
+            arg_str(a, "tool");
+            arg_str(a, o->rrec.tool);
+        }
+        if (o->rrec.stream) {
+            arg_str(a, "stream");
+            arg_str(a, o->rrec.stream);
+        }
+        if (o->rrec.message) {
+            arg_str(a, "message");
+            arg_str(a, o->rrec.message);
+        }
+        return 0;
+    case OP_EXPIRE:
+        arg_eval(r, a, SC_EXPIRE, 2);
+        arg_str(a, "tm:sessions");
+        arg_str(a, "tm:started");
+        arg_fmt(a, "%" PRId64, o->ms);
+        arg_fmt(a, "%d", EXPIRE_CHUNK);
+        return 0;
+    case OP_BARRIER:
+        return 1;
+    }
+    return 1;
+}
+
+/* Errors after which the script did not run and may simply be sent again
+ * once the scripts are loaded. */
+static int is_noscript(const redisReply *x)
+{
+    return x->type == REDIS_REPLY_ERROR && strncmp(x->str, "NOSCRIPT", 8) == 0;
+}
+
+static void take_reply(rop *o, redisReply *x)
+{
+    o->state = ST_DONE;
+    if (x->type == REDIS_REPLY_ERROR) {
+        TM_ERROR("redis: script failed: %s", x->str);
+        o->status = TIDEMARK_EIO;
+        return;
+    }
+    if (o->kind == OP_EXPIRE) {
+        if (!is_array(x, 0)) {
+            o->status = TIDEMARK_EIO;
+            return;
+        }
+        o->ids = calloc(x->elements + 1, sizeof *o->ids);
+        for (size_t i = 0; o->ids && i < x->elements; i++)
+            if (x->element[i]->type == REDIS_REPLY_STRING)
+                o->ids[o->nids++] = dupn(x->element[i]->str, x->element[i]->len);
+        o->seq = x->elements;
+        return;
+    }
+    if (!is_array(x, 1) || x->element[0]->type != REDIS_REPLY_INTEGER) {
+        o->status = TIDEMARK_EIO;
+        return;
+    }
+    o->status = (int)x->element[0]->integer;
+    if (x->elements >= 2)
+        o->seq = (uint64_t)int_of(x->element[1]);
+    if (o->kind == OP_SESS_DELETE && o->retry && o->status == TIDEMARK_ENOTFOUND)
+        o->status = 0; /* applied before the reply was lost, token already gone */
+}
+
+enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
+
+/* Send every op still to do as one pipeline and read the replies. */
+static int send_batch(rstore *r, rop *batch, int first_attempt)
+{
+    redisContext *c = r->wc;
+    char epoch[TM_EPOCH_LEN + 1];
+    current_epoch(r, epoch);
+    int pre = 0, post = 0, reload = 0;
+    /* The previous batch is settled: its tokens can go. Never on a retry,
+     * which may still need them. */
+    if (first_attempt && r->wkey_dirty) {
+        redisAppendCommand(c, "DEL %s", r->wkey);
+        pre = 1;
+        r->wkey_dirty = 0;
+    }
+    for (rop *o = batch; o; o = o->next) {
+        if (o->state != ST_TODO)
+            continue;
+        args a = {0};
+        if (build(r, o, epoch, &a) != 0) {
+            o->state = ST_DONE;
+        } else if (a.oom || redisAppendCommandArgv(c, a.n, a.v, a.len) != REDIS_OK) {
+            o->state = ST_DONE;
+            o->status = TIDEMARK_ENOMEM;
+        } else {
+            o->state = ST_SENT;
+            post = 1;
+        }
+        args_free(&a);
+    }
+    if (post) {
+        redisAppendCommand(c, "PEXPIRE %s %d", r->wkey, WKEY_TTL_MS);
+        r->wkey_dirty = 1;
+    }
+    void *x = NULL;
+    if (pre) {
+        if (redisGetReply(c, &x) != REDIS_OK)
+            goto lost;
+        freeReplyObject(x);
+    }
+    for (rop *o = batch; o; o = o->next) {
+        if (o->state != ST_SENT)
+            continue;
+        if (redisGetReply(c, &x) != REDIS_OK)
+            goto lost;
+        if (is_noscript(x)) { /* flushed: not run, and neither is the rest */
+            o->state = ST_TODO;
+            reload = 1;
+        } else {
+            take_reply(o, x);
+        }
+        freeReplyObject(x);
+    }
+    if (post) {
+        if (redisGetReply(c, &x) != REDIS_OK)
+            goto lost;
+        freeReplyObject(x);
+    }
+    return reload ? SENT_RELOAD : SENT_OK;
+lost:
+    TM_WARN("redis: connection lost during a commit (%s); retrying", c->errstr);
+    for (rop *o = batch; o; o = o->next) {
+        if (o->state != ST_SENT)
+            continue;
+        if (o->kind == OP_EXPIRE) { /* its list of deleted ids would be lost */
+            o->state = ST_DONE;
+            o->status = TIDEMARK_EIO;
+        } else {
+            o->state = ST_TODO;
+            o->retry = 1;
+        }
+    }
+    return SENT_LOST;
+}
+
+static int writer_connect(rstore *r)
+{
+    redisContext *c = conn_open(r);
+    if (!c)
+        return TIDEMARK_EIO;
+    if (load_scripts(r, c) != 0) {
+        redisFree(c);
+        return TIDEMARK_EIO;
+    }
+    r->wc = c;
+    if (r->down_since)
+        TM_INFO("redis: write connection to %s:%d restored", r->host, r->port);
+    r->down_since = 0;
+    return 0;
+}
+
+static void writer_lost(rstore *r)
+{
+    redisFree(r->wc);
+    r->wc = NULL;
+    if (!r->down_since)
+        r->down_since = tm_now_ms();
+}
+
+/* Send the batch until every op has an answer, reconnecting with backoff;
+ * past the outage deadline the rest fail with TIDEMARK_EIO. */
+static void commit_batch(rstore *r, rop *batch)
+{
+    int64_t now = tm_now_ms();
+    int64_t deadline = now + OUTAGE_MS;
+    if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
+        deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
+    int first = 1, backoff = BACKOFF_MIN_MS;
+    for (;;) {
+        int todo = 0;
+        for (rop *o = batch; o; o = o->next)
+            todo += o->state == ST_TODO;
+        if (!todo)
+            return;
+        if (!r->wc && writer_connect(r) != 0) {
+            if (!r->down_since)
+                r->down_since = tm_now_ms();
+            if (tm_now_ms() >= deadline)
+                break;
+            sleep_ms(backoff);
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+            continue;
+        }
+        int rc = send_batch(r, batch, first);
+        first = 0;
+        if (rc == SENT_LOST) {
+            writer_lost(r);
+        } else if (rc == SENT_RELOAD && load_scripts(r, r->wc) != 0) {
+            writer_lost(r);
+        }
+    }
+    TM_ERROR("redis: %s:%d unreachable for %d ms: failing queued operations", r->host, r->port,
+             OUTAGE_MS);
+    for (rop *o = batch; o; o = o->next) {
+        if (o->state == ST_TODO) {
+            o->state = ST_DONE;
+            o->status = TIDEMARK_EIO;
+        }
+    }
+}
+
+typedef struct wake_item {
+    char *session, *name;
+    uint64_t seq;
+} wake_item;
+
+typedef struct wake_set {
+    tm_map *index; /* cache key -> 1 + position in v */
+    wake_item *v;
+    size_t n;
+} wake_set;
+
+static void wake_add(wake_set *w, const char *session, const char *name, uint64_t seq)
+{
+    char *k = cache_key(session, name);
+    if (!k)
+        return;
+    uintptr_t pos = (uintptr_t)tm_map_get(w->index, k);
+    if (pos) {
+        if (seq > w->v[pos - 1].seq)
+            w->v[pos - 1].seq = seq;
+    } else {
+        w->v[w->n] = (wake_item){strdup(session), strdup(name), seq};
+        tm_map_put(w->index, k, (void *)(uintptr_t)(++w->n));
+    }
+    free(k);
+}
+
+/* Update the local hints, run the callbacks, then the listener, then let
+ * the waiters go. */
+static void finish_batch(rstore *r, rop *batch, size_t nops)
+{
+    wake_set w = {tm_map_new(), calloc(nops + 1, sizeof(wake_item)), 0};
+    int failed = 0;
+    pthread_mutex_lock(&r->c_mu);
+    for (rop *o = batch; o; o = o->next) {
+        if (o->kind != OP_APPEND && o->kind != OP_CLOSE)
+            continue;
+        char *k = cache_key(o->session, o->name);
+        rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+        free(k);
+        if (s && o->kind == OP_APPEND) {
+            s->pending--;
+            if (o->status == 0 && o->seq > s->known)
+                s->known = o->seq;
+            if (o->status == TIDEMARK_EBUSY && o->seq > s->known)
+                s->known = o->seq; /* the script said where the head is */
+            early *e = s->early_head;
+            if (e && e->seq == o->expect) {
+                s->early_head = e->next;
+                if (!s->early_head)
+                    s->early_tail = NULL;
+                e->next = NULL;
+                early_free(e);
+            }
+        }
+        if (s && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
+            s->close_pending--;
+        if (o->status == 0 && w.index && w.v)
+            wake_add(&w, o->session, o->name, o->seq);
+        failed |= o->status == TIDEMARK_EIO;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+
+    int64_t now_us = tm_now_us();
+    for (rop *o = batch; o; o = o->next) {
+        if (o->kind != OP_APPEND)
+            continue;
+        if (o->status == 0)
+            tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
+        if (o->cb)
+            o->cb(o->cb_ud, o->status, o->status ? 0 : o->seq);
+    }
+    tm_metric_inc(failed ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
+    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
+    for (size_t i = 0; i < w.n; i++) {
+        tm_store_notify_commit(&r->base, w.v[i].session, w.v[i].name, w.v[i].seq);
+        free(w.v[i].session);
+        free(w.v[i].name);
+    }
+    free(w.v);
+    tm_map_free(w.index);
+
+    pthread_mutex_lock(&r->q_mu);
+    for (rop *o = batch, *next; o; o = next) {
+        next = o->next;
+        o->next = NULL;
+        if (o->sync)
+            o->done = 1; /* the waiter frees it */
+        else
+            op_free(o);
+    }
+    pthread_cond_broadcast(&r->done_cv);
+    pthread_mutex_unlock(&r->q_mu);
+}
+
+/* Age retention for streams nobody appends to: every stream's meta key. */
+static void sweep(rstore *r)
+{
+    if (!r->wc && writer_connect(r) != 0)
+        return;
+    char cursor[32] = "0";
+    do {
+        redisReply *x = redisCommand(r->wc, "SCAN %s MATCH tm:{*}:m:* COUNT 500", cursor);
+        if (!is_array(x, 2) || !is_array(x->element[1], 0)) {
+            freeReplyObject(x);
+            if (r->wc->err)
+                writer_lost(r);
+            return;
+        }
+        snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
+        redisReply *keys = x->element[1];
+        size_t n = keys->elements;
+        const char **argv = calloc(2 * n + 4, sizeof *argv);
+        size_t *lens = calloc(2 * n + 4, sizeof *lens);
+        char **streams = calloc(n + 1, sizeof *streams);
+        char nk[24], age[24];
+        snprintf(nk, sizeof nk, "%zu", 2 * n);
+        snprintf(age, sizeof age, "%" PRId64, r->opt.retain_ms);
+        int ok = argv && lens && streams && n > 0;
+        if (ok) {
+            size_t k = 0;
+            argv[k++] = "EVALSHA";
+            argv[k++] = r->sha[SC_SWEEP];
+            argv[k++] = nk;
+            for (size_t i = 0; ok && i < n; i++) {
+                const char *m = keys->element[i]->str;
+                const char *at = strstr(m, "}:m:");
+                streams[i] = at ? fmt("%.*s}:s:%s", (int)(at - m), m, at + 4) : NULL;
+                ok = streams[i] != NULL;
+                argv[k++] = m;
+                argv[k++] = streams[i];
+            }
+            argv[k++] = age;
+            for (size_t i = 0; i < k; i++)
+                lens[i] = strlen(argv[i]);
+            if (ok) {
+                redisReply *y = redisCommandArgv(r->wc, (int)k, argv, lens);
+                if (y && y->type == REDIS_REPLY_ERROR)
+                    TM_WARN("redis: age retention: %s", y->str);
+                freeReplyObject(y);
+            }
+        }
+        for (size_t i = 0; streams && i < n; i++)
+            free(streams[i]);
+        free(streams);
+        free(argv);
+        free(lens);
+        freeReplyObject(x);
+        if (r->wc->err) {
+            writer_lost(r);
+            return;
+        }
+    } while (strcmp(cursor, "0") != 0);
+}
+
+static void *writer_main(void *arg)
+{
+    rstore *r = arg;
+    int64_t next_sweep = tm_now_ms() + 1000;
+    for (;;) {
+        pthread_mutex_lock(&r->q_mu);
+        while (!r->q_head && !r->stopping) {
+            if (r->opt.retain_ms <= 0) {
+                pthread_cond_wait(&r->q_cv, &r->q_mu);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&r->q_cv, &r->q_mu, &ts);
+            if (tm_now_ms() >= next_sweep)
+                break;
+        }
+        rop *batch = r->q_head, *last = NULL;
+        size_t n = 0;
+        for (rop *o = batch; o && n < BATCH_MAX; o = o->next, n++)
+            last = o;
+        if (last) {
+            r->q_head = last->next;
+            if (!r->q_head)
+                r->q_tail = NULL;
+            last->next = NULL;
+        }
+        int stop = r->stopping && !batch;
+        pthread_mutex_unlock(&r->q_mu);
+        if (r->opt.retain_ms > 0 && tm_now_ms() >= next_sweep) {
+            sweep(r);
+            next_sweep = tm_now_ms() + 1000;
+        }
+        if (stop)
+            break;
+        if (!batch)
+            continue;
+        commit_batch(r, batch);
+        finish_batch(r, batch, n);
+    }
+    return NULL;
+}
+
+/* ---- the subscriber ------------------------------------------------------------ */
+
+/* "<writer> <seq> <stream> <session>" from another node: wake our readers. */
+static void on_message(rstore *r, const char *msg, size_t len)
+{
+    char *m = dupn(msg, len);
+    if (!m)
+        return;
+    char *sp1 = strchr(m, ' ');
+    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    char *sp3 = sp2 ? strchr(sp2 + 1, ' ') : NULL;
+    if (sp3 && (size_t)(sp1 - m) == strlen(r->wid) && strncmp(m, r->wid, strlen(r->wid)) == 0)
+        sp3 = NULL; /* our own: the writer announces it after the callbacks */
+    if (sp3) {
+        *sp1 = *sp2 = *sp3 = '\0';
+        uint64_t seq = strtoull(sp1 + 1, NULL, 10);
+        const char *name = sp2 + 1, *session = sp3 + 1;
+        char *k = cache_key(session, name);
+        pthread_mutex_lock(&r->c_mu);
+        rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+        if (s && seq > s->known)
+            s->known = seq;
+        pthread_mutex_unlock(&r->c_mu);
+        free(k);
+        tm_store_notify_commit(&r->base, session, name, seq);
+    }
+    free(m);
+}
+
+static void collect_wake(const char *k, void *val, void *ud)
+{
+    (void)k;
+    rstream *s = val;
+    wake_set *w = ud;
+    w->v[w->n++] = (wake_item){strdup(s->session), strdup(s->name), s->known};
+}
+
+/* After a gap in the subscription, wake every stream this node knows: a
+ * wake-up may have been missed. */
+static void wake_all(rstore *r)
+{
+    wake_set w = {NULL, NULL, 0};
+    pthread_mutex_lock(&r->c_mu);
+    w.v = calloc(tm_map_count(r->streams) + 1, sizeof *w.v);
+    if (w.v)
+        tm_map_each(r->streams, collect_wake, &w);
+    pthread_mutex_unlock(&r->c_mu);
+    for (size_t i = 0; i < w.n; i++) {
+        if (w.v[i].session && w.v[i].name)
+            tm_store_notify_commit(&r->base, w.v[i].session, w.v[i].name, w.v[i].seq);
+        free(w.v[i].session);
+        free(w.v[i].name);
+    }
+    free(w.v);
+}
+
+/* Wait ms or until told to stop. Returns nonzero when stopping. */
+static int sub_pause(rstore *r, int ms)
+{
+    struct pollfd p = {r->wake[0], POLLIN, 0};
+    return poll(&p, 1, ms) > 0;
+}
+
+/* Serve one subscribed connection until it fails. Returns nonzero to stop. */
+static int sub_serve(rstore *r, redisContext *c)
+{
+    int64_t heard = tm_now_ms();
+    int pinged = 0;
+    for (;;) {
+        void *x = NULL;
+        while (redisGetReplyFromReader(c, &x) == REDIS_OK && x) {
+            redisReply *rep = x;
+            heard = tm_now_ms();
+            pinged = 0;
+            if (is_array(rep, 3) && rep->element[0]->type == REDIS_REPLY_STRING &&
+                strcmp(rep->element[0]->str, "message") == 0 &&
+                rep->element[2]->type == REDIS_REPLY_STRING)
+                on_message(r, rep->element[2]->str, rep->element[2]->len);
+            freeReplyObject(rep);
+            x = NULL;
+        }
+        if (c->err)
+            return 0;
+        struct pollfd p[2] = {{c->fd, POLLIN, 0}, {r->wake[0], POLLIN, 0}};
+        int n = poll(p, 2, 1000);
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (p[1].revents)
+            return 1;
+        if (p[0].revents) {
+            if (redisBufferRead(c) != REDIS_OK)
+                return 0;
+            continue;
+        }
+        int64_t quiet = tm_now_ms() - heard;
+        if (quiet >= SUB_DEAD_MS)
+            return 0; /* the server is gone without a word: reconnect */
+        if (quiet >= SUB_PING_MS && !pinged) {
+            int done = 0;
+            redisAppendCommand(c, "PING");
+            while (!done)
+                if (redisBufferWrite(c, &done) != REDIS_OK)
+                    return 0;
+            pinged = 1;
+        }
+    }
+}
+
+static void *sub_main(void *arg)
+{
+    rstore *r = arg;
+    int backoff = BACKOFF_MIN_MS, gap = 0;
+    for (;;) {
+        redisContext *c = conn_open(r);
+        redisReply *x = c ? redisCommand(c, "SUBSCRIBE %s", r->channel) : NULL;
+        if (!is_array(x, 3)) {
+            freeReplyObject(x);
+            redisFree(c);
+            gap = 1;
+            if (sub_pause(r, backoff))
+                return NULL;
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+            continue;
+        }
+        freeReplyObject(x);
+        backoff = BACKOFF_MIN_MS;
+        if (gap)
+            wake_all(r);
+        int stop = sub_serve(r, c);
+        redisFree(c);
+        if (stop)
+            return NULL;
+        gap = 1;
+    }
+}
+
+/* ---- operations ----------------------------------------------------------------- */
+
+static int r_session_create(tm_store *st, const tm_session_rec *rec)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_SESS_CREATE);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->session = dups(rec->id);
+    o->srec.protocol_version = dups(rec->protocol_version);
+    o->srec.client = dups(rec->client);
+    o->srec.created_ms = rec->created_ms;
+    o->srec.last_seen_ms = rec->last_seen_ms;
+    if (!o->session) {
+        op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    return run_sync(r, o);
+}
+
+static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
+{
+    rstore *r = (rstore *)st;
+    memset(out, 0, sizeof *out);
+    args a = {0};
+    arg_str(&a, "HGETALL");
+    arg_fmt(&a, "tm:{%s}:sess", id);
+    redisReply *x = NULL;
+    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (!is_array(x, 0))
+        rc = TIDEMARK_EIO;
+    else if (x->elements == 0)
+        rc = TIDEMARK_ENOTFOUND;
+    else {
+        out->id = kv_dup(x, "id");
+        out->protocol_version = kv_dup(x, "version");
+        out->client = kv_dup(x, "client");
+        out->created_ms = int_of(kv_get(x, "created_ms"));
+        out->last_seen_ms = int_of(kv_get(x, "last_seen_ms"));
+        rc = out->id ? 0 : TIDEMARK_ENOMEM;
+    }
+    freeReplyObject(x);
+    if (rc)
+        tm_session_rec_clear(out);
+    return rc;
+}
+

@@ -1,0 +1,1240 @@
+/*
+ * client.c - the MCP client: session lifecycle, requests over POST (JSON or
+ * SSE answers), resumption with Last-Event-ID, the validator and the three
+ * persistence modes (DESIGN.md §7), server->client requests.
+ *
+ * Threads: the caller of a request drives it (start, wait, reconnect after
+ * the delay); the HTTP I/O thread parses and dispatches events; a small
+ * worker pool answers server->client requests (application callbacks may
+ * block).
+ */
+#include "tidemark/client.h"
+#include "jsonrpc.h"
+#include "validator.h"
+#include "../base/buf.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/map.h"
+#include "../base/pool.h"
+#include "../base/random.h"
+#include "../log/client_state.h"
+#include "../log/event_id.h"
+#include "../log/sqlite_util.h"
+#include "../transport/http_client.h"
+#include "../transport/sse_parser.h"
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define MAX_JSON_BODY (16u << 20)
+
+/* ---- crash points (test builds only) ---------------------------------------- */
+#ifdef TIDEMARK_CRASH_POINTS
+/* TIDEMARK_CLIENT_CRASH="<point>:<n>": die (SIGKILL) the n-th time <point>
+ * is reached, as a crash would: no cleanup, no flush. */
+static void crash_point(const char *point)
+{
+    static int hits;
+    const char *spec = getenv("TIDEMARK_CLIENT_CRASH");
+    size_t n = strlen(point);
+    if (!spec || strncmp(spec, point, n) != 0 || spec[n] != ':')
+        return;
+    if (++hits == atoi(spec + n + 1)) {
+        fprintf(stderr, "tidemark: crash point %s reached\n", point);
+        kill(getpid(), SIGKILL);
+    }
+}
+#define CRASH_POINT(name) crash_point(name)
+#else
+#define CRASH_POINT(name) ((void)0)
+#endif
+
+/* ---- structures -------------------------------------------------------------- */
+
+enum rq_phase { RQ_RUNNING = 0, RQ_RECONNECT, RQ_DONE };
+
+typedef struct rq {
+    struct tidemark_client *c;
+    int64_t id;
+    char key[64];               /* pending map key */
+    json_t *msg;                /* the request (NULL for the listen stream) */
+    int listen;                 /* the standalone GET stream */
+    int phase;
+    int rc;                     /* final status */
+    json_t *result;             /* result, or error object */
+    tidemark_progress_fn progress;
+    void *progress_ud;
+    /* the current exchange (0 = none); guarded by c->mu */
+    uint64_t x;
+    long status;
+    int sse;
+    int got_response;           /* stop reading this exchange */
+    tm_buf body;
+    tm_sse_parser *parser;
+    /* the stream */
+    char stream_key[80];
+    char last_id[256];
+    int have_id;
+    int ours;                   /* ids parse as Tidemark ids */
+    unsigned long retry_ms;
+    int retry_set;
+    unsigned attempts;
+    int recorded;               /* outstanding row exists */
+    int events;                 /* events seen on the current exchange */
+} rq;
+
+struct tidemark_client {
+    tidemark_client_config_t cfg;
+    char *url, *state_path, *name, *version, *offer;
+    json_t *caps, *roots;
+    tm_hc *hc;
+    tm_cstate *st;
+    tm_pool *workers;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *session;
+    char *proto;
+    json_t *server_info;
+    tm_map *pending; /* id key -> rq */
+    json_t *tool_safe; /* tool name -> true when annotated idempotent or read-only */
+    int stopping;
+    int session_lost;
+};
+
+static void set_error(json_t **out, int code, const char *reason, const char *message, json_t *data)
+{
+    if (!out) {
+        json_decref(data);
+        return;
+    }
+    json_t *d = json_is_object(data) ? data : json_object();
+    json_object_set_new(d, "reason", json_string(reason));
+    *out = json_pack("{s:i,s:s,s:o}", "code", code, "message", message, "data", d);
+}
+
+/* ---- state and requests ------------------------------------------------------- */
+
+void tidemark_client_config_init(tidemark_client_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->name = "tidemark-client";
+    c->version = TIDEMARK_VERSION;
+    c->protocol_version = TIDEMARK_PROTOCOL_LATEST;
+    c->max_attempts = 8;
+    c->backoff_ms = 250;
+    c->backoff_max_ms = 5000;
+    c->timeout_ms = 60000;
+}
+
+static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
+
+int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **out)
+{
+    if (!cfg || !cfg->url)
+        return TIDEMARK_EINVAL;
+    tidemark_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return TIDEMARK_ENOMEM;
+    c->cfg = *cfg;
+    c->url = sdup(cfg->url);
+    c->state_path = sdup(cfg->state_path);
+    c->name = sdup(cfg->name ? cfg->name : "tidemark-client");
+    c->version = sdup(cfg->version ? cfg->version : TIDEMARK_VERSION);
+    c->offer = sdup(cfg->protocol_version ? cfg->protocol_version : TIDEMARK_PROTOCOL_LATEST);
+    c->caps = cfg->capabilities ? json_deep_copy(cfg->capabilities) : NULL;
+    c->roots = cfg->roots ? json_deep_copy(cfg->roots) : NULL;
+    if (!c->cfg.max_attempts)
+        c->cfg.max_attempts = 8;
+    if (!c->cfg.backoff_ms)
+        c->cfg.backoff_ms = 250;
+    if (!c->cfg.backoff_max_ms)
+        c->cfg.backoff_max_ms = 5000;
+    if (c->cfg.timeout_ms <= 0)
+        c->cfg.timeout_ms = 60000;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    c->pending = tm_map_new();
+    int rc = (!c->url || !c->name || !c->version || !c->offer || !c->pending) ? TIDEMARK_ENOMEM : 0;
+    if (!rc)
+        rc = tm_cstate_open(c->state_path, cfg->schema, &c->st);
+    if (!rc)
+        rc = tm_pool_new(2, &c->workers);
+    if (!rc)
+        rc = tm_hc_new(&c->hc);
+    if (rc) {
+        tidemark_client_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+const char *tidemark_client_session(const tidemark_client_t *c) { return c->session; }
+const char *tidemark_client_protocol_version(const tidemark_client_t *c) { return c->proto; }
+json_t *tidemark_client_server_info(const tidemark_client_t *c) { return c->server_info; }
+
+static void rq_free(rq *r)
+{
+    if (!r)
+        return;
+    json_decref(r->msg);
+    json_decref(r->result);
+    tm_buf_free(&r->body);
+    tm_sse_parser_free(r->parser);
+    free(r);
+}
+
+/* Settle a request: wake its caller. Holds c->mu. */
+static void rq_finish_locked(rq *r, int rc, json_t *result)
+{
+    if (r->phase == RQ_DONE) {
+        json_decref(result);
+        return;
+    }
+    r->phase = RQ_DONE;
+    r->rc = rc;
+    json_decref(r->result);
+    r->result = result;
+    pthread_cond_broadcast(&r->c->cv);
+}
+
+static void rq_fail(rq *r, int rc, const char *reason, const char *message, json_t *data)
+{
+    json_t *e = NULL;
+    set_error(&e, TM_RPC_INTERNAL_ERROR, reason, message, data);
+    pthread_mutex_lock(&r->c->mu);
+    rq_finish_locked(r, rc, e);
+    pthread_mutex_unlock(&r->c->mu);
+}
+
+/* ---- messages arriving ------------------------------------------------------ */
+
+typedef struct srv_req {
+    tidemark_client_t *c;
+    json_t *msg;
+} srv_req;
+
+/* Fill in defaults of an elicitation schema the answer leaves out. */
+static void apply_defaults(json_t *params, json_t *result)
+{
+    if (!json_is_object(result) ||
+        !json_is_string(json_object_get(result, "action")) ||
+        strcmp(json_string_value(json_object_get(result, "action")), "accept") != 0)
+        return;
+    json_t *props = json_object_get(json_object_get(params, "requestedSchema"), "properties");
+    json_t *content = json_object_get(result, "content");
+    if (!json_is_object(content)) {
+        content = json_object();
+        json_object_set_new(result, "content", content);
+    }
+    const char *k;
+    json_t *p;
+    json_object_foreach(props, k, p) {
+        json_t *d = json_object_get(p, "default");
+        if (d && !json_object_get(content, k))
+            json_object_set(content, k, d);
+    }
+}
+
+static int post_message(tidemark_client_t *c, json_t *msg);
+
+static void answer_server_request(void *arg)
+{
+    srv_req *s = arg;
+    tidemark_client_t *c = s->c;
+    json_t *id = json_object_get(s->msg, "id");
+    const char *method = json_string_value(json_object_get(s->msg, "method"));
+    json_t *params = json_object_get(s->msg, "params");
+    json_t *result = NULL, *reply;
+    int rc = TIDEMARK_ENOTSUP;
+    if (strcmp(method, "ping") == 0) {
+        result = json_object();
+        rc = 0;
+    } else if (strcmp(method, "roots/list") == 0 && c->roots) {
+        result = json_pack("{s:O}", "roots", c->roots);
+        rc = 0;
+    } else if (c->cfg.on_request) {
+        rc = c->cfg.on_request(method, params, &result, c->cfg.ud);
+        if (rc == 0 && strcmp(method, "elicitation/create") == 0)
+            apply_defaults(params, result);
+    }
+    if (rc == 0) {
+        reply = tm_jsonrpc_result(id, result ? result : json_object());
+    } else {
+        json_decref(result);
+        reply = tm_jsonrpc_error(id, rc == TIDEMARK_ENOTSUP ? TM_RPC_METHOD_NOT_FOUND : TM_RPC_INTERNAL_ERROR,
+                                 rc == TIDEMARK_ENOTSUP ? "Method not supported by this client"
+                                                        : "Client handler failed",
+                                 rc == TIDEMARK_ENOTSUP ? "method_not_found" : "handler_failed", NULL);
+    }
+    post_message(c, reply);
+    json_decref(reply);
+    json_decref(s->msg);
+    free(s);
+}
+
+/* A JSON-RPC message arrived (on rq's exchange, or NULL for the listen
+ * stream): complete requests, report progress, answer server requests. */
+static void handle_message(tidemark_client_t *c, rq *r, json_t *msg)
+{
+    tm_msg m;
+    tm_jsonrpc_classify(msg, &m);
+    if (m.kind == TM_MSG_RESULT || m.kind == TM_MSG_ERROR) {
+        char key[64];
+        if (!json_is_integer(m.id))
+            return;
+        snprintf(key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value(m.id));
+        pthread_mutex_lock(&c->mu);
+        rq *t = tm_map_get(c->pending, key);
+        if (t) {
+            t->got_response = 1;
+            rq_finish_locked(t, m.kind == TM_MSG_RESULT ? 0 : TIDEMARK_EPEER,
+                             json_incref(m.kind == TM_MSG_RESULT ? m.result : m.error));
+        }
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (m.kind == TM_MSG_REQUEST) {
+        srv_req *s = calloc(1, sizeof *s);
+        if (s) {
+            s->c = c;
+            s->msg = json_incref(msg);
+            if (tm_pool_submit(c->workers, answer_server_request, s) != 0) {
+                json_decref(s->msg);
+                free(s);
+            }
+        }
+        return;
+    }
+    if (m.kind == TM_MSG_NOTIFICATION) {
+        if (strcmp(m.method, "notifications/progress") == 0 && r && r->progress) {
+            json_t *p = m.params;
+            json_t *tok = json_object_get(p, "progressToken");
+            if (json_is_integer(tok) && json_integer_value(tok) == r->id) {
+                json_t *tot = json_object_get(p, "total");
+                r->progress(json_number_value(json_object_get(p, "progress")),
+                            tot ? json_number_value(tot) : -1,
+                            json_string_value(json_object_get(p, "message")), r->progress_ud);
+            }
+        }
+        if (c->cfg.on_notification)
+            c->cfg.on_notification(msg, c->cfg.ud);
+    }
+}
+
+/* ---- events: validator, persistence modes, dispatch ----------------------------- */
+
+static int app_dispatch(tidemark_client_t *c, const tidemark_event_t *ev)
+{
+    if (!c->cfg.on_event || !ev->message)
+        return 0;
+    struct tidemark_txn txn = {tm_cstate_db(c->st)};
+    return c->cfg.on_event(&txn, ev, c->cfg.ud);
+}
+
+/* Run one arriving event through the validator and the persistence mode.
+ * Returns 0 to go on, or a negative code after failing r with a typed error. */
+static int accept_event(tidemark_client_t *c, rq *r, const char *id, json_t *msg)
+{
+    tm_event_id eid;
+    int ours = tm_event_id_parse(id, &eid) == 0;
+    if (ours) {
+        r->ours = 1;
+        snprintf(r->stream_key, sizeof r->stream_key, "%s", eid.stream);
+    } else if (!r->stream_key[0]) {
+        if (r->listen)
+            snprintf(r->stream_key, sizeof r->stream_key, "g");
+        else
+            snprintf(r->stream_key, sizeof r->stream_key, "req:%" PRId64, r->id);
+    }
+    if (r->recorded && !r->have_id)
+        tm_cstate_outstanding_stream(c->st, r->id, r->stream_key);
+    tidemark_event_t ev = {.id = id, .stream = ours ? eid.stream : "", .seq = ours ? eid.seq : 0,
+                           .message = msg};
+    if (tm_cstate_begin(c->st) != 0) {
+        rq_fail(r, TIDEMARK_EIO, "state_error", "client state unavailable", NULL);
+        return TIDEMARK_EIO;
+    }
+    tm_cursor cur;
+    tm_cstate_cursor_get(c->st, r->stream_key, &cur);
+    int dstate = tm_cstate_dispatch_state(c->st, id);
+    tm_verdict v;
+    if (ours) {
+        tm_validate_in in = {.head = eid.seq, .cursor = cur.seq, .dispatched = dstate != 0,
+                             .last_dispatched = tm_cstate_last_dispatched(c->st, r->stream_key),
+                             .idempotent = c->cfg.idempotent_handlers};
+        v = tm_validate(&in);
+    } else {
+        v = tm_validate_opaque(dstate != 0, c->cfg.idempotent_handlers);
+    }
+    if (v != TM_V_DISPATCH && v != TM_V_SUPPRESS) {
+        tm_cstate_rollback(c->st);
+        json_t *d = json_pack("{s:s,s:s,s:I}", "event_id", id, "cursor", cur.known ? cur.event_id : "",
+                              "head", (json_int_t)(ours ? eid.seq : 0));
+        TM_WARN("stream %s: %s at event %s (cursor %s)", r->stream_key, tm_verdict_reason(v), id,
+                cur.known ? cur.event_id : "-");
+        rq_fail(r, TIDEMARK_EPROTO, tm_verdict_reason(v), "resumption validator refused the stream", d);
+        return TIDEMARK_EPROTO;
+    }
+    int rc = 0;
+    uint64_t seq = ours ? eid.seq : 0;
+    if (v == TM_V_SUPPRESS) {
+        /* Already applied before a crash; handlers are idempotent: skip the
+         * effect, make the cursor catch up. */
+        tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
+        tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
+        rc = tm_cstate_commit(c->st);
+    } else {
+        switch (c->cfg.persist) {
+        case TIDEMARK_PERSIST_ATOMIC:
+            rc = app_dispatch(c, &ev);
+            if (rc == 0)
+                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
+            if (rc == 0)
+                rc = tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
+            CRASH_POINT("atomic_before_commit");
+            if (rc) {
+                tm_cstate_rollback(c->st);
+                break;
+            }
+            rc = tm_cstate_commit(c->st);
+            break;
+        case TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH:
+            rc = app_dispatch(c, &ev);
+            if (rc == 0)
+                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_PROCESSED);
+            if (rc) {
+                tm_cstate_rollback(c->st);
+                break;
+            }
+            if ((rc = tm_cstate_commit(c->st)) != 0)
+                break;
+            CRASH_POINT("after_dispatch_before_cursor");
+            if ((rc = tm_cstate_begin(c->st)) != 0)
+                break;
+            tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
+            tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
+            rc = tm_cstate_commit(c->st);
+            break;
+        case TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH:
+            tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
+            if ((rc = tm_cstate_commit(c->st)) != 0)
+                break;
+            CRASH_POINT("after_cursor_before_dispatch");
+            if ((rc = tm_cstate_begin(c->st)) != 0)
+                break;
+            rc = app_dispatch(c, &ev);
+            if (rc == 0)
+                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
+            if (rc) {
+                tm_cstate_rollback(c->st);
+                break;
+            }
+            rc = tm_cstate_commit(c->st);
+            break;
+        }
+    }
+    if (rc) {
+        rq_fail(r, rc, "dispatch_failed", "the event could not be dispatched and saved", NULL);
+        return rc;
+    }
+    snprintf(r->last_id, sizeof r->last_id, "%s", id);
+    r->have_id = 1;
+    return 0;
+}
+
+static int on_sse_event(void *ud, const tm_sse_event *ev)
+{
+    rq *r = ud;
+    tidemark_client_t *c = r->c;
+    r->events++;
+    if (strcmp(ev->type, "gap") == 0) {
+        /* The server trimmed events we had not received: typed, never silent. */
+        json_t *d = json_loadb(ev->data, ev->data_len, 0, NULL);
+        rq_fail(r, TIDEMARK_EPROTO, "resumption_gap", "events of the stream were trimmed", d);
+        return 1;
+    }
+    if (strcmp(ev->type, "message") != 0)
+        return 0; /* e.g. tidemark-durable announcements */
+    json_t *msg = ev->data_len ? json_loadb(ev->data, ev->data_len, 0, NULL) : NULL;
+    if (ev->id && ev->id[0] && accept_event(c, r, ev->id, msg) != 0) {
+        json_decref(msg);
+        return 1;
+    }
+    if (msg)
+        handle_message(c, r, msg);
+    json_decref(msg);
+    pthread_mutex_lock(&c->mu);
+    int stop = r->phase == RQ_DONE;
+    pthread_mutex_unlock(&c->mu);
+    /* A foreign server may keep a resumed stream open after the response:
+     * stop reading once we have it. */
+    return stop ? 1 : 0;
+}
+
+static void on_sse_retry(void *ud, unsigned long ms)
+{
+    rq *r = ud;
+    r->retry_ms = ms;
+    r->retry_set = 1;
+}
+
+/* ---- exchanges ----------------------------------------------------------------- */
+
+static void x_headers(void *ud, long status, const char *ctype, const char *sid)
+{
+    rq *r = ud;
+    tidemark_client_t *c = r->c;
+    r->status = status;
+    r->sse = ctype && strncasecmp(ctype, "text/event-stream", 17) == 0;
+    if (sid && !c->session) {
+        pthread_mutex_lock(&c->mu);
+        if (!c->session)
+            c->session = strdup(sid);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (r->sse) {
+        if (!r->parser) {
+            tm_sse_callbacks cb = {.on_event = on_sse_event, .on_retry = on_sse_retry};
+            tm_sse_parser_new(0, 0, &cb, r, &r->parser);
+        } else {
+            tm_sse_parser_reset(r->parser);
+        }
+    }
+}
+
+static int x_data(void *ud, const char *buf, size_t len)
+{
+    rq *r = ud;
+    if (r->sse && r->status == 200)
+        return r->parser && tm_sse_parser_feed(r->parser, buf, len) != 0 ? 1 : 0;
+    return tm_buf_add(&r->body, buf, len) == 0 ? 0 : 1;
+}
+
+static void x_end(rq *r)
+{
+    pthread_mutex_lock(&r->c->mu);
+    r->x = 0;
+    pthread_cond_broadcast(&r->c->cv);
+    pthread_mutex_unlock(&r->c->mu);
+}
+
+static void x_done_inner(rq *r, int rc, long status);
+
+static void x_done(void *ud, int rc, long status)
+{
+    rq *r = ud;
+    x_done_inner(r, rc, status);
+    x_end(r); /* last: the caller may free r once x is 0 */
+}
+
+static void x_done_inner(rq *r, int rc, long status)
+{
+    tidemark_client_t *c = r->c;
+    pthread_mutex_lock(&c->mu);
+    int done = r->phase == RQ_DONE;
+    pthread_mutex_unlock(&c->mu);
+    if (done)
+        return;
+    if (status == 404 && !r->sse) {
+        pthread_mutex_lock(&c->mu);
+        c->session_lost = 1;
+        pthread_mutex_unlock(&c->mu);
+        json_t *e = NULL;
+        set_error(&e, TM_RPC_SESSION_NOT_FOUND, "session_lost",
+                  "the server no longer knows the session", NULL);
+        pthread_mutex_lock(&c->mu);
+        rq_finish_locked(r, TIDEMARK_ENOTFOUND, e);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (!r->sse && status >= 200 && status < 300 && rc == 0) {
+        if (status == 202 || r->body.len == 0) {
+            pthread_mutex_lock(&c->mu);
+            rq_finish_locked(r, 0, json_object());
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+        json_t *v = json_loadb(r->body.data, r->body.len, 0, NULL);
+        tm_buf_reset(&r->body);
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *m;
+            json_array_foreach(v, i, m) handle_message(c, r, m);
+        } else if (v) {
+            handle_message(c, r, v);
+        }
+        json_decref(v);
+        pthread_mutex_lock(&c->mu);
+        if (r->phase != RQ_DONE)
+            rq_finish_locked(r, TIDEMARK_EPROTO, NULL);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (!r->sse && status >= 400) {
+        json_t *v = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, NULL);
+        tm_buf_reset(&r->body);
+        json_t *err = json_incref(json_object_get(v, "error"));
+        json_decref(v);
+        if (!err)
+            set_error(&err, TM_RPC_INTERNAL_ERROR, "http_error", "the server answered with an error",
+                      json_pack("{s:i}", "status", (int)status));
+        pthread_mutex_lock(&c->mu);
+        rq_finish_locked(r, TIDEMARK_EPEER, err);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    /* The stream ended (or was cut) before the response: reconnect. */
+    if (r->parser)
+        tm_sse_parser_finish(r->parser);
+    pthread_mutex_lock(&c->mu);
+    r->phase = RQ_RECONNECT;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static const tm_hx_cb rq_callbacks = {x_headers, x_data, x_done};
+
+/* Build headers for an exchange. out holds up to 8 lines, buf the text. */
+static void make_headers(tidemark_client_t *c, const char *accept, const char *last_id,
+                         const char **out, char buf[4][512])
+{
+    int n = 0;
+    out[n++] = accept;
+    if (strcmp(accept, "Accept: text/event-stream") != 0)
+        out[n++] = "Content-Type: application/json";
+    pthread_mutex_lock(&c->mu);
+    if (c->session) {
+        snprintf(buf[0], 512, "Mcp-Session-Id: %s", c->session);
+        out[n++] = buf[0];
+    }
+    if (c->proto) {
+        snprintf(buf[1], 512, "MCP-Protocol-Version: %s", c->proto);
+        out[n++] = buf[1];
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (last_id) {
+        snprintf(buf[2], 512, "Last-Event-ID: %s", last_id);
+        out[n++] = buf[2];
+    }
+    out[n] = NULL;
+}
+
+/* Start r's exchange; r->x is set before any callback can clear it. */
+static int start_exchange(tidemark_client_t *c, rq *r, const tm_hx_req *req)
+{
+    pthread_mutex_lock(&c->mu);
+    r->x = UINT64_MAX; /* "starting": not 0, so waiters wait */
+    pthread_mutex_unlock(&c->mu);
+    uint64_t xid = 0;
+    int rc = tm_hc_start(c->hc, req, &rq_callbacks, r, &xid);
+    pthread_mutex_lock(&c->mu);
+    if (rc)
+        r->x = 0;
+    else if (r->x == UINT64_MAX)
+        r->x = xid;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Cancel r's exchange, if any, and wait until its callbacks are over. */
+static void end_exchange(tidemark_client_t *c, rq *r)
+{
+    pthread_mutex_lock(&c->mu);
+    if (r->x && r->x != UINT64_MAX)
+        tm_hc_cancel(c->hc, r->x);
+    while (r->x) {
+        struct timespec ts = tm_deadline_ms(100);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int start_post(tidemark_client_t *c, rq *r)
+{
+    size_t len;
+    char *body = tm_jsonrpc_dump(r->msg, &len);
+    if (!body)
+        return TIDEMARK_ENOMEM;
+    const char *h[8];
+    char buf[4][512];
+    make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
+    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len};
+    r->status = 0;
+    r->sse = 0;
+    r->events = 0;
+    tm_buf_reset(&r->body);
+    int rc = start_exchange(c, r, &req);
+    free(body);
+    return rc;
+}
+
+static int start_get(tidemark_client_t *c, rq *r)
+{
+    const char *h[8];
+    char buf[4][512];
+    make_headers(c, "Accept: text/event-stream", r->have_id ? r->last_id : NULL, h, buf);
+    tm_hx_req req = {.method = "GET", .url = c->url, .headers = h};
+    r->status = 0;
+    r->sse = 0;
+    r->events = 0;
+    tm_buf_reset(&r->body);
+    return start_exchange(c, r, &req);
+}
+
+/* Fire-and-forget POST of a message (responses to server requests). */
+typedef struct fire {
+    long status;
+} fire;
+static void f_headers(void *ud, long status, const char *ct, const char *sid)
+{
+    (void)ct, (void)sid;
+    ((fire *)ud)->status = status;
+}
+static int f_data(void *ud, const char *b, size_t n) { (void)ud, (void)b, (void)n; return 0; }
+static void f_done(void *ud, int rc, long status)
+{
+    if (rc || status >= 300)
+        TM_WARN("posting a response to the server failed (status %ld)", status);
+    free(ud);
+}
+
+static int post_message(tidemark_client_t *c, json_t *msg)
+{
+    size_t len;
+    char *body = tm_jsonrpc_dump(msg, &len);
+    fire *f = calloc(1, sizeof *f);
+    if (!body || !f) {
+        free(body);
+        free(f);
+        return TIDEMARK_ENOMEM;
+    }
+    const char *h[8];
+    char buf[4][512];
+    make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
+    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
+                     .timeout_ms = c->cfg.timeout_ms};
+    static const tm_hx_cb cb = {f_headers, f_data, f_done};
+    int rc = tm_hc_start(c->hc, &req, &cb, f, NULL);
+    free(body);
+    if (rc)
+        free(f);
+    return rc;
+}
+
+/* Wait until r leaves RQ_RUNNING or the deadline passes. Holds c->mu. */
+static int wait_phase(tidemark_client_t *c, rq *r, int64_t deadline)
+{
+    while (r->phase == RQ_RUNNING && !c->stopping) {
+        struct timespec ts = tm_deadline_ms(deadline - tm_now_ms());
+        if (tm_now_ms() >= deadline ||
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) {
+            if (r->phase == RQ_RUNNING && tm_now_ms() >= deadline)
+                return TIDEMARK_ETIMEDOUT;
+        }
+    }
+    return 0;
+}
+
+/* Sleep ms unless the client stops. */
+static void nap(tidemark_client_t *c, long ms)
+{
+    pthread_mutex_lock(&c->mu);
+    int64_t end = tm_now_ms() + ms;
+    while (!c->stopping && tm_now_ms() < end) {
+        struct timespec ts = tm_deadline_ms(end - tm_now_ms());
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The delay before reconnect attempt n: the server's retry exactly, else
+ * exponential backoff with full jitter. */
+static long reconnect_delay(tidemark_client_t *c, rq *r)
+{
+    if (r->retry_set)
+        return (long)r->retry_ms;
+    unsigned long base = c->cfg.backoff_ms;
+    for (unsigned i = 1; i < r->attempts && base < c->cfg.backoff_max_ms; i++)
+        base *= 2;
+    if (base > c->cfg.backoff_max_ms)
+        base = c->cfg.backoff_max_ms;
+    uint32_t rnd = 0;
+    tm_random_bytes(&rnd, sizeof rnd);
+    return (long)(base / 2 + rnd % (base / 2 + 1));
+}
+
+/*
+ * With ids we cannot interpret (a foreign server), continuity across a
+ * reconnect cannot be proven; only the dispatch log deduplicates. Resuming
+ * is then allowed for requests that are safe to see twice: anything but
+ * tools/call, and tools annotated idempotent or read-only (DESIGN §7).
+ */
+static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
+{
+    if (!r->msg || r->listen)
+        return 1;
+    const char *method = json_string_value(json_object_get(r->msg, "method"));
+    if (!method || strcmp(method, "tools/call") != 0)
+        return 1;
+    const char *tool = json_string_value(json_object_get(json_object_get(r->msg, "params"), "name"));
+    pthread_mutex_lock(&c->mu);
+    int known = c->tool_safe != NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!known) {
+        json_t *tools = NULL;
+        if (tidemark_client_list(c, "tools/list", "tools", &tools) != 0) {
+            json_decref(tools);
+            return 0;
+        }
+        json_t *safe = json_object();
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            json_t *a = json_object_get(t, "annotations");
+            int ok = json_is_true(json_object_get(a, "idempotentHint")) ||
+                     json_is_true(json_object_get(a, "readOnlyHint"));
+            json_object_set_new(safe, json_string_value(json_object_get(t, "name")), json_boolean(ok));
+        }
+        json_decref(tools);
+        pthread_mutex_lock(&c->mu);
+        json_decref(c->tool_safe);
+        c->tool_safe = safe;
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_lock(&c->mu);
+    int ok = tool && json_is_true(json_object_get(c->tool_safe, tool));
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+/* Drive r (already started) to its end: wait, reconnect with Last-Event-ID
+ * after cuts, bounded attempts. Returns r->rc. */
+static int drive(tidemark_client_t *c, rq *r, int64_t deadline)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int rc = wait_phase(c, r, deadline);
+        int phase = r->phase;
+        int stopping = c->stopping;
+        if (rc == TIDEMARK_ETIMEDOUT || (stopping && phase != RQ_DONE)) {
+            json_t *e = NULL;
+            set_error(&e, TM_RPC_INTERNAL_ERROR, stopping ? "client_stopped" : "timeout",
+                      stopping ? "the client is stopping" : "no response before the deadline", NULL);
+            rq_finish_locked(r, stopping ? TIDEMARK_ECANCELED : TIDEMARK_ETIMEDOUT, e);
+            phase = RQ_DONE;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (phase == RQ_DONE) {
+            end_exchange(c, r);
+            return r->rc;
+        }
+        /* RQ_RECONNECT */
+        if (r->events > 0)
+            r->attempts = 0; /* progress was made: a fresh budget */
+        if (++r->attempts > c->cfg.max_attempts) {
+            rq_fail(r, TIDEMARK_EIO, "reconnect_exhausted", "the stream could not be resumed",
+                    json_pack("{s:i}", "attempts", (int)c->cfg.max_attempts));
+            continue;
+        }
+        if (!r->have_id && !r->listen) {
+            /* Cut before any event: nothing to resume from. Re-sending is
+             * safe only where the server deduplicates by request id. */
+            if (!r->ours && r->attempts > 1) {
+                rq_fail(r, TIDEMARK_EIO, "continuity_unprovable",
+                        "the request was cut before any event; re-sending could repeat it", NULL);
+                continue;
+            }
+        }
+        end_exchange(c, r);
+        if (r->have_id && !r->ours && !opaque_resume_allowed(c, r)) {
+            rq_fail(r, TIDEMARK_EPROTO, "continuity_unprovable",
+                    "a non-idempotent request was cut mid-stream on a server whose event ids "
+                    "cannot prove continuity; the session is not resumed",
+                    json_pack("{s:s}", "last_event_id", r->last_id));
+            pthread_mutex_lock(&c->mu);
+            c->session_lost = 1; /* session-terminating, reported as such */
+            pthread_mutex_unlock(&c->mu);
+            continue;
+        }
+        nap(c, reconnect_delay(c, r));
+        pthread_mutex_lock(&c->mu);
+        r->phase = RQ_RUNNING;
+        pthread_mutex_unlock(&c->mu);
+        rc = (!r->have_id && !r->listen) ? start_post(c, r) : start_get(c, r);
+        if (rc)
+            rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    }
+}
+
+static rq *rq_new(tidemark_client_t *c, int64_t id)
+{
+    rq *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->c = c;
+    r->id = id;
+    snprintf(r->key, sizeof r->key, "%" PRId64, id);
+    tm_buf_init(&r->body, MAX_JSON_BODY);
+    return r;
+}
+
+static void pending_add(tidemark_client_t *c, rq *r)
+{
+    pthread_mutex_lock(&c->mu);
+    tm_map_put(c->pending, r->key, r);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void pending_del(tidemark_client_t *c, rq *r)
+{
+    pthread_mutex_lock(&c->mu);
+    if (tm_map_get(c->pending, r->key) == r)
+        tm_map_del(c->pending, r->key);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- public API ------------------------------------------------------------------ */
+
+static int do_initialize(tidemark_client_t *c, json_t **err)
+{
+    pthread_mutex_lock(&c->mu);
+    free(c->session);
+    c->session = NULL;
+    free(c->proto);
+    c->proto = NULL;
+    c->session_lost = 0;
+    pthread_mutex_unlock(&c->mu);
+    json_t *caps = c->caps ? json_incref(c->caps) : json_object();
+    if (!c->caps) {
+        if (c->cfg.on_request) {
+            json_object_set_new(caps, "sampling", json_object());
+            json_object_set_new(caps, "elicitation", json_pack("{s:{}}", "form"));
+        }
+        if (c->roots)
+            json_object_set_new(caps, "roots", json_pack("{s:b}", "listChanged", 0));
+    }
+    int64_t id = tm_cstate_next_request_id(c->st);
+    rq *r = rq_new(c, id);
+    if (!r) {
+        json_decref(caps);
+        return TIDEMARK_ENOMEM;
+    }
+    r->msg = tm_jsonrpc_request(json_integer(id), "initialize",
+                                json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion", c->offer,
+                                          "capabilities", caps, "clientInfo", "name", c->name,
+                                          "version", c->version));
+    pending_add(c, r);
+    int rc = start_post(c, r);
+    if (!rc)
+        rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    pending_del(c, r);
+    if (rc) {
+        if (err)
+            *err = json_incref(r->result);
+        rq_free(r);
+        return rc;
+    }
+    const char *v = json_string_value(json_object_get(r->result, "protocolVersion"));
+    if (!v || (strcmp(v, TIDEMARK_PROTOCOL_2025_11_25) && strcmp(v, TIDEMARK_PROTOCOL_2025_06_18) &&
+               strcmp(v, TIDEMARK_PROTOCOL_2025_03_26))) {
+        set_error(err, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
+                  "the server chose a protocol version this client does not speak",
+                  json_pack("{s:s}", "protocolVersion", v ? v : ""));
+        rq_free(r);
+        return TIDEMARK_ENOTSUP;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->proto = strdup(v);
+    json_decref(c->server_info);
+    c->server_info = json_incref(r->result);
+    pthread_mutex_unlock(&c->mu);
+    rq_free(r);
+    /* The session starts over: old cursors and dispatch rows belong to the old one. */
+    tm_cstate_session_clear(c->st);
+    char *info = json_dumps(c->server_info, JSON_COMPACT);
+    tm_cstate_session_set(c->st, c->url, c->session ? c->session : "", c->proto, info);
+    free(info);
+    return tidemark_client_notify(c, "notifications/initialized", NULL);
+}
+
+int tidemark_client_connect(tidemark_client_t *c, json_t **err)
+{
+    if (err)
+        *err = NULL;
+    char *url, *id, *version, *server;
+    if (tm_cstate_session_get(c->st, &url, &id, &version, &server) == 0 && url && id && id[0] &&
+        version && strcmp(url, c->url) == 0) {
+        pthread_mutex_lock(&c->mu);
+        c->session = id;
+        c->proto = version;
+        c->server_info = server ? json_loads(server, 0, NULL) : NULL;
+        pthread_mutex_unlock(&c->mu);
+        free(url);
+        free(server);
+        return 0;
+    }
+    free(url);
+    free(id);
+    free(version);
+    free(server);
+    return do_initialize(c, err);
+}
+
+int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params)
+{
+    rq *r = rq_new(c, 0);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    r->msg = tm_jsonrpc_notification(method, params ? json_incref(params) : NULL);
+    r->ours = 1; /* a notification may simply be sent again */
+    int rc = start_post(c, r);
+    if (!rc)
+        rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    rq_free(r);
+    return rc;
+}
+
+int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
+                            tidemark_progress_fn progress, void *progress_ud, json_t **result)
+{
+    *result = NULL;
+    pthread_mutex_lock(&c->mu);
+    int lost = c->session_lost;
+    pthread_mutex_unlock(&c->mu);
+    if (lost) {
+        /* 404 earlier: the session is gone. Start a new one; requests that
+         * were outstanding were already settled with session_lost. */
+        json_t *err = NULL;
+        int rc = do_initialize(c, &err);
+        if (rc) {
+            *result = err;
+            return rc;
+        }
+    }
+    int64_t id = tm_cstate_next_request_id(c->st);
+    rq *r = rq_new(c, id);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    json_t *p = params ? json_deep_copy(params) : json_object();
+    if (progress) {
+        json_t *meta = json_object_get(p, "_meta");
+        if (!json_is_object(meta)) {
+            meta = json_object();
+            json_object_set_new(p, "_meta", meta);
+        }
+        json_object_set_new(meta, "progressToken", json_integer(id));
+    }
+    r->msg = tm_jsonrpc_request(json_integer(id), method, p);
+    r->progress = progress;
+    r->progress_ud = progress_ud;
+    if (strcmp(method, "tools/call") == 0) {
+        char *ptxt = json_dumps(p, JSON_COMPACT);
+        json_t *meta = json_object_get(p, "_meta");
+        r->recorded = tm_cstate_outstanding_add(c->st, id, method, ptxt,
+                                                json_string_value(json_object_get(meta, "dev.tidemark/idempotency-key"))) == 0;
+        free(ptxt);
+    }
+    pending_add(c, r);
+    int rc = start_post(c, r);
+    if (!rc)
+        rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    pending_del(c, r);
+    if (r->recorded && r->phase == RQ_DONE)
+        tm_cstate_outstanding_done(c->st, id);
+    *result = json_incref(r->result);
+    rc = r->rc;
+    rq_free(r);
+    return rc;
+}
+
+int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
+                              tidemark_progress_fn progress, void *ud, json_t **result)
+{
+    json_t *params = json_pack("{s:s,s:O}", "name", name, "arguments", args ? args : json_object());
+    int rc = tidemark_client_request(c, "tools/call", params, progress, ud, result);
+    json_decref(params);
+    return rc;
+}
+
+int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field, json_t **items)
+{
+    *items = json_array();
+    json_t *cursor = NULL;
+    for (int page = 0; page < 10000; page++) {
+        json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
+        json_t *res = NULL;
+        int rc = tidemark_client_request(c, method, params, NULL, NULL, &res);
+        json_decref(params);
+        json_decref(cursor);
+        cursor = NULL;
+        if (rc) {
+            json_decref(*items);
+            *items = res;
+            return rc;
+        }
+        json_array_extend(*items, json_object_get(res, field));
+        cursor = json_incref(json_object_get(res, "nextCursor"));
+        json_decref(res);
+        if (!json_is_string(cursor))
+            break;
+    }
+    json_decref(cursor);
+    return 0;
+}
+
+int tidemark_client_resume(tidemark_client_t *c, json_t **results)
+{
+    *results = json_array();
+    json_t *rows = NULL;
+    int rc = tm_cstate_outstanding_list(c->st, &rows);
+    if (rc)
+        return rc;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        int64_t id = json_integer_value(json_object_get(row, "request_id"));
+        const char *stream = json_string_value(json_object_get(row, "stream"));
+        rq *r = rq_new(c, id);
+        if (!r)
+            break;
+        r->recorded = 1;
+        r->msg = tm_jsonrpc_request(json_integer(id), json_string_value(json_object_get(row, "method")),
+                                    json_loads(json_is_string(json_object_get(row, "params"))
+                                                   ? json_string_value(json_object_get(row, "params"))
+                                                   : "{}", 0, NULL));
+        if (stream) {
+            snprintf(r->stream_key, sizeof r->stream_key, "%s", stream);
+            tm_cursor cur;
+            if (tm_cstate_begin(c->st) == 0) {
+                tm_cstate_cursor_get(c->st, stream, &cur);
+                tm_cstate_rollback(c->st);
+                if (cur.known) {
+                    snprintf(r->last_id, sizeof r->last_id, "%s", cur.event_id);
+                    r->have_id = 1;
+                    r->ours = cur.seq > 0;
+                }
+            }
+        }
+        pending_add(c, r);
+        /* With a cursor: resume the stream. Without: the request never got
+         * an event through; re-send it (Tidemark servers answer a repeated
+         * request id from their record). */
+        rc = r->have_id ? start_get(c, r) : start_post(c, r);
+        if (!rc)
+            rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+        pending_del(c, r);
+        json_t *entry = json_pack("{s:I,s:O?}", "id", (json_int_t)id, rc == 0 ? "result" : "error",
+                                  r->result);
+        json_array_append_new(*results, entry);
+        if (r->phase == RQ_DONE)
+            tm_cstate_outstanding_done(c->st, id);
+        rq_free(r);
+    }
+    json_decref(rows);
+    return 0;
+}
+
+int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms)
+{
+    rq *r = rq_new(c, -1);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    r->listen = 1;
+    snprintf(r->key, sizeof r->key, "listen");
+    int rc = start_get(c, r);
+    if (!rc)
+        rc = drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
+    rq_free(r);
+    return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
+}
+
+int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
+                          size_t nargs, json_t **rows)
+{
+    return tm_cstate_query(c->st, sql, args, nargs, rows);
+}
+
+void tidemark_client_stop(tidemark_client_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct del_ctx {
+    long status;
+    int done;
+    tidemark_client_t *c;
+} del_ctx;
+static void d_headers(void *ud, long status, const char *ct, const char *sid)
+{
+    (void)ct, (void)sid;
+    ((del_ctx *)ud)->status = status;
+}
+static void d_done(void *ud, int rc, long status)
+{
+    (void)rc;
+    del_ctx *d = ud;
+    pthread_mutex_lock(&d->c->mu);
+    d->status = status;
+    d->done = 1;
+    pthread_cond_broadcast(&d->c->cv);
+    pthread_mutex_unlock(&d->c->mu);
+}
+
+int tidemark_client_end_session(tidemark_client_t *c)
+{
+    if (!c->session)
+        return TIDEMARK_ENOTFOUND;
+    const char *h[8];
+    char buf[4][512];
+    make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
+    tm_hx_req req = {.method = "DELETE", .url = c->url, .headers = h, .timeout_ms = c->cfg.timeout_ms};
+    del_ctx d = {0, 0, c};
+    static const tm_hx_cb cb = {d_headers, f_data, d_done};
+    int rc = tm_hc_start(c->hc, &req, &cb, &d, NULL);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    while (!d.done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    tm_cstate_session_clear(c->st);
+    return d.status >= 200 && d.status < 300 ? 0 : TIDEMARK_EPEER;
+}
+
+void tidemark_client_free(tidemark_client_t *c)
+{
+    if (!c)
+        return;
+    tidemark_client_stop(c);
+    tm_pool_free(c->workers);
+    tm_hc_free(c->hc);
+    tm_cstate_close(c->st);
+    tm_map_free(c->pending);
+    json_decref(c->caps);
+    json_decref(c->roots);
+    json_decref(c->server_info);
+    json_decref(c->tool_safe);
+    free(c->url);
+    free(c->state_path);
+    free(c->name);
+    free(c->version);
+    free(c->offer);
+    free(c->session);
+    free(c->proto);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
