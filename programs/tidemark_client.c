@@ -38,7 +38,8 @@ static void usage(FILE *f)
             "\n"
             "Options:\n"
             "  --state FILE               durable client state (session, cursors, dispatch log);\n"
-            "                             the same file after a crash resumes the same session\n"
+            "                             the same file after a crash resumes the same session.\n"
+            "                             Without it the session is ended (DELETE) on exit\n"
             "  --json                     print JSON results\n"
             "  --args JSON                tool/prompt arguments as one JSON object\n"
             "  --persist MODE             atomic (default) | cursor_after_dispatch |\n"
@@ -308,6 +309,9 @@ int main(int argc, char **argv)
         rc = -100;
     }
     int code = rc == -100 ? 2 : exit_code(rc, res);
+    /* Without a state file nothing can resume the session: end it. */
+    if (!state && strcmp(cmd, "end") != 0 && code != 5)
+        tidemark_client_end_session(c);
     json_decref(res);
     json_decref(args);
     tidemark_client_free(c);

@@ -11,10 +11,13 @@
  *
  *   initialize                          connect (initialize + initialized), list tools
  *   tools_call                          connect, list tools, call add_numbers {a:5, b:3}
- *   elicitation-sep1034-client-defaults connect, call test_client_elicitation_defaults;
- *                                       the elicitation is accepted with empty content,
+ *   elicitation-sep1034-client-defaults connect, list tools, open the standalone GET stream, call
+ *                                       test_client_elicitation_defaults; the server
+ *                                       sends its elicitation/create on the GET stream
+ *                                       (it is not related to the call's request id),
+ *                                       the program accepts it with empty content and
  *                                       the library fills in the schema's defaults
- *   sse-retry                           connect, call test_reconnection; the server cuts
+ *   sse-retry                           connect, list tools, call test_reconnection; the server cuts
  *                                       the call's stream after a priming event with
  *                                       retry: 500, the library resumes with GET +
  *                                       Last-Event-ID after exactly that delay
@@ -23,9 +26,11 @@
  * Exit codes: 0 the scenario ran through; 1 a step failed; 2 usage.
  */
 #include "tidemark/client.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *prog = "tidemark-conformance-client";
 
@@ -65,11 +70,14 @@ static void on_notification(json_t *msg, void *ud)
     print_json("notification", msg);
 }
 
-/* The tool's result, printed; 0 unless the call failed or returned isError. */
+/* The tool's result, printed; 0 unless the call failed or returned isError.
+ * args NULL: an empty object (passed explicitly, not as NULL). */
 static int call_tool(tidemark_client_t *c, const char *name, json_t *args)
 {
     json_t *res = NULL;
-    int rc = tidemark_client_call_tool(c, name, args, NULL, NULL, &res);
+    json_t *none = args ? NULL : json_object();
+    int rc = tidemark_client_call_tool(c, name, args ? args : none, NULL, NULL, &res);
+    json_decref(none);
     if (rc) {
         fprintf(stderr, "%s: tools/call %s: %s\n", prog, name, tidemark_strerror(rc));
         print_json("error", res);
@@ -97,6 +105,56 @@ static int list_tools(tidemark_client_t *c)
     return 0;
 }
 
+/* The standalone GET stream, listened to on a thread of its own. */
+typedef struct listener {
+    tidemark_client_t *c;
+    pthread_t thread;
+    int started;
+    int rc;
+} listener;
+
+static void *listen_main(void *arg)
+{
+    listener *l = arg;
+    l->rc = tidemark_client_listen(l->c, 0);
+    return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static int listen_start(tidemark_client_t *c, listener *l)
+{
+    l->c = c;
+    l->rc = 0;
+    l->started = pthread_create(&l->thread, NULL, listen_main, l) == 0;
+    if (!l->started) {
+        fprintf(stderr, "%s: cannot start the listener thread\n", prog);
+        return 1;
+    }
+    /* A server drops what it sends on the standalone stream while no GET is
+     * open, and the API has no "stream open" signal: give the GET time to
+     * reach the server before anything makes it send there. */
+    sleep_ms(300);
+    return 0;
+}
+
+static int listen_stop(tidemark_client_t *c, listener *l)
+{
+    if (!l->started)
+        return 0;
+    tidemark_client_stop(c);
+    pthread_join(l->thread, NULL);
+    l->started = 0;
+    if (l->rc && l->rc != TIDEMARK_ECANCELED)
+        fprintf(stderr, "%s: listen: %s\n", prog, tidemark_strerror(l->rc));
+    return 0;
+}
+
 static int run_scenario(tidemark_client_t *c, const char *scenario)
 {
     if (!strcmp(scenario, "tools_call")) {
@@ -110,7 +168,12 @@ static int run_scenario(tidemark_client_t *c, const char *scenario)
     if (!strcmp(scenario, "elicitation-sep1034-client-defaults")) {
         if (list_tools(c))
             return 1;
-        return call_tool(c, "test_client_elicitation_defaults", NULL);
+        listener l;
+        if (listen_start(c, &l))
+            return 1;
+        int rc = call_tool(c, "test_client_elicitation_defaults", NULL);
+        listen_stop(c, &l);
+        return rc;
     }
     if (!strcmp(scenario, "sse-retry")) {
         if (list_tools(c))

@@ -23,6 +23,8 @@ int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out)
         return tm_store_memory_open(opt, out);
     if (strncmp(uri, "sqlite:", 7) == 0 && uri[7])
         return tm_store_sqlite_open(uri + 7, opt, out);
+    if (strncmp(uri, "redis://", 8) == 0)
+        return tm_store_redis_open(uri, opt, out);
     return TIDEMARK_ENOTSUP;
 }
 

@@ -64,6 +64,8 @@ typedef struct tm_store_options {
     int64_t retain_ms;        /* per-stream age limit, 0 = unlimited */
     tm_durability durability; /* for durable backends */
     int emit_early;           /* read() may return events not yet durable (DESIGN §8) */
+    int64_t touch_every_ms;   /* session_touch writes at most this often (0 = 5000);
+                                 keep it well below the session TTL */
 } tm_store_options;
 
 #define TM_APPEND_FINAL 1u /* the stream ends with this event */
@@ -141,7 +143,8 @@ struct tm_store {
     void *listener_ud;
 };
 
-/* Open a store by URI: "memory". Returns 0 or a negative code. */
+/* Open a store by URI: "memory", "sqlite:PATH" or "redis://HOST[:PORT][/DB]".
+ * Returns 0 or a negative code. */
 int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out);
 /* Set the listener told of every durable event. Call before use. */
 void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud);
@@ -209,6 +212,8 @@ int tm_store_sync(tm_store *st);
 /* Backend constructors. */
 int tm_store_memory_open(const tm_store_options *opt, tm_store **out);
 int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out);
+/* uri: "redis://HOST[:PORT][/DB]". TIDEMARK_EIO if the server cannot be reached. */
+int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store **out);
 
 /* For backends: deliver the commit notification. */
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);

@@ -396,11 +396,6 @@ static char *cache_key(const char *session, const char *name)
     return fmt("%zu:%s/%s", strlen(session), session, name);
 }
 
-static char *started_member(const char *session, const char *key)
-{
-    return fmt("%zu:%s%s", strlen(session), session, key);
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -888,10 +883,9 @@ static int effect_in_savepoint(rstore *r, tm_effect_fn fn, void *ud)
     int rc = tm_sqlite_exec_args(r->fx, "SAVEPOINT fx", NULL, 0);
     if (rc == 0) {
         rc = fn(ud, &txn);
-        const char *end = rc ? "ROLLBACK TO fx" : "RELEASE fx";
-        tm_sqlite_exec_args(r->fx, end, NULL, 0);
-        if (rc)
-            tm_sqlite_exec_args(r->fx, "RELEASE fx", NULL, 0);
+        if (rc) /* undo the effect's rows, then end the savepoint either way */
+            tm_sqlite_exec_args(r->fx, "ROLLBACK TO fx", NULL, 0);
+        tm_sqlite_exec_args(r->fx, "RELEASE fx", NULL, 0);
     }
     pthread_mutex_unlock(&r->fx_mu);
     return rc;
@@ -1171,7 +1165,7 @@ static void commit_batch(rstore *r, rop *batch)
     int64_t deadline = now + OUTAGE_MS;
     if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
         deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
-    int first = 1, backoff = BACKOFF_MIN_MS;
+    int first = 1, reloads = 0, backoff = BACKOFF_MIN_MS;
     for (;;) {
         int todo = 0;
         for (rop *o = batch; o; o = o->next)
@@ -1191,8 +1185,11 @@ static void commit_batch(rstore *r, rop *batch)
         first = 0;
         if (rc == SENT_LOST) {
             writer_lost(r);
-        } else if (rc == SENT_RELOAD && load_scripts(r, r->wc) != 0) {
+            if (tm_now_ms() >= deadline) /* a connection that keeps dying counts as down */
+                break;
+        } else if (rc == SENT_RELOAD && (++reloads > 3 || load_scripts(r, r->wc) != 0)) {
             writer_lost(r);
+            break;
         }
     }
     TM_ERROR("redis: %s:%d unreachable for %d ms: failing queued operations", r->host, r->port,
@@ -1245,7 +1242,8 @@ static void finish_batch(rstore *r, rop *batch, size_t nops)
         char *k = cache_key(o->session, o->name);
         rstream *s = k ? tm_map_get(r->streams, k) : NULL;
         free(k);
-        if (s && o->kind == OP_APPEND) {
+        /* (a guard: the session may have been deleted and made again) */
+        if (s && o->kind == OP_APPEND && s->pending) {
             s->pending--;
             if (o->status == 0 && o->seq > s->known)
                 s->known = o->seq;
@@ -1260,7 +1258,7 @@ static void finish_batch(rstore *r, rop *batch, size_t nops)
                 early_free(e);
             }
         }
-        if (s && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
+        if (s && s->close_pending && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
             s->close_pending--;
         if (o->status == 0 && w.index && w.v)
             wake_add(&w, o->session, o->name, o->seq);
@@ -1590,3 +1588,868 @@ static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
     return rc;
 }
 
+
+static void free_value(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
+
+static int r_session_touch(tm_store *st, const char *id, int64_t now_ms)
+{
+    rstore *r = (rstore *)st;
+    /* Last-seen only feeds idle expiry. This node's first touch of a session
+     * waits (it reports an unknown session); later ones write at most once
+     * per TOUCH_EVERY_MS and do not wait. */
+    pthread_mutex_lock(&r->c_mu);
+    int64_t *t = tm_map_get(r->touched, id);
+    if (t && now_ms - *t < TOUCH_EVERY_MS) {
+        pthread_mutex_unlock(&r->c_mu);
+        return 0;
+    }
+    int first = t == NULL;
+    if (first && tm_map_count(r->touched) >= CACHE_MAX) { /* forget; first touches wait again */
+        tm_map_each(r->touched, free_value, NULL);
+        tm_map_free(r->touched);
+        r->touched = tm_map_new();
+    }
+    if (first && r->touched && (t = malloc(sizeof *t)) != NULL && tm_map_put(r->touched, id, t) != 0) {
+        free(t);
+        t = NULL;
+    }
+    if (t)
+        *t = now_ms;
+    pthread_mutex_unlock(&r->c_mu);
+    rop *o = op_new(OP_SESS_TOUCH);
+    if (!o || !(o->session = strdup(id))) {
+        free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    o->ms = now_ms;
+    if (!first) {
+        enqueue(r, o);
+        return 0;
+    }
+    int rc = run_sync(r, o);
+    if (rc) {
+        pthread_mutex_lock(&r->c_mu);
+        if (r->touched)
+            free(tm_map_del(r->touched, id));
+        pthread_mutex_unlock(&r->c_mu);
+    }
+    return rc;
+}
+
+static int r_session_delete(tm_store *st, const char *id)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_SESS_DELETE);
+    if (!o || !(o->session = strdup(id))) {
+        free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    int rc = run_sync(r, o);
+    if (rc == 0)
+        forget_session(r, id);
+    return rc;
+}
+
+static int r_stream_open(tm_store *st, const char *session, const char *name,
+                         char out[TM_STREAM_MAX])
+{
+    rstore *r = (rstore *)st;
+    if (name && strcmp(name, "g") != 0) /* POST streams are only ever created */
+        return TIDEMARK_EINVAL;
+    rop *o = op_new(OP_OPEN);
+    if (!o || !(o->session = strdup(session)) || (name && !(o->name = strdup(name)))) {
+        if (o)
+            op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    o->sync = 1;
+    enqueue(r, o);
+    int rc = wait_op(r, o);
+    char nm[TM_STREAM_MAX];
+    if (name)
+        snprintf(nm, sizeof nm, "%s", name);
+    else
+        snprintf(nm, sizeof nm, "r%" PRIu64, o->seq);
+    op_free(o);
+    if (rc)
+        return rc;
+    /* Redis now has it open; a reopened stream takes appends again. */
+    char *k = cache_key(session, nm);
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    if (s && !s->close_pending)
+        s->closing = 0;
+    pthread_mutex_unlock(&r->c_mu);
+    free(k);
+    snprintf(out, TM_STREAM_MAX, "%s", nm);
+    return 0;
+}
+
+/* Caller holds c_mu. Whether s takes appends: a close queued here refuses
+ * them; a close only seen in Redis is checked again (another node may have
+ * reopened the stream). */
+static int stream_accepts(rstore *r, rstream **sp, const char *session, const char *name)
+{
+    rstream *s = *sp;
+    if (!s->closing)
+        return 0;
+    if (s->close_pending)
+        return TIDEMARK_ECLOSED;
+    pthread_mutex_unlock(&r->c_mu);
+    uint64_t head = 0;
+    int closed = 1;
+    int rc = stream_state(r, session, name, &head, &closed);
+    pthread_mutex_lock(&r->c_mu);
+    int rc2 = 0;
+    s = stream_ref(r, session, name, &rc2); /* may have been dropped meanwhile */
+    *sp = s;
+    if (rc || rc2)
+        return rc ? rc : rc2;
+    if (head > s->known)
+        s->known = head;
+    if (closed || s->close_pending)
+        return TIDEMARK_ECLOSED;
+    s->closing = 0;
+    return 0;
+}
+
+static int r_append_ex(tm_store *st, const tm_append_req *q)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_APPEND);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->session = dups(q->session);
+    o->name = dups(q->stream);
+    o->data = dupn(q->data, q->len);
+    o->len = q->len;
+    o->flags = q->flags;
+    o->request_key = dups(q->request_key);
+    o->effect = q->effect;
+    o->effect_ud = q->effect_ud;
+    o->fallback = q->fallback ? dupn(q->fallback, q->fallback_len) : dupn("", 0);
+    o->fallback_len = q->fallback ? q->fallback_len : 0;
+    o->cb = q->cb;
+    o->cb_ud = q->cb_ud;
+    early *e = r->opt.emit_early ? calloc(1, sizeof *e) : NULL;
+    if (!o->session || !o->name || !o->data || !o->fallback ||
+        (q->request_key && !o->request_key) || (r->opt.emit_early && !e)) {
+        op_free(o);
+        free(e);
+        return TIDEMARK_ENOMEM;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = stream_ref(r, q->session, q->stream, &rc);
+    if (s)
+        rc = stream_accepts(r, &s, q->session, q->stream);
+    if (rc) {
+        pthread_mutex_unlock(&r->c_mu);
+        op_free(o);
+        free(e);
+        return rc;
+    }
+    s->pending++;
+    o->seq = s->known + s->pending; /* this node's prediction; Redis decides */
+    if (q->flags & TM_APPEND_FINAL) {
+        s->closing = 1;
+        s->close_pending++;
+    }
+    if (e) {
+        /* Readers may see it before it is durable, under the predicted seq,
+         * which the script then insists on. */
+        o->expect = o->seq;
+        e->seq = o->seq;
+        e->len = q->len;
+        e->data = q->effect ? NULL : dupn(q->data, q->len); /* an effect may swap the bytes */
+        if (s->early_tail)
+            s->early_tail->next = e;
+        else
+            s->early_head = e;
+        s->early_tail = e;
+    }
+    uint64_t seq = o->seq;
+    enqueue(r, o); /* under c_mu: queue order is prediction order per stream */
+    pthread_mutex_unlock(&r->c_mu);
+    if (r->opt.emit_early)
+        tm_store_notify_commit(&r->base, q->session, q->stream, seq);
+    return 0;
+}
+
+static int r_close_stream(tm_store *st, const char *session, const char *stream)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_CLOSE);
+    if (!o || !(o->session = strdup(session)) || !(o->name = strdup(stream))) {
+        if (o)
+            op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = stream_ref(r, session, stream, &rc);
+    if (s) {
+        s->closing = 1;
+        s->close_pending++;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    if (!s) {
+        op_free(o);
+        return rc;
+    }
+    /* Waited for: bounds() reads Redis, and must say closed once this returns. */
+    return run_sync(r, o);
+}
+
+/* Bounds from an HMGET of head, first, closed, te. */
+static int parse_bounds(const redisReply *x, tm_stream_bounds *b)
+{
+    if (!is_array(x, 3))
+        return TIDEMARK_EIO;
+    if (is_nil(x->element[0]))
+        return TIDEMARK_ENOTFOUND;
+    memset(b, 0, sizeof *b);
+    b->head = (uint64_t)int_of(x->element[0]);
+    b->first_retained = (uint64_t)int_of(x->element[1]);
+    b->closed = int_of(x->element[2]) == 1;
+    b->assigned = b->head;
+    if (x->elements > 3 && x->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(b->trimmed_epoch, sizeof b->trimmed_epoch, "%s", x->element[3]->str);
+    return 0;
+}
+
+static void arg_hmget_meta(args *a, const char *session, const char *stream)
+{
+    arg_str(a, "HMGET");
+    arg_fmt(a, "tm:{%s}:m:%s", session, stream);
+    arg_str(a, "head");
+    arg_str(a, "first");
+    arg_str(a, "closed");
+    arg_str(a, "te");
+}
+
+/* One snapshot: the stream's bounds and up to count entries from seq from,
+ * in a MULTI so a trim cannot fall between them. OUT b, OUT entries (the
+ * EXEC reply, caller frees; its element[1] is the XRANGE). */
+static int snapshot(rstore *r, const char *session, const char *stream, uint64_t from,
+                    uint64_t to, size_t count, tm_stream_bounds *b, redisReply **entries)
+{
+    args c[4] = {{0}};
+    arg_str(&c[0], "MULTI");
+    arg_hmget_meta(&c[1], session, stream);
+    arg_str(&c[2], "XRANGE");
+    arg_fmt(&c[2], "tm:{%s}:s:%s", session, stream);
+    arg_fmt(&c[2], "%" PRIu64 "-0", from);
+    arg_fmt(&c[2], "%" PRIu64 "-0", to);
+    arg_str(&c[2], "COUNT");
+    arg_fmt(&c[2], "%zu", count);
+    arg_str(&c[3], "EXEC");
+    redisReply *rep[4] = {0};
+    int oom = c[1].oom || c[2].oom;
+    int rc = oom ? TIDEMARK_ENOMEM : pool_run(r, c, 4, rep);
+    for (int i = 0; i < 4; i++)
+        args_free(&c[i]);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(rep[i]);
+    redisReply *x = rep[3];
+    rc = is_array(x, 2) && is_array(x->element[1], 0) ? parse_bounds(x->element[0], b) : TIDEMARK_EIO;
+    if (rc) {
+        freeReplyObject(x);
+        return rc;
+    }
+    *entries = x;
+    return 0;
+}
+
+static uint64_t entry_seq(const redisReply *e)
+{
+    return is_array(e, 2) && e->element[0]->type == REDIS_REPLY_STRING
+               ? strtoull(e->element[0]->str, NULL, 10)
+               : 0;
+}
+
+/* emit_early: visit queued events after *next. Returns nonzero if stopped. */
+static int read_early(rstore *r, const char *session, const char *stream, uint64_t *next,
+                      size_t *left, tm_event_visitor fn, void *ud)
+{
+    char epoch[TM_EPOCH_LEN + 1];
+    current_epoch(r, epoch);
+    char *k = cache_key(session, stream);
+    int stop = 0;
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    for (early *e = s ? s->early_head : NULL; e && *left > 0 && !stop; e = e->next) {
+        if (e->seq < *next)
+            continue;
+        if (e->seq != *next || !e->data)
+            break;
+        tm_event ev = {.seq = e->seq, .epoch = epoch, .data = e->data, .len = e->len};
+        stop = fn(ud, &ev);
+        (*next)++;
+        (*left)--;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    free(k);
+    return stop;
+}
+
+static int r_read(tm_store *st, const char *session, const char *stream, uint64_t after,
+                  size_t max_events, tm_event_visitor fn, void *ud)
+{
+    rstore *r = (rstore *)st;
+    uint64_t next = after + 1;
+    size_t left = max_events;
+    if (after >= (uint64_t)INT64_MAX) { /* past any head: only say whether it exists */
+        tm_stream_bounds b;
+        redisReply *x = NULL;
+        int rc = snapshot(r, session, stream, 1, 0, 1, &b, &x);
+        freeReplyObject(x);
+        return rc;
+    }
+    for (;;) {
+        size_t count = left < READ_CHUNK ? left : READ_CHUNK;
+        tm_stream_bounds b;
+        redisReply *x = NULL;
+        int rc = snapshot(r, session, stream, next, UINT64_MAX >> 1, count ? count : 1, &b, &x);
+        if (rc)
+            return rc;
+        if (next <= b.head && next < b.first_retained) {
+            freeReplyObject(x); /* trimmed under the reader: never skip silently */
+            return TIDEMARK_ERANGE;
+        }
+        redisReply *es = x->element[1];
+        int stop = 0;
+        for (size_t i = 0; i < es->elements && left > 0 && !stop; i++) {
+            redisReply *e = es->element[i];
+            if (entry_seq(e) != next) { /* only possible if the data is damaged */
+                freeReplyObject(x);
+                return TIDEMARK_ERANGE;
+            }
+            const redisReply *d = kv_get(e->element[1], "d");
+            const redisReply *ep = kv_get(e->element[1], "e");
+            tm_event ev = {.seq = next,
+                           .epoch = ep && ep->type == REDIS_REPLY_STRING ? ep->str : "",
+                           .data = d && d->type == REDIS_REPLY_STRING ? d->str : "",
+                           .len = d && d->type == REDIS_REPLY_STRING ? d->len : 0};
+            stop = fn(ud, &ev);
+            next++;
+            left--;
+        }
+        size_t got = es->elements;
+        freeReplyObject(x);
+        if (stop || left == 0)
+            return 0;
+        if (got < count || next > b.head) {
+            if (r->opt.emit_early)
+                read_early(r, session, stream, &next, &left, fn, ud);
+            return 0;
+        }
+    }
+}
+
+static int r_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
+{
+    rstore *r = (rstore *)st;
+    args a = {0};
+    arg_hmget_meta(&a, session, stream);
+    redisReply *x = NULL;
+    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
+    args_free(&a);
+    if (rc)
+        return rc;
+    tm_stream_bounds b;
+    rc = parse_bounds(x, &b);
+    freeReplyObject(x);
+    if (rc)
+        return rc;
+    /* "assigned" covers what this node queued and Redis has not answered. */
+    char *k = cache_key(session, stream);
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    if (s) {
+        if (b.head > s->known)
+            s->known = b.head;
+        if (s->known + s->pending > b.assigned)
+            b.assigned = s->known + s->pending;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    free(k);
+    *out = b;
+    return 0;
+}
+
+static int r_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
+                         char out[TM_EPOCH_LEN + 1])
+{
+    rstore *r = (rstore *)st;
+    if (seq >= (uint64_t)INT64_MAX)
+        return TIDEMARK_ENOTFOUND;
+    tm_stream_bounds b;
+    redisReply *x = NULL;
+    int rc = snapshot(r, session, stream, seq, seq, 1, &b, &x);
+    if (rc)
+        return rc;
+    rc = TIDEMARK_ENOTFOUND;
+    redisReply *es = x->element[1];
+    if (seq + 1 == b.first_retained && b.trimmed_epoch[0]) {
+        memcpy(out, b.trimmed_epoch, TM_EPOCH_LEN + 1);
+        rc = 0;
+    } else if (seq >= b.first_retained && seq <= b.head && es->elements == 1 &&
+               entry_seq(es->element[0]) == seq) {
+        const redisReply *ep = kv_get(es->element[0]->element[1], "e");
+        if (ep && ep->type == REDIS_REPLY_STRING && ep->len == TM_EPOCH_LEN) {
+            memcpy(out, ep->str, TM_EPOCH_LEN + 1);
+            rc = 0;
+        }
+    }
+    freeReplyObject(x);
+    return rc;
+}
+
+/* A record from its HGETALL. */
+static void rec_from_hash(const redisReply *x, const char *session, const char *key,
+                          tm_request_rec *o)
+{
+    o->session = dups(session);
+    o->key = dups(key);
+    o->state = (int)int_of(kv_get(x, "state"));
+    o->tool = kv_dup(x, "tool");
+    o->stream = kv_dup(x, "stream");
+    o->message = kv_dup(x, "message");
+    const redisReply *resp = kv_get(x, "response");
+    if (resp && resp->type == REDIS_REPLY_STRING) {
+        o->response = dupn(resp->str, resp->len);
+        o->response_len = resp->len;
+    }
+    o->updated_ms = int_of(kv_get(x, "updated_ms"));
+}
+
+static int r_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
+{
+    rstore *r = (rstore *)st;
+    memset(out, 0, sizeof *out);
+    args a = {0};
+    arg_str(&a, "HGETALL");
+    arg_fmt(&a, "tm:{%s}:q:%s", session, key);
+    redisReply *x = NULL;
+    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (!is_array(x, 0))
+        rc = TIDEMARK_EIO;
+    else if (x->elements == 0)
+        rc = TIDEMARK_ENOTFOUND;
+    else
+        rec_from_hash(x, session, key, out);
+    freeReplyObject(x);
+    return rc;
+}
+
+static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_REQ_BEGIN);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->session = dups(rec->session);
+    o->rrec.key = dups(rec->key);
+    o->rrec.tool = dups(rec->tool);
+    o->rrec.stream = dups(rec->stream);
+    o->rrec.message = dups(rec->message);
+    if (!o->session || !o->rrec.key) {
+        op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    if (!wait_durable) {
+        enqueue(r, o);
+        return 0;
+    }
+    return run_sync(r, o);
+}
+
+typedef struct rec_vec {
+    tm_request_rec *v;
+    size_t n, cap;
+} rec_vec;
+
+static int rec_cmp(const void *a, const void *b)
+{
+    const tm_request_rec *x = a, *y = b;
+    int c = strcmp(x->session, y->session);
+    if (!c)
+        c = strcmp(x->stream ? x->stream : "", y->stream ? y->stream : "");
+    if (!c)
+        c = (x->updated_ms > y->updated_ms) - (x->updated_ms < y->updated_ms);
+    return c;
+}
+
+/* Load the records named by started-set members; keep those still started. */
+static int load_started(rstore *r, const redisReply *members, rec_vec *out)
+{
+    size_t n = members->elements;
+    if (n == 0)
+        return 0;
+    args *c = calloc(n, sizeof *c);
+    redisReply **rep = calloc(n, sizeof *rep);
+    char **sess = calloc(n, sizeof *sess);
+    const char **keys = calloc(n, sizeof *keys);
+    int rc = c && rep && sess && keys ? 0 : TIDEMARK_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        /* "<len>:<session><key>" */
+        const redisReply *m = members->element[i];
+        char *colon = m->type == REDIS_REPLY_STRING ? memchr(m->str, ':', m->len) : NULL;
+        size_t slen = colon ? strtoull(m->str, NULL, 10) : 0;
+        size_t off = colon ? (size_t)(colon - m->str) + 1 : 0;
+        if (!colon || off + slen > m->len) {
+            sess[i] = NULL;
+            keys[i] = NULL;
+            arg_str(&c[i], "PING"); /* keeps replies aligned */
+            continue;
+        }
+        sess[i] = dupn(m->str + off, slen);
+        keys[i] = m->str + off + slen;
+        arg_str(&c[i], "HGETALL");
+        if (sess[i])
+            arg_fmt(&c[i], "tm:{%s}:q:%s", sess[i], keys[i]);
+        if (!sess[i] || c[i].oom)
+            rc = TIDEMARK_ENOMEM;
+    }
+    if (rc == 0)
+        rc = pool_run(r, c, (int)n, rep);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (!sess[i] || !is_array(rep[i], 2) || int_of(kv_get(rep[i], "state")) != TM_REQ_STARTED)
+            continue; /* gone or completed since the scan */
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? out->cap * 2 : 16;
+            tm_request_rec *v = realloc(out->v, cap * sizeof *v);
+            if (!v) {
+                rc = TIDEMARK_ENOMEM;
+                break;
+            }
+            out->v = v;
+            out->cap = cap;
+        }
+        memset(&out->v[out->n], 0, sizeof out->v[0]);
+        rec_from_hash(rep[i], sess[i], keys[i], &out->v[out->n++]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c)
+            args_free(&c[i]);
+        if (rep && rc == 0)
+            freeReplyObject(rep[i]);
+        if (sess)
+            free(sess[i]);
+    }
+    free(c);
+    free(rep);
+    free(sess);
+    free(keys);
+    return rc;
+}
+
+static int r_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
+{
+    rstore *r = (rstore *)st;
+    rec_vec recs = {0};
+    char cursor[32] = "0";
+    int rc = 0;
+    do {
+        args a = {0};
+        arg_str(&a, "SSCAN");
+        arg_str(&a, "tm:started");
+        arg_str(&a, cursor);
+        arg_str(&a, "COUNT");
+        arg_str(&a, "256");
+        redisReply *x = NULL;
+        rc = pool_run(r, &a, 1, &x);
+        args_free(&a);
+        if (rc)
+            break;
+        if (!is_array(x, 2) || x->element[0]->type != REDIS_REPLY_STRING ||
+            !is_array(x->element[1], 0)) {
+            freeReplyObject(x);
+            rc = TIDEMARK_EIO;
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
+        rc = load_started(r, x->element[1], &recs);
+        freeReplyObject(x);
+    } while (rc == 0 && strcmp(cursor, "0") != 0);
+    if (rc == 0 && recs.n > 1)
+        qsort(recs.v, recs.n, sizeof *recs.v, rec_cmp);
+    size_t i = 0;
+    for (; rc == 0 && i < recs.n; i++) {
+        int stop = fn(ud, &recs.v[i]);
+        tm_request_rec_clear(&recs.v[i]);
+        if (stop) {
+            i++;
+            break;
+        }
+    }
+    for (; i < recs.n; i++)
+        tm_request_rec_clear(&recs.v[i]);
+    free(recs.v);
+    return rc;
+}
+
+static int r_exec_schema(tm_store *st, const char *sql)
+{
+    rstore *r = (rstore *)st;
+    pthread_mutex_lock(&r->fx_mu);
+    int rc = sqlite3_exec(r->fx, sql, NULL, NULL, NULL);
+    pthread_mutex_unlock(&r->fx_mu);
+    return tm_sqlite_err(rc);
+}
+
+static int r_query(tm_store *st, const char *sql, const char *const *args_, size_t nargs,
+                   json_t **rows)
+{
+    rstore *r = (rstore *)st;
+    pthread_mutex_lock(&r->fx_mu);
+    int rc = tm_sqlite_query_json(r->fx, sql, args_, nargs, rows);
+    pthread_mutex_unlock(&r->fx_mu);
+    return rc;
+}
+
+static int r_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *),
+                             void *ud)
+{
+    rstore *r = (rstore *)st;
+    for (;;) {
+        rop *o = op_new(OP_EXPIRE);
+        if (!o)
+            return TIDEMARK_ENOMEM;
+        o->ms = before;
+        o->sync = 1;
+        enqueue(r, o);
+        int rc = wait_op(r, o);
+        for (size_t i = 0; rc == 0 && i < o->nids; i++) {
+            if (!o->ids[i])
+                continue;
+            forget_session(r, o->ids[i]);
+            if (fn)
+                fn(ud, o->ids[i]);
+        }
+        int more = rc == 0 && o->seq >= EXPIRE_CHUNK;
+        op_free(o);
+        if (!more)
+            return rc;
+    }
+}
+
+static int r_sync(tm_store *st)
+{
+    rstore *r = (rstore *)st;
+    rop *o = op_new(OP_BARRIER);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    return run_sync(r, o);
+}
+
+static void free_stream_cb(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    rstream_free(v);
+}
+
+static void r_free(rstore *r)
+{
+    redisFree(r->wc);
+    for (int i = 0; i < r->npfree; i++)
+        redisFree(r->pfree[i]);
+    if (r->streams)
+        tm_map_each(r->streams, free_stream_cb, NULL);
+    tm_map_free(r->streams);
+    if (r->touched)
+        tm_map_each(r->touched, free_value, NULL);
+    tm_map_free(r->touched);
+    sqlite3_close(r->fx);
+    if (r->wake[0] >= 0)
+        close(r->wake[0]);
+    if (r->wake[1] >= 0)
+        close(r->wake[1]);
+    pthread_mutex_destroy(&r->e_mu);
+    pthread_mutex_destroy(&r->c_mu);
+    pthread_mutex_destroy(&r->q_mu);
+    pthread_mutex_destroy(&r->p_mu);
+    pthread_mutex_destroy(&r->fx_mu);
+    pthread_cond_destroy(&r->q_cv);
+    pthread_cond_destroy(&r->done_cv);
+    pthread_cond_destroy(&r->p_cv);
+    free(r->host);
+    free(r);
+}
+
+static void r_close(tm_store *st)
+{
+    rstore *r = (rstore *)st;
+    /* The writer finishes what is queued (bounded by OUTAGE_MS if Redis is
+     * gone), then the subscriber is told to stop. */
+    pthread_mutex_lock(&r->q_mu);
+    r->stopping = 1;
+    pthread_cond_signal(&r->q_cv);
+    pthread_mutex_unlock(&r->q_mu);
+    pthread_join(r->writer, NULL);
+    if (r->sub_started) {
+        ssize_t n;
+        do
+            n = write(r->wake[1], "x", 1);
+        while (n < 0 && errno == EINTR);
+        pthread_join(r->sub, NULL);
+    }
+    r_free(r);
+}
+
+static const struct tm_store_ops redis_ops = {
+    .name = "redis",
+    .close = r_close,
+    .session_create = r_session_create,
+    .session_get = r_session_get,
+    .session_touch = r_session_touch,
+    .session_delete = r_session_delete,
+    .stream_open = r_stream_open,
+    .close_stream = r_close_stream,
+    .read = r_read,
+    .bounds = r_bounds,
+    .event_epoch = r_event_epoch,
+    .append_ex = r_append_ex,
+    .request_get = r_request_get,
+    .request_begin = r_request_begin,
+    .requests_unfinished = r_requests_unfinished,
+    .exec_schema = r_exec_schema,
+    .query = r_query,
+    .sessions_expire = r_sessions_expire,
+    .sync = r_sync,
+};
+
+/* "redis://HOST[:PORT][/DB]"; HOST may be "[v6 address]". */
+static int parse_uri(const char *uri, char **host, int *port, int *db)
+{
+    static const char scheme[] = "redis://";
+    if (strncmp(uri, scheme, sizeof scheme - 1) != 0)
+        return TIDEMARK_EINVAL;
+    const char *p = uri + sizeof scheme - 1, *hs = p, *he;
+    if (*p == '[') {
+        hs = p + 1;
+        he = strchr(hs, ']');
+        if (!he)
+            return TIDEMARK_EINVAL;
+        p = he + 1;
+    } else {
+        he = p + strcspn(p, ":/");
+        p = he;
+    }
+    if (he == hs)
+        return TIDEMARK_EINVAL;
+    *port = 6379;
+    *db = 0;
+    char *end;
+    if (*p == ':') {
+        long v = strtol(p + 1, &end, 10);
+        if (end == p + 1 || v < 1 || v > 65535)
+            return TIDEMARK_EINVAL;
+        *port = (int)v;
+        p = end;
+    }
+    if (*p == '/' && p[1]) {
+        long v = strtol(p + 1, &end, 10);
+        if (end == p + 1 || v < 0 || v > 1000000)
+            return TIDEMARK_EINVAL;
+        *db = (int)v;
+        p = end;
+    } else if (*p == '/') {
+        p++;
+    }
+    if (*p)
+        return TIDEMARK_EINVAL;
+    *host = dupn(hs, (size_t)(he - hs));
+    return *host ? 0 : TIDEMARK_ENOMEM;
+}
+
+/* Say when the server's persistence is weaker than the durability asked for:
+ * Redis acknowledges before its disk does unless appendfsync is "always". */
+static void check_durability(rstore *r)
+{
+    if (r->opt.durability == TM_DURABILITY_NONE)
+        return;
+    redisReply *x = redisCommand(r->wc, "CONFIG GET append*");
+    if (!is_array(x, 0)) { /* CONFIG may be disabled on managed servers */
+        freeReplyObject(x);
+        return;
+    }
+    const redisReply *aof = kv_get(x, "appendonly"), *fs = kv_get(x, "appendfsync");
+    int on = aof && aof->type == REDIS_REPLY_STRING && strcmp(aof->str, "yes") == 0;
+    int always = fs && fs->type == REDIS_REPLY_STRING && strcmp(fs->str, "always") == 0;
+    if (r->opt.durability == TM_DURABILITY_POWER && !(on && always))
+        TM_WARN("redis: durability 'power' needs appendonly yes + appendfsync always; this server "
+                "(appendonly %s, appendfsync %s) can lose acknowledged events on a crash",
+                aof ? aof->str : "?", fs ? fs->str : "?");
+    else if (r->opt.durability == TM_DURABILITY_PROCESS && !on)
+        TM_WARN("redis: appendonly is off: a Redis restart loses every event");
+    freeReplyObject(x);
+}
+
+int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store **out)
+{
+    rstore *r = calloc(1, sizeof *r);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    r->wake[0] = r->wake[1] = -1;
+    pthread_mutex_init(&r->e_mu, NULL);
+    pthread_mutex_init(&r->c_mu, NULL);
+    pthread_mutex_init(&r->q_mu, NULL);
+    pthread_mutex_init(&r->p_mu, NULL);
+    pthread_mutex_init(&r->fx_mu, NULL);
+    pthread_cond_init(&r->q_cv, NULL);
+    pthread_cond_init(&r->done_cv, NULL);
+    pthread_cond_init(&r->p_cv, NULL);
+    int rc = tm_store_init_base(&r->base, &redis_ops);
+    if (rc == 0)
+        rc = parse_uri(uri, &r->host, &r->port, &r->db);
+    if (rc == 0)
+        rc = tm_random_hex(r->wid, sizeof r->wid / 2);
+    if (rc) {
+        r_free(r);
+        return rc;
+    }
+    r->opt = *opt;
+    snprintf(r->wkey, sizeof r->wkey, "tm:w:%s", r->wid);
+    snprintf(r->channel, sizeof r->channel, "tm:%d:commits", r->db);
+    r->streams = tm_map_new();
+    r->touched = tm_map_new();
+    if (!r->streams || !r->touched || pipe(r->wake) != 0 ||
+        sqlite3_open(":memory:", &r->fx) != SQLITE_OK) {
+        r_free(r);
+        return TIDEMARK_ENOMEM;
+    }
+    /* Fail the open, not the first append, when Redis is not there. */
+    if (writer_connect(r) != 0) {
+        TM_ERROR("redis: cannot reach %s:%d (or load scripts)", r->host, r->port);
+        r_free(r);
+        return TIDEMARK_EIO;
+    }
+    check_durability(r);
+    if (pthread_create(&r->writer, NULL, writer_main, r) != 0) {
+        r_free(r);
+        return TIDEMARK_EIO;
+    }
+    if (pthread_create(&r->sub, NULL, sub_main, r) == 0) {
+        r->sub_started = 1;
+    } else {
+        r_close(&r->base);
+        return TIDEMARK_EIO;
+    }
+    TM_INFO("redis store %s:%d/%d opened (epoch %s, writer %s)", r->host, r->port, r->db,
+            r->base.epoch, r->wid);
+    *out = &r->base;
+    return 0;
+}

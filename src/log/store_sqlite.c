@@ -956,7 +956,8 @@ static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
         free(ss);
         ss = NULL;
     }
-    int due = ss && now_ms - ss->touched_ms >= TOUCH_EVERY_MS;
+    int64_t every = q->opt.touch_every_ms > 0 ? q->opt.touch_every_ms : TOUCH_EVERY_MS;
+    int due = ss && now_ms - ss->touched_ms >= every;
     if (due)
         ss->touched_ms = now_ms;
     pthread_mutex_unlock(&q->c_mu);

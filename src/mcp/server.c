@@ -980,6 +980,12 @@ int tidemark_server_start(tidemark_server_t *srv)
         .durability = srv->cfg.durability == TIDEMARK_DURABILITY_PROCESS ? TM_DURABILITY_PROCESS
                                                                          : TM_DURABILITY_POWER,
         .emit_early = srv->cfg.emit_early,
+        /* last-seen must be written several times per TTL */
+        .touch_every_ms = srv->cfg.session_ttl_seconds
+                              ? (int64_t)srv->cfg.session_ttl_seconds * 1000 / 4 < 5000
+                                    ? (int64_t)srv->cfg.session_ttl_seconds * 1000 / 4
+                                    : 5000
+                              : 5000,
     };
     int rc = tm_store_open(srv->store_uri, &so, &srv->store);
     if (rc) {

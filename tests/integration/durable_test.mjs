@@ -211,11 +211,14 @@ async function ageAndTtl() {
   }, 8000);
   check("--retain-seconds: old events trimmed, exact missing range",
     JSON.stringify(e.data.missing) === JSON.stringify([2, seqOf(ev.at(-1).id)]), JSON.stringify(e));
-  const gone = await until("session to expire", async () => {
-    const r = await post(s.url, a, { jsonrpc: "2.0", id: 9, method: "ping" });
-    return r.status === 404 ? r : (await r.text(), null);
+  // Watch the sessions gauge (asking the session itself would keep it alive).
+  await until("session to expire", async () => {
+    const m = await (await fetch(s.url.replace(/\/mcp$/, "/metrics"))).text();
+    return /tidemark_sessions_open 0\b/.test(m);
   }, 10000);
-  check("--session-ttl: an idle session expires (404 unknown_session)", (await errorOf(gone)).reason === "unknown_session");
+  const gone = await post(s.url, a, { jsonrpc: "2.0", id: 9, method: "ping" });
+  check("--session-ttl: an idle session expires (404 unknown_session)",
+    gone.status === 404 && (await errorOf(gone)).reason === "unknown_session");
   await stop(s);
 }
 
