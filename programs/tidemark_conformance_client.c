@@ -26,7 +26,6 @@
  * Exit codes: 0 the scenario ran through; 1 a step failed; 2 usage.
  */
 #include "tidemark/client.h"
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,56 +104,6 @@ static int list_tools(tidemark_client_t *c)
     return 0;
 }
 
-/* The standalone GET stream, listened to on a thread of its own. */
-typedef struct listener {
-    tidemark_client_t *c;
-    pthread_t thread;
-    int started;
-    int rc;
-} listener;
-
-static void *listen_main(void *arg)
-{
-    listener *l = arg;
-    l->rc = tidemark_client_listen(l->c, 0);
-    return NULL;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
-static int listen_start(tidemark_client_t *c, listener *l)
-{
-    l->c = c;
-    l->rc = 0;
-    l->started = pthread_create(&l->thread, NULL, listen_main, l) == 0;
-    if (!l->started) {
-        fprintf(stderr, "%s: cannot start the listener thread\n", prog);
-        return 1;
-    }
-    /* A server drops what it sends on the standalone stream while no GET is
-     * open, and the API has no "stream open" signal: give the GET time to
-     * reach the server before anything makes it send there. */
-    sleep_ms(300);
-    return 0;
-}
-
-static int listen_stop(tidemark_client_t *c, listener *l)
-{
-    if (!l->started)
-        return 0;
-    tidemark_client_stop(c);
-    pthread_join(l->thread, NULL);
-    l->started = 0;
-    if (l->rc && l->rc != TIDEMARK_ECANCELED)
-        fprintf(stderr, "%s: listen: %s\n", prog, tidemark_strerror(l->rc));
-    return 0;
-}
-
 static int run_scenario(tidemark_client_t *c, const char *scenario)
 {
     if (!strcmp(scenario, "tools_call")) {
@@ -168,12 +117,13 @@ static int run_scenario(tidemark_client_t *c, const char *scenario)
     if (!strcmp(scenario, "elicitation-sep1034-client-defaults")) {
         if (list_tools(c))
             return 1;
-        listener l;
-        if (listen_start(c, &l))
+        /* The server sends its elicitation on the standalone stream and
+         * drops it while none is open: wait until ours is. */
+        if (tidemark_client_wait_standalone(c, 10000) != 0) {
+            fprintf(stderr, "%s: the standalone stream did not open\n", prog);
             return 1;
-        int rc = call_tool(c, "test_client_elicitation_defaults", NULL);
-        listen_stop(c, &l);
-        return rc;
+        }
+        return call_tool(c, "test_client_elicitation_defaults", NULL);
     }
     if (!strcmp(scenario, "sse-retry")) {
         if (list_tools(c))
@@ -218,6 +168,11 @@ int main(int argc, char **argv)
     cfg.timeout_ms = 20000; /* inside the runner's 30 s */
     cfg.on_request = on_request;
     cfg.on_notification = on_notification;
+    /* The suite's servers use their own event ids: resume their streams
+     * anyway (deduplicated by event id), and keep the standalone stream
+     * open as SDK clients do, since some scenarios send requests there. */
+    cfg.opaque_policy = TIDEMARK_OPAQUE_RESUME;
+    cfg.open_standalone = scenario && !strcmp(scenario, "elicitation-sep1034-client-defaults");
 
     tidemark_client_t *c = NULL;
     int rc = tidemark_client_new(&cfg, &c);

@@ -59,12 +59,25 @@ typedef void (*tidemark_progress_fn)(double progress, double total, const char *
 typedef int (*tidemark_server_request_fn)(const char *method, json_t *params, json_t **result,
                                           void *ud);
 
+/* What to do when a stream whose event ids are not Tidemark ids (a foreign
+ * server: continuity cannot be proven) is cut in the middle of a request. */
+typedef enum tidemark_opaque_policy {
+    TIDEMARK_OPAQUE_SAFE_ONLY = 0, /* resume only requests safe to see twice: not tools/call,
+                                      or tools annotated idempotent/read-only; otherwise end
+                                      the session with continuity_unprovable (default) */
+    TIDEMARK_OPAQUE_RESUME = 1,    /* always resume with Last-Event-ID, deduplicating by event id */
+} tidemark_opaque_policy_t;
+
 typedef struct tidemark_client_config {
     const char *url;               /* the server endpoint, e.g. http://127.0.0.1:8080/mcp */
     const char *state_path;        /* SQLite file for durable state; NULL = in memory only */
     tidemark_persist_t persist;    /* default TIDEMARK_PERSIST_ATOMIC */
     int idempotent_handlers;       /* a replayed, already-dispatched event is suppressed
                                       instead of failing closed (duplicate_effect) */
+    tidemark_opaque_policy_t opaque_policy;
+    int open_standalone;           /* after connect, keep the standalone GET stream open on a
+                                      background thread (server requests and notifications
+                                      that belong to no request arrive there) */
     const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
     const char *protocol_version;  /* offered; default 2025-11-25 */
     unsigned max_attempts;         /* reconnect attempts per stream; default 8 */
@@ -123,6 +136,10 @@ int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *par
  * passes (0 = until tidemark_client_stop) or the stream ends for good.
  */
 int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
+/* Wait until the standalone GET stream has been requested on a connection
+ * (servers may hold its headers until they have something to send), at
+ * most timeout_ms. TIDEMARK_ETIMEDOUT otherwise. */
+int tidemark_client_wait_standalone(tidemark_client_t *c, int timeout_ms);
 /* Make listen() and pending waits return (thread-safe). */
 void tidemark_client_stop(tidemark_client_t *c);
 /* End the session on the server (DELETE) and forget it in the state. */

@@ -20,7 +20,7 @@
  *   tm:sessions          sorted set: session id by last_seen_ms (idle expiry)
  *   tm:started           set of "<len(S)>:<S><key>" for every record still started
  *   tm:w:<writer>        hash: op token -> result, for the writer's current batch
- * Channel tm:<db>:commits carries "<writer> <seq> <stream> <session>".
+ * Channel tm:<db>:commits carries "<writer> <seq> <closed 0|1> <stream> <session>".
  *
  * Threads. One writer thread owns the write connection and does group commit
  * over the network: everything queued is sent as one pipeline of EVALSHA
@@ -195,7 +195,7 @@ static const char *const lua_bodies[SC_COUNT] = {
     "end\n"
     "trim(meta, sk, tonumber(ARGV[7]), tonumber(ARGV[8]))\n"
     "redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', seq) .. ' ' ..\n"
-    "           ARGV[14] .. ' ' .. ARGV[15])\n"
+    "           ARGV[6] .. ' ' .. ARGV[14] .. ' ' .. ARGV[15])\n"
     "return ok(seq)\n",
 
     /* SC_CLOSE (idempotent). KEYS meta. ARGV channel, writer, name, session. */
@@ -203,7 +203,7 @@ static const char *const lua_bodies[SC_COUNT] = {
     "local h = redis.call('HGET', KEYS[1], 'head')\n"
     "if not h then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
     "redis.call('HSET', KEYS[1], 'closed', '1')\n"
-    "redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. h .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])\n"
+    "redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. h .. ' 1 ' .. ARGV[3] .. ' ' .. ARGV[4])\n"
     "return {0, tonumber(h)}\n",
 
     /* SC_OPEN: create the next POST stream (name '') or create / reopen the
@@ -323,6 +323,7 @@ typedef struct rop {
     int64_t enq_us;
     tm_session_rec srec;
     tm_request_rec rrec;
+    pthread_t thread;      /* async request record, barrier: the caller */
     char **ids;            /* OP_EXPIRE: sessions deleted */
     size_t nids;
 } rop;
@@ -353,6 +354,8 @@ typedef struct rstore {
     redisContext *wc;
     int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
     int wkey_dirty;        /* tokens recorded by the previous batch */
+    pthread_t *unreported; /* threads whose async request record failed (writer only) */
+    size_t nunreported;
 
     pthread_mutex_t p_mu;
     pthread_cond_t p_cv;
@@ -456,6 +459,16 @@ static void args_free(args *a)
     for (int i = 0; i < a->nheap; i++)
         free(a->heap[i]);
     a->nheap = a->n = 0;
+}
+
+/* A field of a hash the script writes, when there is a value: an absent
+ * field reads back as NULL. */
+static void arg_pair(args *a, const char *field, const char *value)
+{
+    if (value) {
+        arg_str(a, field);
+        arg_str(a, value);
+    }
 }
 
 /* EVALSHA <script> <nkeys>, then the keys and arguments follow. */
@@ -591,9 +604,15 @@ static redisContext *pool_get(rstore *r)
 static void pool_put(rstore *r, redisContext *c)
 {
     pthread_mutex_lock(&r->p_mu);
-    if (c->err) { /* broken: the next user opens a fresh one */
+    if (c->err) {
+        /* Broken, and the idle ones most likely with it (a restarted or
+         * unreachable server): the next users open fresh ones. */
         redisFree(c);
         r->npopen--;
+        while (r->npfree > 0) {
+            redisFree(r->pfree[--r->npfree]);
+            r->npopen--;
+        }
     } else {
         r->pfree[r->npfree++] = c;
     }
@@ -632,6 +651,43 @@ static int pool_run(rstore *r, args *cmds, int n, redisReply **rep)
             freeReplyObject(rep[k]);
     }
     return TIDEMARK_EIO;
+}
+
+/* One read command; a's strings are released. OUT x (caller frees). */
+static int pool_one(rstore *r, args *a, redisReply **x)
+{
+    int rc = a->oom ? TIDEMARK_ENOMEM : pool_run(r, a, 1, x);
+    args_free(a);
+    return rc;
+}
+
+/* HGETALL of a formatted key. OUT x: the field/value array (caller frees).
+ * TIDEMARK_ENOTFOUND when the hash does not exist. */
+static int hgetall(rstore *r, redisReply **x, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static int hgetall(rstore *r, redisReply **x, const char *f, ...)
+{
+    args a = {0};
+    char *key = NULL;
+    va_list ap;
+    va_start(ap, f);
+    int n = vasprintf(&key, f, ap);
+    va_end(ap);
+    if (n < 0)
+        return TIDEMARK_ENOMEM;
+    arg_str(&a, "HGETALL");
+    arg_bin(&a, key, (size_t)n);
+    *x = NULL;
+    int rc = pool_one(r, &a, x);
+    free(key);
+    if (rc == 0 && (*x)->type != REDIS_REPLY_ARRAY)
+        rc = TIDEMARK_EIO;
+    else if (rc == 0 && (*x)->elements == 0)
+        rc = TIDEMARK_ENOTFOUND;
+    if (rc) {
+        freeReplyObject(*x);
+        *x = NULL;
+    }
+    return rc;
 }
 
 /* ---- reply helpers ------------------------------------------------------------- */
@@ -743,6 +799,20 @@ static void forget_session(rstore *r, const char *id)
     free(prefix);
 }
 
+/* Fold what Redis said about a stream into its hint. The head counts only
+ * while nothing of ours is in flight: an unanswered append of ours may
+ * already be in it, and "known + pending" would count it twice. Caller
+ * holds c_mu. */
+static void note_head(rstream *s, uint64_t head, int closed)
+{
+    if (!s)
+        return;
+    if (!s->pending && head > s->known)
+        s->known = head;
+    if (closed)
+        s->closing = 1; /* re-checked before an append is refused */
+}
+
 /* Head and closed flag of a stream, from Redis. */
 static int stream_state(rstore *r, const char *session, const char *name, uint64_t *head,
                         int *closed)
@@ -753,8 +823,7 @@ static int stream_state(rstore *r, const char *session, const char *name, uint64
     arg_str(&a, "head");
     arg_str(&a, "closed");
     redisReply *rep = NULL;
-    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &rep);
-    args_free(&a);
+    int rc = pool_one(r, &a, &rep);
     if (rc)
         return rc;
     if (!is_array(rep, 2))
@@ -952,20 +1021,13 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_token(r, a, o);
         arg_str(a, s);
         arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
-        arg_str(a, "id");
-        arg_str(a, s);
+        arg_pair(a, "id", s);
         arg_str(a, "created_ms");
         arg_fmt(a, "%" PRId64, o->srec.created_ms);
         arg_str(a, "last_seen_ms");
         arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
-        if (o->srec.protocol_version) { /* absent fields read back as NULL */
-            arg_str(a, "version");
-            arg_str(a, o->srec.protocol_version);
-        }
-        if (o->srec.client) {
-            arg_str(a, "client");
-            arg_str(a, o->srec.client);
-        }
+        arg_pair(a, "version", o->srec.protocol_version);
+        arg_pair(a, "client", o->srec.client);
         return 0;
     case OP_SESS_TOUCH:
         arg_eval(r, a, SC_SESS_TOUCH, 2);
@@ -991,20 +1053,10 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_fmt(a, "%zu:%s%s", strlen(s), s, o->rrec.key);
         arg_str(a, o->rrec.key);
         arg_fmt(a, "%" PRId64, o->ms);
-        arg_str(a, "node");
-        arg_str(a, r->wid);
-        if (o->rrec.tool) {
-            arg_str(a, "tool");
-            arg_str(a, o->rrec.tool);
-        }
-        if (o->rrec.stream) {
-            arg_str(a, "stream");
-            arg_str(a, o->rrec.stream);
-        }
-        if (o->rrec.message) {
-            arg_str(a, "message");
-            arg_str(a, o->rrec.message);
-        }
+        arg_pair(a, "node", r->wid);
+        arg_pair(a, "tool", o->rrec.tool);
+        arg_pair(a, "stream", o->rrec.stream);
+        arg_pair(a, "message", o->rrec.message);
         return 0;
     case OP_EXPIRE:
         arg_eval(r, a, SC_EXPIRE, 2);
@@ -1026,41 +1078,43 @@ static int is_noscript(const redisReply *x)
     return x->type == REDIS_REPLY_ERROR && strncmp(x->str, "NOSCRIPT", 8) == 0;
 }
 
-static void take_reply(rop *o, redisReply *x)
+/* Returns 1 when a retry found its op already committed (by its token). */
+static int take_reply(rop *o, redisReply *x)
 {
     o->state = ST_DONE;
     if (x->type == REDIS_REPLY_ERROR) {
         TM_ERROR("redis: script failed: %s", x->str);
         o->status = TIDEMARK_EIO;
-        return;
+        return 0;
     }
     if (o->kind == OP_EXPIRE) {
         if (!is_array(x, 0)) {
             o->status = TIDEMARK_EIO;
-            return;
+            return 0;
         }
         o->ids = calloc(x->elements + 1, sizeof *o->ids);
         for (size_t i = 0; o->ids && i < x->elements; i++)
             if (x->element[i]->type == REDIS_REPLY_STRING)
                 o->ids[o->nids++] = dupn(x->element[i]->str, x->element[i]->len);
         o->seq = x->elements;
-        return;
+        return 0;
     }
     if (!is_array(x, 1) || x->element[0]->type != REDIS_REPLY_INTEGER) {
         o->status = TIDEMARK_EIO;
-        return;
+        return 0;
     }
     o->status = (int)x->element[0]->integer;
     if (x->elements >= 2)
         o->seq = (uint64_t)int_of(x->element[1]);
     if (o->kind == OP_SESS_DELETE && o->retry && o->status == TIDEMARK_ENOTFOUND)
         o->status = 0; /* applied before the reply was lost, token already gone */
+    return x->elements >= 3 && int_of(x->element[2]) == 1;
 }
 
 enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
 
 /* Send every op still to do as one pipeline and read the replies. */
-static int send_batch(rstore *r, rop *batch, int first_attempt)
+static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
 {
     redisContext *c = r->wc;
     char epoch[TM_EPOCH_LEN + 1];
@@ -1107,7 +1161,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt)
             o->state = ST_TODO;
             reload = 1;
         } else {
-            take_reply(o, x);
+            *recovered += take_reply(o, x);
         }
         freeReplyObject(x);
     }
@@ -1165,13 +1219,20 @@ static void commit_batch(rstore *r, rop *batch)
     int64_t deadline = now + OUTAGE_MS;
     if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
         deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
-    int first = 1, reloads = 0, backoff = BACKOFF_MIN_MS;
+    int first = 1, reloads = 0, recovered = 0, backoff = BACKOFF_MIN_MS;
+    for (rop *o = batch; o; o = o->next)
+        if (o->kind == OP_BARRIER) /* settled in finish_batch, in queue order */
+            o->state = ST_DONE;
     for (;;) {
         int todo = 0;
         for (rop *o = batch; o; o = o->next)
             todo += o->state == ST_TODO;
-        if (!todo)
+        if (!todo) {
+            if (recovered)
+                TM_INFO("redis: %d op(s) had committed before their reply was lost; "
+                        "answered from their tokens, not repeated", recovered);
             return;
+        }
         if (!r->wc && writer_connect(r) != 0) {
             if (!r->down_since)
                 r->down_since = tm_now_ms();
@@ -1181,7 +1242,7 @@ static void commit_batch(rstore *r, rop *batch)
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
             continue;
         }
-        int rc = send_batch(r, batch, first);
+        int rc = send_batch(r, batch, first, &recovered);
         first = 0;
         if (rc == SENT_LOST) {
             writer_lost(r);
@@ -1229,10 +1290,36 @@ static void wake_add(wake_set *w, const char *session, const char *name, uint64_
     free(k);
 }
 
+/* A barrier answers for the ops its thread queued with nowhere to report a
+ * failure (a request record not waited for): the dispatcher runs a tool that
+ * is not idempotent only after sync() said its record is durable. Ops are
+ * settled in queue order, so the thread's earlier ops are known here. */
+static void settle_unreported(rstore *r, rop *o)
+{
+    if (o->kind == OP_REQ_BEGIN && !o->sync && o->status != 0 && o->status != TIDEMARK_EEXIST) {
+        pthread_t *v = realloc(r->unreported, (r->nunreported + 1) * sizeof *v);
+        if (v) {
+            r->unreported = v;
+            r->unreported[r->nunreported++] = o->thread;
+        }
+        return;
+    }
+    if (o->kind != OP_BARRIER)
+        return;
+    for (size_t i = 0; i < r->nunreported; i++) {
+        if (pthread_equal(r->unreported[i], o->thread)) {
+            o->status = TIDEMARK_EIO;
+            r->unreported[i--] = r->unreported[--r->nunreported];
+        }
+    }
+}
+
 /* Update the local hints, run the callbacks, then the listener, then let
  * the waiters go. */
 static void finish_batch(rstore *r, rop *batch, size_t nops)
 {
+    for (rop *o = batch; o; o = o->next)
+        settle_unreported(r, o);
     wake_set w = {tm_map_new(), calloc(nops + 1, sizeof(wake_item)), 0};
     int failed = 0;
     pthread_mutex_lock(&r->c_mu);
@@ -1404,26 +1491,25 @@ static void *writer_main(void *arg)
 
 /* ---- the subscriber ------------------------------------------------------------ */
 
-/* "<writer> <seq> <stream> <session>" from another node: wake our readers. */
+/* "<writer> <seq> <closed> <stream> <session>" from another node: wake our
+ * readers. */
 static void on_message(rstore *r, const char *msg, size_t len)
 {
-    char *m = dupn(msg, len);
+    char *m = dupn(msg, len), *f[5] = {m};
     if (!m)
         return;
-    char *sp1 = strchr(m, ' ');
-    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-    char *sp3 = sp2 ? strchr(sp2 + 1, ' ') : NULL;
-    if (sp3 && (size_t)(sp1 - m) == strlen(r->wid) && strncmp(m, r->wid, strlen(r->wid)) == 0)
-        sp3 = NULL; /* our own: the writer announces it after the callbacks */
-    if (sp3) {
-        *sp1 = *sp2 = *sp3 = '\0';
-        uint64_t seq = strtoull(sp1 + 1, NULL, 10);
-        const char *name = sp2 + 1, *session = sp3 + 1;
+    int n = 1;
+    for (char *p = m; n < 5 && (p = strchr(p, ' ')) != NULL; n++) {
+        *p++ = '\0';
+        f[n] = p;
+    }
+    if (n == 5 && strcmp(f[0], r->wid) != 0) { /* ours: the writer tells after the callbacks */
+        uint64_t seq = strtoull(f[1], NULL, 10);
+        const char *name = f[3], *session = f[4];
         char *k = cache_key(session, name);
         pthread_mutex_lock(&r->c_mu);
         rstream *s = k ? tm_map_get(r->streams, k) : NULL;
-        if (s && seq > s->known)
-            s->known = seq;
+        note_head(s, seq, f[2][0] == '1');
         pthread_mutex_unlock(&r->c_mu);
         free(k);
         tm_store_notify_commit(&r->base, session, name, seq);
@@ -1562,30 +1648,21 @@ static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
 {
     rstore *r = (rstore *)st;
     memset(out, 0, sizeof *out);
-    args a = {0};
-    arg_str(&a, "HGETALL");
-    arg_fmt(&a, "tm:{%s}:sess", id);
-    redisReply *x = NULL;
-    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
-    args_free(&a);
+    redisReply *x;
+    int rc = hgetall(r, &x, "tm:{%s}:sess", id);
     if (rc)
         return rc;
-    if (!is_array(x, 0))
-        rc = TIDEMARK_EIO;
-    else if (x->elements == 0)
-        rc = TIDEMARK_ENOTFOUND;
-    else {
-        out->id = kv_dup(x, "id");
-        out->protocol_version = kv_dup(x, "version");
-        out->client = kv_dup(x, "client");
-        out->created_ms = int_of(kv_get(x, "created_ms"));
-        out->last_seen_ms = int_of(kv_get(x, "last_seen_ms"));
-        rc = out->id ? 0 : TIDEMARK_ENOMEM;
-    }
+    out->id = kv_dup(x, "id");
+    out->protocol_version = kv_dup(x, "version");
+    out->client = kv_dup(x, "client");
+    out->created_ms = int_of(kv_get(x, "created_ms"));
+    out->last_seen_ms = int_of(kv_get(x, "last_seen_ms"));
     freeReplyObject(x);
-    if (rc)
+    if (!out->id) {
         tm_session_rec_clear(out);
-    return rc;
+        return TIDEMARK_ENOMEM;
+    }
+    return 0;
 }
 
 
@@ -1710,8 +1787,7 @@ static int stream_accepts(rstore *r, rstream **sp, const char *session, const ch
     *sp = s;
     if (rc || rc2)
         return rc ? rc : rc2;
-    if (head > s->known)
-        s->known = head;
+    note_head(s, head, 0);
     if (closed || s->close_pending)
         return TIDEMARK_ECLOSED;
     s->closing = 0;
@@ -1875,29 +1951,48 @@ static uint64_t entry_seq(const redisReply *e)
                : 0;
 }
 
-/* emit_early: visit queued events after *next. Returns nonzero if stopped. */
-static int read_early(rstore *r, const char *session, const char *stream, uint64_t *next,
-                      size_t *left, tm_event_visitor fn, void *ud)
+/* emit_early: a copy of the events queued here and not yet answered. Taken
+ * before Redis is asked, so an event that becomes durable meanwhile is in
+ * one of the two. */
+static early *early_copy(rstore *r, const char *session, const char *stream)
 {
-    char epoch[TM_EPOCH_LEN + 1];
-    current_epoch(r, epoch);
+    early *head = NULL, **tail = &head;
     char *k = cache_key(session, stream);
-    int stop = 0;
     pthread_mutex_lock(&r->c_mu);
     rstream *s = k ? tm_map_get(r->streams, k) : NULL;
-    for (early *e = s ? s->early_head : NULL; e && *left > 0 && !stop; e = e->next) {
-        if (e->seq < *next)
-            continue;
-        if (e->seq != *next || !e->data)
+    for (early *e = s ? s->early_head : NULL; e; e = e->next) {
+        early *c = calloc(1, sizeof *c);
+        if (!c || (e->data && !(c->data = dupn(e->data, e->len)))) {
+            free(c);
             break;
-        tm_event ev = {.seq = e->seq, .epoch = epoch, .data = e->data, .len = e->len};
-        stop = fn(ud, &ev);
-        (*next)++;
-        (*left)--;
+        }
+        c->seq = e->seq;
+        c->len = e->len;
+        *tail = c;
+        tail = &c->next;
     }
     pthread_mutex_unlock(&r->c_mu);
     free(k);
-    return stop;
+    return head;
+}
+
+/* Visit the copied events that continue at *next. */
+static void serve_early(rstore *r, const early *list, uint64_t *next, size_t *left,
+                        tm_event_visitor fn, void *ud)
+{
+    char epoch[TM_EPOCH_LEN + 1];
+    current_epoch(r, epoch);
+    for (const early *e = list; e && *left > 0; e = e->next) {
+        if (e->seq < *next)
+            continue;
+        if (e->seq != *next || !e->data)
+            return;
+        tm_event ev = {.seq = e->seq, .epoch = epoch, .data = e->data, .len = e->len};
+        (*next)++;
+        (*left)--;
+        if (fn(ud, &ev))
+            return;
+    }
 }
 
 static int r_read(tm_store *st, const char *session, const char *stream, uint64_t after,
@@ -1906,31 +2001,34 @@ static int r_read(tm_store *st, const char *session, const char *stream, uint64_
     rstore *r = (rstore *)st;
     uint64_t next = after + 1;
     size_t left = max_events;
+    int rc = 0;
     if (after >= (uint64_t)INT64_MAX) { /* past any head: only say whether it exists */
         tm_stream_bounds b;
         redisReply *x = NULL;
-        int rc = snapshot(r, session, stream, 1, 0, 1, &b, &x);
+        rc = snapshot(r, session, stream, 1, 0, 1, &b, &x);
         freeReplyObject(x);
         return rc;
     }
+    early *pending = r->opt.emit_early ? early_copy(r, session, stream) : NULL;
     for (;;) {
         size_t count = left < READ_CHUNK ? left : READ_CHUNK;
         tm_stream_bounds b;
         redisReply *x = NULL;
-        int rc = snapshot(r, session, stream, next, UINT64_MAX >> 1, count ? count : 1, &b, &x);
+        rc = snapshot(r, session, stream, next, UINT64_MAX >> 1, count ? count : 1, &b, &x);
         if (rc)
-            return rc;
+            break;
         if (next <= b.head && next < b.first_retained) {
             freeReplyObject(x); /* trimmed under the reader: never skip silently */
-            return TIDEMARK_ERANGE;
+            rc = TIDEMARK_ERANGE;
+            break;
         }
         redisReply *es = x->element[1];
         int stop = 0;
         for (size_t i = 0; i < es->elements && left > 0 && !stop; i++) {
             redisReply *e = es->element[i];
             if (entry_seq(e) != next) { /* only possible if the data is damaged */
-                freeReplyObject(x);
-                return TIDEMARK_ERANGE;
+                rc = TIDEMARK_ERANGE;
+                break;
             }
             const redisReply *d = kv_get(e->element[1], "d");
             const redisReply *ep = kv_get(e->element[1], "e");
@@ -1944,14 +2042,15 @@ static int r_read(tm_store *st, const char *session, const char *stream, uint64_
         }
         size_t got = es->elements;
         freeReplyObject(x);
-        if (stop || left == 0)
-            return 0;
+        if (rc || stop || left == 0)
+            break;
         if (got < count || next > b.head) {
-            if (r->opt.emit_early)
-                read_early(r, session, stream, &next, &left, fn, ud);
-            return 0;
+            serve_early(r, pending, &next, &left, fn, ud);
+            break;
         }
     }
+    early_free(pending);
+    return rc;
 }
 
 static int r_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
@@ -1960,8 +2059,7 @@ static int r_bounds(tm_store *st, const char *session, const char *stream, tm_st
     args a = {0};
     arg_hmget_meta(&a, session, stream);
     redisReply *x = NULL;
-    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
-    args_free(&a);
+    int rc = pool_one(r, &a, &x);
     if (rc)
         return rc;
     tm_stream_bounds b;
@@ -1973,12 +2071,9 @@ static int r_bounds(tm_store *st, const char *session, const char *stream, tm_st
     char *k = cache_key(session, stream);
     pthread_mutex_lock(&r->c_mu);
     rstream *s = k ? tm_map_get(r->streams, k) : NULL;
-    if (s) {
-        if (b.head > s->known)
-            s->known = b.head;
-        if (s->known + s->pending > b.assigned)
-            b.assigned = s->known + s->pending;
-    }
+    note_head(s, b.head, b.closed);
+    if (s && s->known + s->pending > b.assigned)
+        b.assigned = s->known + s->pending;
     pthread_mutex_unlock(&r->c_mu);
     free(k);
     *out = b;
@@ -2035,22 +2130,13 @@ static int r_request_get(tm_store *st, const char *session, const char *key, tm_
 {
     rstore *r = (rstore *)st;
     memset(out, 0, sizeof *out);
-    args a = {0};
-    arg_str(&a, "HGETALL");
-    arg_fmt(&a, "tm:{%s}:q:%s", session, key);
-    redisReply *x = NULL;
-    int rc = a.oom ? TIDEMARK_ENOMEM : pool_run(r, &a, 1, &x);
-    args_free(&a);
+    redisReply *x;
+    int rc = hgetall(r, &x, "tm:{%s}:q:%s", session, key);
     if (rc)
         return rc;
-    if (!is_array(x, 0))
-        rc = TIDEMARK_EIO;
-    else if (x->elements == 0)
-        rc = TIDEMARK_ENOTFOUND;
-    else
-        rec_from_hash(x, session, key, out);
+    rec_from_hash(x, session, key, out);
     freeReplyObject(x);
-    return rc;
+    return 0;
 }
 
 static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
@@ -2069,6 +2155,7 @@ static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
         return TIDEMARK_ENOMEM;
     }
     if (!wait_durable) {
+        o->thread = pthread_self(); /* its failure is told to this thread's sync() */
         enqueue(r, o);
         return 0;
     }
@@ -2169,8 +2256,7 @@ static int r_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
         arg_str(&a, "COUNT");
         arg_str(&a, "256");
         redisReply *x = NULL;
-        rc = pool_run(r, &a, 1, &x);
-        args_free(&a);
+        rc = pool_one(r, &a, &x);
         if (rc)
             break;
         if (!is_array(x, 2) || x->element[0]->type != REDIS_REPLY_STRING ||
@@ -2251,6 +2337,7 @@ static int r_sync(tm_store *st)
     rop *o = op_new(OP_BARRIER);
     if (!o)
         return TIDEMARK_ENOMEM;
+    o->thread = pthread_self();
     return run_sync(r, o);
 }
 
@@ -2285,6 +2372,7 @@ static void r_free(rstore *r)
     pthread_cond_destroy(&r->q_cv);
     pthread_cond_destroy(&r->done_cv);
     pthread_cond_destroy(&r->p_cv);
+    free(r->unreported);
     free(r->host);
     free(r);
 }

@@ -18,6 +18,7 @@
 #include "store.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
+#include "../base/crash.h"
 #include "../base/log.h"
 #include "../base/map.h"
 #include "../base/metrics.h"
@@ -409,6 +410,7 @@ static int apply_effect(sqstore *q, op *o)
     if (wexec(q, "SAVEPOINT fx") != 0)
         return TIDEMARK_EIO;
     int rc = o->effect(o->effect_ud, &txn);
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");
     if (rc)
         wexec(q, "ROLLBACK TO fx");
     wexec(q, "RELEASE fx");
@@ -851,8 +853,11 @@ static void *writer_main(void *arg)
             for (op *o = batch; o; o = o->next)
                 o->status = apply_op(q, o, &touched);
             rc = flush_streams(q, touched, &ups, &nups);
+            TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
             if (rc == 0)
                 rc = wexec(q, "COMMIT");
+            if (rc == 0)
+                TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
             if (rc) {
                 TM_ERROR("sqlite: commit failed (%s); the store refuses further writes",
                          tidemark_strerror(rc));

@@ -13,6 +13,7 @@
 #include "validator.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
+#include "../base/crash.h"
 #include "../base/log.h"
 #include "../base/map.h"
 #include "../base/pool.h"
@@ -33,26 +34,7 @@
 
 #define MAX_JSON_BODY (16u << 20)
 
-/* ---- crash points (test builds only) ---------------------------------------- */
-#ifdef TIDEMARK_CRASH_POINTS
-/* TIDEMARK_CLIENT_CRASH="<point>:<n>": die (SIGKILL) the n-th time <point>
- * is reached, as a crash would: no cleanup, no flush. */
-static void crash_point(const char *point)
-{
-    static int hits;
-    const char *spec = getenv("TIDEMARK_CLIENT_CRASH");
-    size_t n = strlen(point);
-    if (!spec || strncmp(spec, point, n) != 0 || spec[n] != ':')
-        return;
-    if (++hits == atoi(spec + n + 1)) {
-        fprintf(stderr, "tidemark: crash point %s reached\n", point);
-        kill(getpid(), SIGKILL);
-    }
-}
-#define CRASH_POINT(name) crash_point(name)
-#else
-#define CRASH_POINT(name) ((void)0)
-#endif
+#define CRASH_POINT(name) TM_CRASH_POINT("TIDEMARK_CLIENT_CRASH", name)
 
 /* ---- structures -------------------------------------------------------------- */
 
@@ -102,6 +84,9 @@ struct tidemark_client {
     json_t *server_info;
     tm_map *pending; /* id key -> rq */
     json_t *tool_safe; /* tool name -> true when annotated idempotent or read-only */
+    pthread_t listener;  /* open_standalone */
+    int listening;
+    int standalone_open; /* the GET stream got its 200 */
     int stopping;
     int session_lost;
 };
@@ -496,6 +481,12 @@ static void x_headers(void *ud, long status, const char *ctype, const char *sid)
     tidemark_client_t *c = r->c;
     r->status = status;
     r->sse = ctype && strncasecmp(ctype, "text/event-stream", 17) == 0;
+    if (r->listen && !(status == 200 && r->sse)) {
+        pthread_mutex_lock(&c->mu);
+        c->standalone_open = 0;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
     if (sid && !c->session) {
         pthread_mutex_lock(&c->mu);
         if (!c->session)
@@ -533,6 +524,11 @@ static void x_done_inner(rq *r, int rc, long status);
 static void x_done(void *ud, int rc, long status)
 {
     rq *r = ud;
+    if (r->listen) {
+        pthread_mutex_lock(&r->c->mu);
+        r->c->standalone_open = 0;
+        pthread_mutex_unlock(&r->c->mu);
+    }
     x_done_inner(r, rc, status);
     x_end(r); /* last: the caller may free r once x is 0 */
 }
@@ -558,7 +554,11 @@ static void x_done_inner(rq *r, int rc, long status)
         return;
     }
     if (!r->sse && status >= 200 && status < 300 && rc == 0) {
-        if (status == 202 || r->body.len == 0) {
+        /* A POST carrying a notification or a response is accepted by any
+         * 2xx; a body, if any, means nothing. */
+        int expects_answer = r->msg && json_object_get(r->msg, "id") &&
+                             json_object_get(r->msg, "method");
+        if (status == 202 || r->body.len == 0 || !expects_answer) {
             pthread_mutex_lock(&c->mu);
             rq_finish_locked(r, 0, json_object());
             pthread_mutex_unlock(&c->mu);
@@ -602,7 +602,18 @@ static void x_done_inner(rq *r, int rc, long status)
     pthread_mutex_unlock(&c->mu);
 }
 
-static const tm_hx_cb rq_callbacks = {x_headers, x_data, x_done};
+static void x_sent(void *ud)
+{
+    rq *r = ud;
+    if (!r->listen)
+        return;
+    pthread_mutex_lock(&r->c->mu);
+    r->c->standalone_open = 1; /* requested: servers may hold the headers back */
+    pthread_cond_broadcast(&r->c->cv);
+    pthread_mutex_unlock(&r->c->mu);
+}
+
+static const tm_hx_cb rq_callbacks = {x_sent, x_headers, x_data, x_done};
 
 /* Build headers for an exchange. out holds up to 8 lines, buf the text. */
 static void make_headers(tidemark_client_t *c, const char *accept, const char *last_id,
@@ -723,7 +734,7 @@ static int post_message(tidemark_client_t *c, json_t *msg)
     make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
     tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
                      .timeout_ms = c->cfg.timeout_ms};
-    static const tm_hx_cb cb = {f_headers, f_data, f_done};
+    static const tm_hx_cb cb = {NULL, f_headers, f_data, f_done};
     int rc = tm_hc_start(c->hc, &req, &cb, f, NULL);
     free(body);
     if (rc)
@@ -781,7 +792,7 @@ static long reconnect_delay(tidemark_client_t *c, rq *r)
  */
 static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
 {
-    if (!r->msg || r->listen)
+    if (!r->msg || r->listen || c->cfg.opaque_policy == TIDEMARK_OPAQUE_RESUME)
         return 1;
     const char *method = json_string_value(json_object_get(r->msg, "method"));
     if (!method || strcmp(method, "tools/call") != 0)
@@ -964,10 +975,37 @@ static int do_initialize(tidemark_client_t *c, json_t **err)
     char *info = json_dumps(c->server_info, JSON_COMPACT);
     tm_cstate_session_set(c->st, c->url, c->session ? c->session : "", c->proto, info);
     free(info);
-    return tidemark_client_notify(c, "notifications/initialized", NULL);
+    int nrc = tidemark_client_notify(c, "notifications/initialized", NULL);
+    if (nrc)
+        set_error(err, TM_RPC_INTERNAL_ERROR, "initialized_failed",
+                  "the server did not accept notifications/initialized", NULL);
+    return nrc;
 }
 
+static void *listener_main(void *arg)
+{
+    tidemark_client_listen(arg, 0);
+    return NULL;
+}
+
+/* open_standalone: keep the GET stream open in the background. */
+static int start_listener(tidemark_client_t *c, int rc)
+{
+    if (rc || !c->cfg.open_standalone || c->listening)
+        return rc;
+    if (pthread_create(&c->listener, NULL, listener_main, c) == 0)
+        c->listening = 1;
+    return 0;
+}
+
+static int connect_inner(tidemark_client_t *c, json_t **err);
+
 int tidemark_client_connect(tidemark_client_t *c, json_t **err)
+{
+    return start_listener(c, connect_inner(c, err));
+}
+
+static int connect_inner(tidemark_client_t *c, json_t **err)
 {
     if (err)
         *err = NULL;
@@ -1060,7 +1098,8 @@ int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *pa
 int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
                               tidemark_progress_fn progress, void *ud, json_t **result)
 {
-    json_t *params = json_pack("{s:s,s:O}", "name", name, "arguments", args ? args : json_object());
+    json_t *params = json_pack("{s:s,s:o}", "name", name, "arguments",
+                               args ? json_incref(args) : json_object());
     int rc = tidemark_client_request(c, "tools/call", params, progress, ud, result);
     json_decref(params);
     return rc;
@@ -1164,6 +1203,19 @@ int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *con
     return tm_cstate_query(c->st, sql, args, nargs, rows);
 }
 
+int tidemark_client_wait_standalone(tidemark_client_t *c, int timeout_ms)
+{
+    int64_t end = tm_now_ms() + timeout_ms;
+    pthread_mutex_lock(&c->mu);
+    while (!c->standalone_open && !c->stopping && tm_now_ms() < end) {
+        struct timespec ts = tm_deadline_ms(end - tm_now_ms());
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    int ok = c->standalone_open;
+    pthread_mutex_unlock(&c->mu);
+    return ok ? 0 : TIDEMARK_ETIMEDOUT;
+}
+
 void tidemark_client_stop(tidemark_client_t *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -1202,7 +1254,7 @@ int tidemark_client_end_session(tidemark_client_t *c)
     make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
     tm_hx_req req = {.method = "DELETE", .url = c->url, .headers = h, .timeout_ms = c->cfg.timeout_ms};
     del_ctx d = {0, 0, c};
-    static const tm_hx_cb cb = {d_headers, f_data, d_done};
+    static const tm_hx_cb cb = {NULL, d_headers, f_data, d_done};
     int rc = tm_hc_start(c->hc, &req, &cb, &d, NULL);
     if (rc)
         return rc;
@@ -1219,6 +1271,8 @@ void tidemark_client_free(tidemark_client_t *c)
     if (!c)
         return;
     tidemark_client_stop(c);
+    if (c->listening)
+        pthread_join(c->listener, NULL);
     tm_pool_free(c->workers);
     tm_hc_free(c->hc);
     tm_cstate_close(c->st);

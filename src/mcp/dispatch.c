@@ -2,6 +2,7 @@
  * completion, logging, ping. Runs on worker threads. */
 #include "server_int.h"
 #include "../base/clock.h"
+#include "../base/crash.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/random.h"
@@ -120,6 +121,7 @@ static json_t *tools_call(tidemark_call_t *c)
             return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Request record failed",
                                     "store_error", NULL);
     }
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "started_before_run");
     json_t *owned_args = args ? json_incref(args) : json_object();
     json_t *result = NULL;
     int rc = ((tidemark_tool_fn)e.fn)(c, owned_args, &result, e.ud);

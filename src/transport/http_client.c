@@ -68,6 +68,16 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud)
     return len;
 }
 
+static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+                     int conn_local_port)
+{
+    (void)conn_primary_ip, (void)conn_local_ip, (void)conn_primary_port, (void)conn_local_port;
+    tm_hx *x = ud;
+    if (x->cb.on_sent)
+        x->cb.on_sent(x->ud);
+    return CURL_PREREQFUNC_OK;
+}
+
 static size_t on_header(char *p, size_t sz, size_t n, void *ud)
 {
     tm_hx *x = ud;
@@ -261,6 +271,8 @@ int tm_hc_start(tm_hc *hc, const tm_hx_req *req, const tm_hx_cb *cb, void *ud, u
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);

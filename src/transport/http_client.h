@@ -14,6 +14,8 @@ typedef struct tm_hc tm_hc;
 typedef struct tm_hx tm_hx;
 
 typedef struct tm_hx_cb {
+    /* The request is about to go out on a connection (may be NULL). */
+    void (*on_sent)(void *ud);
     /* Response headers are complete. content_type and session_id may be NULL. */
     void (*on_headers)(void *ud, long status, const char *content_type, const char *session_id);
     /* Body bytes. Return nonzero to abort the exchange. */

@@ -733,8 +733,14 @@ static void test_outage_and_restart(void **state)
     long long t0 = now_ms();
     int status = 1;
     assert_int_equal(tm_store_append(st, "a", "r1", "lost", 4, 0, note_status, &status), 0);
-    assert_int_equal(tm_store_sync(st), 0);
+    assert_int_equal(tm_store_sync(st), 0); /* the append reports its own failure */
     assert_int_equal(status, TIDEMARK_EIO);
+    /* a request record not waited for has only sync() to report through:
+     * the dispatcher must not run a tool without it */
+    tm_request_rec q = {.session = "a", .key = "i:9", .stream = "r1"};
+    assert_int_equal(tm_store_request_begin(st, &q, 0), 0);
+    assert_int_equal(tm_store_sync(st), TIDEMARK_EIO);
+    assert_int_equal(tm_store_sync(st), 0); /* told once */
     tm_session_rec rec = {.id = "n"};
     assert_int_equal(tm_store_session_create(st, &rec), TIDEMARK_EIO);
     collected c = {0};
