@@ -20,6 +20,7 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --listen HOST:PORT     address to bind (default 127.0.0.1:8080; port 0 picks one)\n"
             "  --path PATH            MCP endpoint path (default /mcp)\n"
             "  --store URI            event log: sqlite:PATH (default sqlite:./var/tidemark.db)\n"
+            "                         redis://HOST:PORT[/DB] (shared by several nodes),\n"
             "                         or memory (nothing survives a restart)\n"
             "  --durability LEVEL     power (fsync every commit, default) or process\n"
             "  --emit MODE            durable (commit, then emit; default) or early\n"
@@ -179,8 +180,9 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
                 return -1;
             }
         }
-    } else if (strcmp(cli->cfg.store, "memory") != 0) {
-        fprintf(stderr, "%s: unknown store '%s' (sqlite:PATH or memory)\n", prog, cli->cfg.store);
+    } else if (strcmp(cli->cfg.store, "memory") != 0 && strncmp(cli->cfg.store, "redis://", 8) != 0) {
+        fprintf(stderr, "%s: unknown store '%s' (sqlite:PATH, redis://HOST:PORT[/DB] or memory)\n",
+                prog, cli->cfg.store);
         return -1;
     }
     return 0;

@@ -48,7 +48,7 @@
  * its "assigned", and emit_early its not-yet-durable tail. read(), bounds()
  * and event_epoch() always ask Redis: another node may have written.
  *
- * Known limitations (see the report in docs/design.md):
+ * Known limitations (to resolve; docs/design.md should list them):
  *  - Atomic effects run on a private in-memory SQLite database, as in the
  *    memory backend: they are neither shared between nodes nor atomic with
  *    the Redis commit (a Redis failure after the effect leaves the effect);
@@ -68,6 +68,7 @@
 #include "store.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
+#include "../base/crash.h"
 #include "../base/log.h"
 #include "../base/map.h"
 #include "../base/metrics.h"
@@ -968,7 +969,9 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
     case OP_APPEND:
         if (o->effect && !o->fx_done) {
             o->fx_done = 1;
-            if (effect_in_savepoint(r, o->effect, o->effect_ud) != 0) {
+            int fx = effect_in_savepoint(r, o->effect, o->effect_ud);
+            TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");
+            if (fx != 0) {
                 free(o->data); /* the effect failed: write the fallback */
                 o->data = o->fallback;
                 o->len = o->fallback_len;
@@ -1146,6 +1149,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         redisAppendCommand(c, "PEXPIRE %s %d", r->wkey, WKEY_TTL_MS);
         r->wkey_dirty = 1;
     }
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit"); /* nothing sent yet */
     void *x = NULL;
     if (pre) {
         if (redisGetReply(c, &x) != REDIS_OK)
@@ -1318,6 +1322,7 @@ static void settle_unreported(rstore *r, rop *o)
  * the waiters go. */
 static void finish_batch(rstore *r, rop *batch, size_t nops)
 {
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
     for (rop *o = batch; o; o = o->next)
         settle_unreported(r, o);
     wake_set w = {tm_map_new(), calloc(nops + 1, sizeof(wake_item)), 0};
@@ -1678,10 +1683,11 @@ static int r_session_touch(tm_store *st, const char *id, int64_t now_ms)
     rstore *r = (rstore *)st;
     /* Last-seen only feeds idle expiry. This node's first touch of a session
      * waits (it reports an unknown session); later ones write at most once
-     * per TOUCH_EVERY_MS and do not wait. */
+     * per touch_every_ms and do not wait. */
+    int64_t every = r->opt.touch_every_ms > 0 ? r->opt.touch_every_ms : TOUCH_EVERY_MS;
     pthread_mutex_lock(&r->c_mu);
     int64_t *t = tm_map_get(r->touched, id);
-    if (t && now_ms - *t < TOUCH_EVERY_MS) {
+    if (t && now_ms - *t < every) {
         pthread_mutex_unlock(&r->c_mu);
         return 0;
     }

@@ -1495,7 +1495,14 @@ static int q_sync(tm_store *st)
     op *o = op_new(OP_BARRIER);
     if (!o)
         return TIDEMARK_ENOMEM;
-    return run_sync(q, o, 0);
+    int rc = run_sync(q, o, 0);
+    /* A failed commit fails everything queued with it, including records
+     * written without waiting: report it to whoever relies on them. */
+    pthread_mutex_lock(&q->c_mu);
+    if (rc == 0 && q->failed)
+        rc = TIDEMARK_EIO;
+    pthread_mutex_unlock(&q->c_mu);
+    return rc;
 }
 
 /* WAL checkpoints on their own connection and thread: SQLite's automatic

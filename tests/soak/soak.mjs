@@ -1,0 +1,276 @@
+// Soak (issue "Prove it"): clients × calls of the non-idempotent
+// `ledger_append` and long `stream` calls, through the fault-injecting proxy
+// (cuts, resets, stalls, cuts at and inside SSE events), while the server is
+// kill -9ed, killed by its own crash points, and clients are killed (SIGKILL
+// and client crash points) and restarted on their state files.
+//
+// Verdict:
+//   - atomic clients: every ledger_append they issued exists exactly once in
+//     the ledger (no loss, no duplicate); every stream they received is
+//     complete, in order, each event applied exactly once;
+//   - naive clients (cursor_after_dispatch, cursor_before_dispatch): every
+//     violation their mode causes is detected and typed (duplicate_effect,
+//     dispatch_log_inconsistent), never silent: no event applied twice, and
+//     no event missing without a typed report.
+//
+//   node soak.mjs --proxy BIN --server BIN --client BIN [--seconds S] [--seed N]
+//                 [--clients K] [--kill-every-ms MS]
+// make soak runs the long variant; CTest `soak_short` the short one.
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, readFileSync, existsSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const arg = (name, def) => {
+  const i = process.argv.indexOf("--" + name);
+  return i > 0 ? process.argv[i + 1] : def;
+};
+const PROXY = arg("proxy"), SERVER = arg("server"), CLIENT = arg("client");
+if (!PROXY || !SERVER || !CLIENT) {
+  console.error("usage: soak.mjs --proxy BIN --server BIN --client BIN [--seconds S] [--seed N] [--clients K]");
+  process.exit(2);
+}
+const SECONDS = Number(arg("seconds", 45));
+const SEED = Number(arg("seed", 1));
+const CLIENTS = Number(arg("clients", 4));
+const KILL_EVERY = Number(arg("kill-every-ms", 2500));
+const t0 = Date.now();
+const HARD_DEADLINE = t0 + (SECONDS + 120) * 1000;
+
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const dir = mkdtempSync(join(tmpdir(), "tidemark-soak-"));
+const violations = [];
+const violate = (m) => { violations.push(m); console.log("VIOLATION " + m); };
+const stats = { serverKills: 0, serverCrashPoints: 0, clientKills: 0, clientCrashPoints: 0,
+  resumes: 0, calls: 0, typed: {}, proxyFaults: "" };
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+
+function startProc(bin, args, env = {}, onExit) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+    let out = "", err = "";
+    const t = setTimeout(() => reject(new Error(`${bin} did not start: ${err}`)), 15000);
+    p.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/^listening on (\S+)$/m);
+      if (m) { clearTimeout(t); resolve({ p, url: m[1] }); }
+    });
+    p.stderr.on("data", (d) => { err += d; if (err.length > 100000) err = err.slice(-50000); });
+    p.on("exit", (code, sig) => { p.stderrText = err; onExit?.(code, sig); });
+  });
+}
+
+// ---- server (restarted on the same port and database) ----------------------------
+const port = await freePort();
+const db = join(dir, "server.db");
+const srand = rng(SEED);
+let server = null;
+let serverWanted = true;
+const serverPoints = ["append_before_commit", "commit_before_emit", "effect_before_commit", "started_before_run"];
+
+async function startServer() {
+  for (;;) {
+    const env = {};
+    if (srand() < 0.35) {
+      env.TIDEMARK_SERVER_CRASH = `${serverPoints[Math.floor(srand() * serverPoints.length)]}:${1 + Math.floor(srand() * 40)}`;
+    }
+    try {
+      const s = await startProc(SERVER, ["--listen", `127.0.0.1:${port}`, "--store", "sqlite:" + db,
+        "--log-level", "error", "--retry-ms", "50", "--keepalive-ms", "500"], env, (code, sig) => {
+        if (server && server.p === s.p) server = null;
+        if (sig === "SIGKILL" && !s.p.killedByTest) stats.serverCrashPoints++;
+        if (serverWanted && !s.p.killedByTest) setTimeout(() => startServer().catch(() => {}), 10);
+      });
+      server = s;
+      return;
+    } catch (e) {
+      if (!serverWanted) return;
+      await sleep(50); // the port may still be held by the dying process
+    }
+  }
+}
+await startServer();
+const proxyLog = join(dir, "proxy.log");
+const proxy = await startProc(PROXY, ["--listen", "127.0.0.1:0", "--target", `127.0.0.1:${port}`,
+  "--seed", String(SEED), "--mode", "mixed", "--rate", "0.25", "--stall-ms", "300", "--log", proxyLog]);
+const URL = proxy.url.replace(/\/?$/, "") + "/mcp";
+
+// ---- clients ------------------------------------------------------------------------
+function runClient(args, env, killAfterMs) {
+  return new Promise((resolve) => {
+    const p = spawn(CLIENT, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+    let out = "", err = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (err += d));
+    let timer = null;
+    if (killAfterMs) timer = setTimeout(() => p.kill("SIGKILL"), killAfterMs);
+    p.on("exit", (code, sig) => { clearTimeout(timer); resolve({ code, sig, out, err }); });
+  });
+}
+
+const crashPointOf = { atomic: "atomic_before_commit",
+  cursor_after_dispatch: "after_dispatch_before_cursor",
+  cursor_before_dispatch: "after_cursor_before_dispatch" };
+const issuedLedger = new Map(); // entry -> client
+const clientsOut = [];
+
+async function client(k, mode) {
+  const rand = rng(SEED * 977 + k);
+  let gen = 0;
+  let state = join(dir, `client${k}-${gen}.db`);
+  const base = () => ["--state", state, "--persist", mode, "--record-effects", "--quiet", "--timeout", "30000"];
+  const info = { k, mode, calls: 0, ledger: [], detected: [], states: [state] };
+  clientsOut.push(info);
+  let n = 0;
+  while (Date.now() - t0 < SECONDS * 1000) {
+    n++;
+    const isLedger = rand() < 0.5;
+    const entry = `c${k}-g${gen}-${n}`;
+    const args = isLedger ? ["call", "ledger_append", `entry=${entry}`]
+                          : ["call", "stream", `n=${30 + Math.floor(rand() * 120)}`, "delay_ms=2"];
+    const env = {};
+    let killAfter = 0;
+    const r0 = rand();
+    if (r0 < 0.12) { env.TIDEMARK_CLIENT_CRASH = `${crashPointOf[mode]}:${1 + Math.floor(rand() * 20)}`; }
+    else if (r0 < 0.2) { killAfter = 20 + Math.floor(rand() * 300); }
+    if (isLedger) { issuedLedger.set(entry, k); info.ledger.push(entry); }
+    info.calls++;
+    stats.calls++;
+    let r = await runClient([...base(), URL, ...args], env, killAfter);
+    if (r.sig === "SIGKILL") {
+      if (env.TIDEMARK_CLIENT_CRASH && /crash point/.test(r.err)) stats.clientCrashPoints++;
+      else stats.clientKills++;
+    }
+    // Drive what is outstanding to its end, restarting as often as needed.
+    let tries = 0;
+    while ((r.sig || r.code === 3) && tries++ < 50 && Date.now() < HARD_DEADLINE) {
+      stats.resumes++;
+      r = await runClient([...base(), URL, "resume"], {}, 0);
+    }
+    if (r.code === 4) {
+      const reason = (/"reason":\s*"([a-z_]+)"/.exec(r.out) ?? [])[1] ?? "?";
+      stats.typed[reason] = (stats.typed[reason] ?? 0) + 1;
+      info.detected.push(reason);
+      if (mode === "atomic") violate(`atomic client ${k}: typed failure ${reason}: ${r.out.slice(0, 300)}`);
+      // The naive client's state is poisoned by design: start a new one.
+      gen++;
+      state = join(dir, `client${k}-${gen}.db`);
+      info.states.push(state);
+    } else if (r.code !== 0 && r.code !== 1) {
+      violate(`client ${k} (${mode}): ${args.join(" ")} ended with exit ${r.code} ${r.sig ?? ""}: ${r.out.slice(0, 200)} ${r.err.slice(-300)}`);
+    }
+  }
+  return info;
+}
+
+// ---- server killer --------------------------------------------------------------------
+const killer = (async () => {
+  const krand = rng(SEED + 99);
+  while (Date.now() - t0 < SECONDS * 1000) {
+    await sleep(KILL_EVERY / 2 + Math.floor(krand() * KILL_EVERY));
+    if (server) {
+      const s = server;
+      s.p.killedByTest = true;
+      const gone = new Promise((r) => s.p.once("exit", r));
+      s.p.kill("SIGKILL");
+      await gone;
+      stats.serverKills++;
+      await startServer();
+    }
+  }
+})();
+
+const modes = ["atomic", "atomic", "cursor_after_dispatch", "cursor_before_dispatch"];
+const results = await Promise.all(Array.from({ length: CLIENTS }, (_, k) => client(k, modes[k % modes.length])));
+await killer;
+
+// ---- verdict ----------------------------------------------------------------------------
+while (!server && Date.now() < HARD_DEADLINE) await sleep(50);
+const ledgerRes = await runClient(["--json", URL, "call", "ledger_read"], {}, 0);
+let rows = [];
+try { rows = JSON.parse(ledgerRes.out).structuredContent.entries; } catch { violate("ledger_read failed: " + ledgerRes.out + ledgerRes.err); }
+const count = new Map();
+for (const r of rows) count.set(r.entry, (count.get(r.entry) ?? 0) + 1);
+let ledgerOk = 0, ledgerDup = 0, ledgerLost = 0;
+for (const info of results) {
+  for (const e of info.ledger) {
+    const c = count.get(e) ?? 0;
+    if (c === 1) ledgerOk++;
+    else if (c > 1) { ledgerDup++; violate(`ledger entry ${e} exists ${c} times`); }
+    else if (info.mode === "atomic") { ledgerLost++; violate(`ledger entry ${e} (atomic client ${info.k}) lost`); }
+  }
+}
+// Client-side effects: per stream dense and exactly once (atomic); naive
+// modes may miss events only where a typed report was made.
+let streamsChecked = 0, eventsApplied = 0;
+for (const info of results) {
+  for (const st of info.states) {
+    if (!existsSync(st)) continue;
+    const r = await runClient(["--state", st, URL, "effects"], {}, 0);
+    let eff = [];
+    try { eff = JSON.parse(r.out); } catch { violate(`effects of ${st} unreadable`); continue; }
+    const byStream = new Map();
+    for (const e of eff) {
+      if (e.n !== 1) violate(`client ${info.k} (${info.mode}): event ${e.event_id} applied ${e.n} times`);
+      if (!byStream.has(e.stream)) byStream.set(e.stream, []);
+      byStream.get(e.stream).push(e.seq);
+      eventsApplied += e.n;
+    }
+    for (const [name, seqs] of byStream) {
+      streamsChecked++;
+      seqs.sort((a, b) => a - b);
+      const holes = seqs.some((s, i) => i > 0 && s !== seqs[i - 1] + 1) || seqs[0] !== 2;
+      if (holes && info.mode === "atomic")
+        violate(`client ${info.k}: stream ${name} has holes: ${seqs.slice(0, 12).join(",")}`);
+      if (holes && info.mode !== "atomic" && info.detected.length === 0)
+        violate(`client ${info.k} (${info.mode}): stream ${name} has holes but nothing was reported`);
+    }
+  }
+}
+serverWanted = false;
+if (server) { server.p.killedByTest = true; server.p.kill("SIGTERM"); }
+proxy.p.kill("SIGTERM");
+await sleep(200);
+try {
+  const lines = readFileSync(proxyLog, "utf8").split("\n");
+  const kinds = {};
+  for (const l of lines) { const m = /mode=(\S+)/.exec(l); if (m && /fault|cut|reset|stall/.test(l)) kinds[m[1]] = (kinds[m[1]] ?? 0) + 1; }
+  stats.proxyFaults = Object.entries(kinds).map(([k, v]) => `${k} ${v}`).join(", ") || "(see proxy log)";
+} catch { stats.proxyFaults = "(no proxy log)"; }
+
+const row = (a, b) => console.log(String(a).padEnd(44) + b);
+console.log(`\nsoak: seed ${SEED}, ${SECONDS} s, ${CLIENTS} clients (${results.map((r) => r.mode).join(", ")})`);
+row("faults injected", "");
+row("  proxy (cut/reset/stall/event-boundary/mid-event)", stats.proxyFaults);
+row("  server kill -9", stats.serverKills);
+row("  server crash points hit", stats.serverCrashPoints);
+row("  client SIGKILL", stats.clientKills);
+row("  client crash points hit", stats.clientCrashPoints);
+row("work", "");
+row("  calls", stats.calls);
+row("  client restarts (resume)", stats.resumes);
+row("  ledger entries issued / exactly once", `${results.reduce((a, r) => a + r.ledger.length, 0)} / ${ledgerOk}`);
+row("  ledger duplicates / lost (atomic)", `${ledgerDup} / ${ledgerLost}`);
+row("  streams checked, effects applied", `${streamsChecked}, ${eventsApplied}`);
+row("naive-mode violations detected (typed)", JSON.stringify(stats.typed));
+row("violations", violations.length);
+rmSync(dir, { recursive: true, force: true });
+console.log(`${violations.length ? 0 : 1} passed, ${violations.length ? 1 : 0} failed`);
+process.exit(violations.length ? 1 : 0);
