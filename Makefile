@@ -2,6 +2,7 @@
 #   make run      set up, build, start tidemark-server (embedded store default)
 #   make test     set up, build (normal and ASan+UBSan), run every test
 #   make bench    run benchmarks (not gated)
+#   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
 #   make install  install library, headers and pkg-config file (PREFIX=/usr/local)
 
 BUILD      ?= build
@@ -10,7 +11,11 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS   ?=
 
-.PHONY: all deps build build-san run test test-fast bench install clean
+SOAK_SECONDS ?= 600
+SOAK_SEED    ?= 1
+SOAK_CLIENTS ?= 8
+
+.PHONY: all deps build build-san run test test-fast bench soak install clean
 
 all: build
 
@@ -41,6 +46,12 @@ test-fast: build
 
 bench: build
 	bash bench/run.sh $(BUILD)
+
+soak: build
+	node tests/soak/soak.mjs --proxy $(BUILD)/bin/tm-proxy \
+	  --server $(BUILD)/bin/tidemark-server-crashpoints \
+	  --client $(BUILD)/bin/tidemark-client-crashpoints \
+	  --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --clients $(SOAK_CLIENTS)
 
 install: build
 	cmake --install $(BUILD)

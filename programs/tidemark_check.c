@@ -55,7 +55,6 @@ static json_t *opt_args;
 static const char *opt_restart_cmd;
 static long long opt_timeout_ms = 10000;
 static int opt_json;
-static int opt_default_tool = 1; /* --tool/--args not given: we know the tool */
 
 static long long quiet_ms(void)
 {
@@ -974,6 +973,7 @@ typedef struct ctx {
     char *token4;
     xfer *r4, *r5;      /* resumes from cursor4 */
     int replay_ok;      /* r4 resumed (200 and events) */
+    int call_failed;    /* the reference call answered an error */
     char *b_cursor;     /* a cursor of session B (check 7) */
 } ctx;
 
@@ -1074,10 +1074,10 @@ static int initialize(session *s, char *obs, size_t n)
         s->proto = xstrdup(pv ? pv : PROTOCOL_VERSION);
         s->sid = x->sid[0] ? xstrdup(x->sid) : NULL;
         json_t *si = json_object_get(result, "serverInfo");
-        snprintf(obs, n, "server %s %s, protocol %s, session id %s",
-                 json_string_value(json_object_get(si, "name")) ? json_string_value(json_object_get(si, "name")) : "?",
-                 json_string_value(json_object_get(si, "version")) ? json_string_value(json_object_get(si, "version")) : "?",
-                 s->proto, s->sid ? s->sid : "(none)");
+        const char *name = json_string_value(json_object_get(si, "name"));
+        const char *version = json_string_value(json_object_get(si, "version"));
+        snprintf(obs, n, "server %s %s, protocol %s, session id %s", name ? name : "?",
+                 version ? version : "?", s->proto, s->sid ? s->sid : "(none)");
         rc = 0;
     }
     xfer_free(x);
@@ -1132,6 +1132,20 @@ static void check_priming(ctx *c)
                   opt_timeout_ms, x->nev);
         return;
     }
+    json_t *resp = xfer_response(x, x->final_id);
+    json_t *err = json_object_get(resp, "error");
+    json_t *result = json_object_get(resp, "result");
+    if (json_is_object(err) || json_is_true(json_object_get(result, "isError"))) {
+        char d[300];
+        if (json_is_object(err))
+            describe_error(err, d, sizeof d);
+        else
+            snprintf(d, sizeof d, "isError result");
+        set_check(C_PRIMING, R_FAIL, "the call of %s failed (%s): choose a tool with --tool/--args", opt_tool,
+                  d);
+        c->call_failed = 1;
+        return;
+    }
     size_t progress = 0;
     for (size_t i = 0; i < x->nev; i++)
         if (ev_token(&x->ev[i]))
@@ -1166,7 +1180,7 @@ static void check_priming(ctx *c)
 /* The reference call is usable for the replay checks. */
 static int have_stream(const ctx *c)
 {
-    return c->ref && c->ref->is_sse && c->ref->got_final && c->ref->nids >= 2;
+    return c->ref && c->ref->is_sse && c->ref->got_final && c->ref->nids >= 2 && !c->call_failed;
 }
 
 static const char *no_stream_reason(const ctx *c)
@@ -1175,6 +1189,8 @@ static const char *no_stream_reason(const ctx *c)
         return "no session";
     if (!c->ref || !c->ref->is_sse || !c->ref->got_final)
         return "the tool call gave no complete SSE stream (see priming_event)";
+    if (c->call_failed)
+        return "the tool call failed (see priming_event)";
     return "fewer than 2 events with ids in a call";
 }
 
@@ -1304,7 +1320,7 @@ static void check_replay(ctx *c)
     if (r->status != 200 || !r->is_sse) {
         char st[300];
         status_text(r, st, sizeof st);
-        set_check(C_REPLAY, R_FAIL, "cut after %zu events, resume from %s answered %s%s", c->k,
+        set_check(C_REPLAY, R_FAIL, "cut after %zu event(s), resume from %s answered %s%s", c->k,
                   c->cursor4, st, conflict);
         return;
     }
@@ -1351,11 +1367,11 @@ static void check_replay(ctx *c)
     if (res == R_PASS) {
         const char *end = r->ended ? "then the stream ended" : "but the stream stayed open after it";
         set_check(C_REPLAY, r->ended ? R_PASS : R_WARN,
-                  "cut after %zu events, resumed at once (call still running) from %s%s: exactly the "
-                  "%zu missing events, final response once, %s%s",
+                  "cut after %zu event(s), resumed at once from %s%s: exactly the %zu missing "
+                  "event(s), final response once, %s%s",
                   c->k, c->cursor4, conflict, r->nev, end, cont);
     } else {
-        set_check(C_REPLAY, res, "cut after %zu events, resumed from %s%s: %s", c->k, c->cursor4,
+        set_check(C_REPLAY, res, "cut after %zu event(s), resumed at once from %s%s: %s", c->k, c->cursor4,
                   conflict, obs);
     }
 }
@@ -1383,8 +1399,10 @@ static void check_repeat(ctx *c)
         set_check(C_REPEAT, R_WARN, "both resumes from %s returned no events", c->cursor4);
     } else {
         set_check(C_REPEAT, R_PASS,
-                  "second resume from %s, after the call finished: the same %zu events (ids and data)%s",
-                  c->cursor4, r->nev, n409 ? " after a 409" : "");
+                  "second resume from %s, after the call finished: the same %zu events (ids and "
+                  "data)%s%s",
+                  c->cursor4, r->nev, n409 ? " after a 409" : "",
+                  r->ended ? "" : "; this replay's stream stayed open after the response");
     }
 }
 
@@ -1560,7 +1578,8 @@ static char *mutate_future(const char *id, char *how, size_t hn)
 static void check_unknown(ctx *c)
 {
     if (!have_stream(c) || !c->cursor4) {
-        set_check(C_UNKNOWN, R_NA, "%s", have_stream(c) ? "no cursor (see replay_exact)" : no_stream_reason(c));
+        set_check(C_UNKNOWN, R_NA, "%s",
+                  have_stream(c) ? "no cursor (see replay_exact)" : no_stream_reason(c));
         return;
     }
     char *extra = NULL;
@@ -1587,7 +1606,8 @@ static void check_unknown(ctx *c)
 static void check_future(ctx *c)
 {
     if (!have_stream(c) || !c->cursor4) {
-        set_check(C_FUTURE, R_NA, "%s", have_stream(c) ? "no cursor (see replay_exact)" : no_stream_reason(c));
+        set_check(C_FUTURE, R_NA, "%s",
+                  have_stream(c) ? "no cursor (see replay_exact)" : no_stream_reason(c));
         return;
     }
     /* From the end of the finished reference stream: nothing can be ahead of it. */
@@ -1679,8 +1699,10 @@ static json_t *args_many(void)
         return NULL;
     json_t *a = json_deep_copy(opt_args);
     json_object_set_new(a, "n", json_integer(200));
+    /* Fast, but paced so that a live reader sees the first events before a
+     * trimming server can drop them. */
     if (json_object_get(a, "delay_ms"))
-        json_object_set_new(a, "delay_ms", json_integer(0));
+        json_object_set_new(a, "delay_ms", json_integer(2));
     return a;
 }
 
@@ -1732,9 +1754,15 @@ static void check_stale(ctx *c)
             set_check(C_STALE, R_PASS, "resume from %s: in-band 'event: %.40s' %.100s, then %zu events",
                       first, typed->type, typed->data ? typed->data : "", r->nev - 1);
         } else if (!compare_keys(x, (size_t)j0 + 1, r, 0, diff, sizeof diff)) {
+            const event *lg = NULL; /* the live stream itself reported a gap */
+            for (size_t i = 0; i < x->nev && !lg; i++)
+                if (x->ev[i].type && strcmp(x->ev[i].type, "message"))
+                    lg = &x->ev[i];
             set_check(C_STALE, R_NA,
-                      "not provoked: resume from the first id %s returned all %zu later events (no trimming)",
-                      first, r->nev);
+                      "not provoked: resume from the first id %s returned all %zu later "
+                      "events%s%.40s%s%.100s",
+                      first, r->nev, lg ? "; the live stream itself carried 'event: " : " (no trimming)",
+                      lg ? lg->type : "", lg ? "' " : "", lg && lg->data ? lg->data : "");
         } else if (count_data_events(r) == 0) {
             set_check(C_STALE, R_FAIL, "resume from the first id %s: silent, HTTP 200 with no events (%s)",
                       first, r->ended ? "stream ended" : "held open");
@@ -2049,8 +2077,8 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (o) {
         case 'j': opt_json = 1; break;
-        case 't': opt_tool = optarg; opt_default_tool = 0; break;
-        case 'a': args_text = optarg; opt_default_tool = 0; break;
+        case 't': opt_tool = optarg; break;
+        case 'a': args_text = optarg; break;
         case 'r': opt_restart_cmd = optarg; break;
         case 'T': {
             char *end;
@@ -2078,11 +2106,11 @@ int main(int argc, char **argv)
     json_error_t jerr;
     opt_args = json_loads(args_text ? args_text : "{\"n\":20,\"delay_ms\":20}", 0, &jerr);
     if (!json_is_object(opt_args)) {
-        fprintf(stderr, "tidemark-check: --args must be a JSON object (%s)\n", jerr.text);
+        fprintf(stderr, "tidemark-check: --args must be a JSON object%s%s\n",
+                opt_args ? "" : ": ", opt_args ? "" : jerr.text);
         json_decref(opt_args);
         return 2;
     }
-    (void)opt_default_tool;
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
         fprintf(stderr, "tidemark-check: curl_global_init failed\n");

@@ -48,6 +48,9 @@ static void usage(FILE *f)
             "  --record-effects           record every dispatched event in the state file's\n"
             "                             table effects(event_id, stream, seq, body): the\n"
             "                             application effect the persistence modes protect\n"
+            "  --idempotency-key KEY      send _meta[\"dev.tidemark/idempotency-key\"] with the\n"
+            "                             call: a Tidemark server then answers a re-issue of\n"
+            "                             the same call (new request id) from its record\n"
             "  --timeout MS               per-request timeout (default 60000)\n"
             "  --quiet                    no progress on stderr\n"
             "  --help\n"
@@ -154,7 +157,7 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-    const char *state = NULL, *args_json = NULL;
+    const char *state = NULL, *args_json = NULL, *idem_key = NULL;
     tidemark_client_config_t cfg;
     tidemark_client_config_init(&cfg);
     int record = 0;
@@ -163,6 +166,7 @@ int main(int argc, char **argv)
         {"args", required_argument, 0, 'a'},  {"persist", required_argument, 0, 'p'},
         {"idempotent-handlers", no_argument, 0, 'i'}, {"record-effects", no_argument, 0, 'r'},
         {"timeout", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+        {"idempotency-key", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -180,6 +184,7 @@ int main(int argc, char **argv)
         case 'r': record = 1; break;
         case 't': cfg.timeout_ms = atoi(optarg); break;
         case 'q': quiet = 1; break;
+        case 'k': idem_key = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -239,7 +244,11 @@ int main(int argc, char **argv)
             print_json(res);
         }
     } else if (!strcmp(cmd, "call") && nrest >= 1) {
-        rc = tidemark_client_call_tool(c, rest[0], args, on_progress, NULL, &res);
+        json_t *p = json_pack("{s:s,s:O}", "name", rest[0], "arguments", args);
+        if (idem_key)
+            json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key));
+        rc = tidemark_client_request(c, "tools/call", p, on_progress, NULL, &res);
+        json_decref(p);
         if (json_out || rc) {
             print_json(res);
         } else {

@@ -8,7 +8,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
       libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libcmocka-dev
-      redis-server nodejs npm curl)
+      redis-server haproxy nodejs npm curl)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -84,3 +84,15 @@ int tm_event_id_format(char *out, size_t n, const char *epoch, const char *strea
         return TIDEMARK_ERANGE;
     return w;
 }
+
+void tm_epoch_for_session(const char *writer_epoch, const char *session,
+                          char out[TM_EPOCH_LEN + 1])
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = writer_epoch; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h = (h ^ '/') * 1099511628211ULL;
+    for (const char *p = session; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    snprintf(out, TM_EPOCH_LEN + 1, "%016" PRIx64, h);
+}

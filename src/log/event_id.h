@@ -27,5 +27,14 @@ int tm_event_id_format(char *out, size_t n, const char *epoch, const char *strea
 int tm_stream_name_valid(const char *s);
 /* 1 if s is exactly 16 lowercase hex digits. */
 int tm_epoch_valid(const char *s);
+/*
+ * The epoch a session sees: the writer epoch mixed with the session id
+ * (64-bit FNV-1a), so an id from one session never names a position in
+ * another session's stream of the same name: a foreign cursor is answered
+ * epoch_mismatch (or unknown_stream), never replayed. Still changes at
+ * every store open, like the writer epoch. OUT out (TM_EPOCH_LEN + 1).
+ */
+void tm_epoch_for_session(const char *writer_epoch, const char *session,
+                          char out[TM_EPOCH_LEN + 1]);
 
 #endif

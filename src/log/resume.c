@@ -48,13 +48,15 @@ int tm_resume_decide(tm_store *st, const char *session, const char *cursor,
         d->after_seq = b.first_retained - 1;
         return 0;
     }
-    char epoch[TM_EPOCH_LEN + 1];
+    char epoch[TM_EPOCH_LEN + 1], seen[TM_EPOCH_LEN + 1];
     rc = tm_store_event_epoch(st, session, id.stream, id.seq, epoch);
     if (rc && rc != TIDEMARK_ENOTFOUND)
         return rc;
+    if (rc == 0)
+        tm_epoch_for_session(epoch, session, seen); /* what this session was sent */
     /* Unknown epoch at a retained-or-boundary position cannot be proven
      * equal: fail closed. */
-    if (rc == TIDEMARK_ENOTFOUND || strcmp(epoch, id.epoch) != 0) {
+    if (rc == TIDEMARK_ENOTFOUND || strcmp(seen, id.epoch) != 0) {
         d->outcome = TM_RESUME_EPOCH;
         return 0;
     }

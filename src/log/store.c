@@ -11,6 +11,8 @@ int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops)
     st->ops = ops;
     st->listener = NULL;
     st->listener_ud = NULL;
+    st->bus = NULL;
+    st->bus_ud = NULL;
     return tm_random_hex(st->epoch, TM_EPOCH_LEN / 2);
 }
 
@@ -32,6 +34,32 @@ void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud)
 {
     st->listener = fn;
     st->listener_ud = ud;
+}
+
+void tm_store_set_bus_listener(tm_store *st, tm_bus_listener fn, void *ud)
+{
+    st->bus = fn;
+    st->bus_ud = ud;
+}
+
+void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len)
+{
+    if (st->bus)
+        st->bus(st->bus_ud, channel, data, len);
+}
+
+int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t len)
+{
+    int rc = st->ops->publish ? st->ops->publish(st, channel, data, len) : 0;
+    tm_store_notify_bus(st, channel, data, len); /* this node: no round trip */
+    return rc;
+}
+
+int tm_store_shared(const tm_store *st) { return st->ops->request_claim != NULL; }
+
+int tm_store_request_claim(tm_store *st, const char *session, const char *key)
+{
+    return st->ops->request_claim ? st->ops->request_claim(st, session, key) : 0;
 }
 
 void tm_store_close(tm_store *st)

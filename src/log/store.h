@@ -50,6 +50,9 @@ typedef void (*tm_append_cb)(void *ud, int status, uint64_t seq);
  * after the append callbacks, with the durable head; possibly once for
  * several events, possibly again for the same head. A wake-up, not a count. */
 typedef void (*tm_commit_listener)(void *ud, const char *session, const char *stream, uint64_t seq);
+/* Called with a message published on the store's bus (tm_store_publish),
+ * possibly by another node; with no store lock held. */
+typedef void (*tm_bus_listener)(void *ud, const char *channel, const void *data, size_t len);
 /* Called by read() for each event in order. Return nonzero to stop. */
 typedef int (*tm_event_visitor)(void *ud, const tm_event *ev);
 
@@ -133,6 +136,12 @@ struct tm_store_ops {
     int (*sessions_expire)(tm_store *st, int64_t idle_before_ms, void (*fn)(void *, const char *),
                            void *ud);
     int (*sync)(tm_store *st);
+    /* Optional (NULL: single-process backends). publish: hand a bus message
+     * to every other node (this one is told by store.c). request_claim:
+     * take over a started record whose owning node's lease lapsed; 0 when
+     * this node now owns it, TIDEMARK_EBUSY when it is live or taken. */
+    int (*publish)(tm_store *st, const char *channel, const void *data, size_t len);
+    int (*request_claim)(tm_store *st, const char *session, const char *key);
 };
 
 /* Common header of every backend object. */
@@ -141,6 +150,8 @@ struct tm_store {
     char epoch[TM_EPOCH_LEN + 1];
     tm_commit_listener listener;
     void *listener_ud;
+    tm_bus_listener bus;
+    void *bus_ud;
 };
 
 /* Open a store by URI: "memory", "sqlite:PATH" or "redis://HOST[:PORT][/DB]".
@@ -148,6 +159,20 @@ struct tm_store {
 int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out);
 /* Set the listener told of every durable event. Call before use. */
 void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud);
+/* Set the listener told of every bus message. Call before use. */
+void tm_store_set_bus_listener(tm_store *st, tm_bus_listener fn, void *ud);
+/* Publish a small message to every node sharing the store, this one
+ * included (best effort: a node that is disconnected at that moment misses
+ * it). channel: a short name without spaces. */
+int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t len);
+/* Whether nodes share this store and hold leases (Redis): unfinished
+ * requests must then be claimed (tm_store_request_claim) before recovery,
+ * and recovery runs periodically, not only at start-up. */
+int tm_store_shared(const tm_store *st);
+/* Claim a started request record left by a node whose lease lapsed.
+ * 0: this node owns it now; TIDEMARK_EBUSY: live elsewhere or claimed.
+ * Always 0 on single-process backends. */
+int tm_store_request_claim(tm_store *st, const char *session, const char *key);
 /* Close and free. */
 void tm_store_close(tm_store *st);
 /* Current writer epoch (16 hex digits). */
@@ -217,6 +242,8 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
 
 /* For backends: deliver the commit notification. */
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);
+/* For backends: deliver a bus message to this node's bus listener. */
+void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len);
 /* For backends: initialise the common header with a fresh random epoch. */
 int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops);
 

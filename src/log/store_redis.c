@@ -20,7 +20,11 @@
  *   tm:sessions          sorted set: session id by last_seen_ms (idle expiry)
  *   tm:started           set of "<len(S)>:<S><key>" for every record still started
  *   tm:w:<writer>        hash: op token -> result, for the writer's current batch
+ *   tm:node:<writer>     a node's lease (SET PX LEASE_MS, renewed every
+ *                        LEASE_RENEW_MS); a record whose "node" has no lease
+ *                        was left by a dead node and may be claimed
  * Channel tm:<db>:commits carries "<writer> <seq> <closed 0|1> <stream> <session>".
+ * Channel tm:<db>:bus carries "<writer> <channel> <bytes>" (tm_store_publish).
  *
  * Threads. One writer thread owns the write connection and does group commit
  * over the network: everything queued is sent as one pipeline of EVALSHA
@@ -58,8 +62,13 @@
  *    exact when one node writes a stream (a request's POST stream). Under
  *    emit_early the script refuses an append whose seq is not the predicted
  *    one (TIDEMARK_EBUSY) rather than store it under another seq.
- *  - requests_unfinished() lists records started by every node, live or not
- *    (node leases are separate work).
+ *  - requests_unfinished() lists every started record, live or not;
+ *    request_claim() moves one whose node's lease lapsed to this node
+ *    atomically (a script), so one survivor finishes it (one EVAL per
+ *    started record per recovery pass). A node cut off from Redis longer than its lease
+ *    is taken for dead while it may still run its calls: a re-run tool's
+ *    effect may then happen twice (its stream still ends in one response,
+ *    the first to close it). Bus messages are fire-and-forget (PUBLISH).
  *  - One Redis (primary); Redis Cluster is not supported (global keys).
  *
  * Lock order: c_mu before q_mu; e_mu and p_mu are leaves. Callbacks and the
@@ -78,6 +87,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -100,6 +110,8 @@
 #define SUB_PING_MS 5000     /* subscriber: ping an idle connection */
 #define SUB_DEAD_MS 15000    /* subscriber: nothing heard this long: reconnect */
 #define WKEY_TTL_MS 86400000 /* a dead writer's token hash goes away */
+#define LEASE_MS 3000        /* a node not heard of this long is dead */
+#define LEASE_RENEW_MS 750
 
 #define XSTR(x) STR_(x)
 #define STR_(x) #x
@@ -337,6 +349,11 @@ typedef struct rstore {
     char wid[17];          /* this writer: token namespace, ignores own wake-ups */
     char wkey[32];
     char channel[48];
+    char bus[48];          /* tm:<db>:bus */
+    char lease[32];        /* tm:node:<wid> */
+    pthread_t leaser;
+    int leaser_started;
+    atomic_int sub_ready;  /* subscribed at least once */
     char sha[SC_COUNT][41];
 
     pthread_mutex_t e_mu;  /* server identity and base.epoch */
@@ -1522,6 +1539,25 @@ static void on_message(rstore *r, const char *msg, size_t len)
     free(m);
 }
 
+/* "<writer> <channel> <bytes>" from another node: the bus listener. */
+static void on_bus(rstore *r, const char *msg, size_t len)
+{
+    const char *sp1 = memchr(msg, ' ', len);
+    if (!sp1)
+        return;
+    const char *rest = sp1 + 1;
+    const char *sp2 = memchr(rest, ' ', len - (size_t)(rest - msg));
+    if (!sp2)
+        return;
+    size_t wl = (size_t)(sp1 - msg);
+    if (wl == strlen(r->wid) && memcmp(msg, r->wid, wl) == 0)
+        return; /* ours: store.c told this node already */
+    char *channel = dupn(rest, (size_t)(sp2 - rest));
+    if (channel)
+        tm_store_notify_bus(&r->base, channel, sp2 + 1, len - (size_t)(sp2 + 1 - msg));
+    free(channel);
+}
+
 static void collect_wake(const char *k, void *val, void *ud)
 {
     (void)k;
@@ -1569,8 +1605,13 @@ static int sub_serve(rstore *r, redisContext *c)
             pinged = 0;
             if (is_array(rep, 3) && rep->element[0]->type == REDIS_REPLY_STRING &&
                 strcmp(rep->element[0]->str, "message") == 0 &&
-                rep->element[2]->type == REDIS_REPLY_STRING)
-                on_message(r, rep->element[2]->str, rep->element[2]->len);
+                rep->element[1]->type == REDIS_REPLY_STRING &&
+                rep->element[2]->type == REDIS_REPLY_STRING) {
+                if (strcmp(rep->element[1]->str, r->bus) == 0)
+                    on_bus(r, rep->element[2]->str, rep->element[2]->len);
+                else
+                    on_message(r, rep->element[2]->str, rep->element[2]->len);
+            }
             freeReplyObject(rep);
             x = NULL;
         }
@@ -1607,7 +1648,7 @@ static void *sub_main(void *arg)
     int backoff = BACKOFF_MIN_MS, gap = 0;
     for (;;) {
         redisContext *c = conn_open(r);
-        redisReply *x = c ? redisCommand(c, "SUBSCRIBE %s", r->channel) : NULL;
+        redisReply *x = c ? redisCommand(c, "SUBSCRIBE %s %s", r->channel, r->bus) : NULL;
         if (!is_array(x, 3)) {
             freeReplyObject(x);
             redisFree(c);
@@ -1619,6 +1660,7 @@ static void *sub_main(void *arg)
         }
         freeReplyObject(x);
         backoff = BACKOFF_MIN_MS;
+        atomic_store(&r->sub_ready, 1);
         if (gap)
             wake_all(r);
         int stop = sub_serve(r, c);
@@ -2292,6 +2334,108 @@ static int r_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
     return rc;
 }
 
+static int r_publish(tm_store *st, const char *channel, const void *data, size_t len)
+{
+    rstore *r = (rstore *)st;
+    size_t cl = strlen(channel), wl = strlen(r->wid);
+    char *m = malloc(wl + 1 + cl + 1 + len);
+    if (!m)
+        return TIDEMARK_ENOMEM;
+    memcpy(m, r->wid, wl);
+    m[wl] = ' ';
+    memcpy(m + wl + 1, channel, cl);
+    m[wl + 1 + cl] = ' ';
+    if (len)
+        memcpy(m + wl + cl + 2, data, len);
+    args a = {0};
+    arg_str(&a, "PUBLISH");
+    arg_str(&a, r->bus);
+    arg_bin(&a, m, wl + cl + 2 + len);
+    redisReply *x = NULL;
+    int rc = pool_one(r, &a, &x);
+    free(m);
+    if (rc == 0 && x->type == REDIS_REPLY_ERROR)
+        rc = TIDEMARK_EIO;
+    freeReplyObject(x);
+    return rc;
+}
+
+/* Move a started record to this node if its node's lease lapsed. One
+ * script: two survivors cannot both take it. KEYS record. ARGV this node,
+ * lease key prefix. */
+static const char lua_claim[] =
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'node')\n"
+    "if not h[1] then return " XSTR(TIDEMARK_ENOTFOUND) " end\n"
+    "if h[1] ~= '1' then return " XSTR(TIDEMARK_EBUSY) " end\n"
+    "if h[2] == ARGV[1] then return " XSTR(TIDEMARK_EBUSY) " end\n" /* running here */
+    "if h[2] and redis.call('EXISTS', ARGV[2] .. h[2]) == 1 then return " XSTR(TIDEMARK_EBUSY) " end\n"
+    "redis.call('HSET', KEYS[1], 'node', ARGV[1])\n"
+    "return 0\n";
+
+static int r_request_claim(tm_store *st, const char *session, const char *key)
+{
+    rstore *r = (rstore *)st;
+    args a = {0};
+    arg_str(&a, "EVAL");
+    arg_str(&a, lua_claim);
+    arg_str(&a, "1");
+    arg_fmt(&a, "tm:{%s}:q:%s", session, key);
+    arg_str(&a, r->wid);
+    arg_str(&a, "tm:node:");
+    redisReply *x = NULL;
+    int rc = pool_one(r, &a, &x);
+    if (rc)
+        return rc;
+    if (x->type != REDIS_REPLY_INTEGER)
+        rc = TIDEMARK_EIO;
+    else
+        rc = (int)x->integer;
+    freeReplyObject(x);
+    return rc;
+}
+
+/* SET this node's lease on *c, its own connection (not the pool: lease
+ * renewals must not compete with readers), reconnecting when needed. */
+static int lease_renew(rstore *r, redisContext **c)
+{
+    if (*c && (*c)->err) {
+        redisFree(*c);
+        *c = NULL;
+    }
+    if (!*c && !(*c = conn_open(r)))
+        return TIDEMARK_EIO;
+    char epoch[TM_EPOCH_LEN + 1];
+    current_epoch(r, epoch);
+    redisReply *x = redisCommand(*c, "SET %s %s PX %d", r->lease, epoch, LEASE_MS);
+    int rc = x && x->type != REDIS_REPLY_ERROR ? 0 : TIDEMARK_EIO;
+    freeReplyObject(x);
+    return rc;
+}
+
+/* Keep this node's lease while the store is open. */
+static void *lease_main(void *arg)
+{
+    rstore *r = arg;
+    redisContext *c = NULL;
+    int64_t ok_at = tm_now_ms();
+    int warned = 0;
+    while (!sub_pause(r, LEASE_RENEW_MS)) {
+        if (lease_renew(r, &c) == 0) {
+            ok_at = tm_now_ms();
+            warned = 0;
+        } else if (!warned && tm_now_ms() - ok_at >= LEASE_MS) {
+            TM_WARN("redis: lease %s lapsed (Redis unreachable): other nodes may take over this "
+                    "node's unfinished requests", r->lease);
+            warned = 1;
+        }
+    }
+    /* Stopped: what this node left started is for the others now. */
+    if (c && !c->err)
+        freeReplyObject(redisCommand(c, "DEL %s", r->lease));
+    redisFree(c);
+    return NULL;
+}
+
 static int r_exec_schema(tm_store *st, const char *sql)
 {
     rstore *r = (rstore *)st;
@@ -2393,13 +2537,16 @@ static void r_close(tm_store *st)
     pthread_cond_signal(&r->q_cv);
     pthread_mutex_unlock(&r->q_mu);
     pthread_join(r->writer, NULL);
-    if (r->sub_started) {
+    if (r->sub_started || r->leaser_started) {
         ssize_t n;
         do
             n = write(r->wake[1], "x", 1);
         while (n < 0 && errno == EINTR);
-        pthread_join(r->sub, NULL);
     }
+    if (r->sub_started)
+        pthread_join(r->sub, NULL);
+    if (r->leaser_started)
+        pthread_join(r->leaser, NULL);
     r_free(r);
 }
 
@@ -2423,6 +2570,8 @@ static const struct tm_store_ops redis_ops = {
     .query = r_query,
     .sessions_expire = r_sessions_expire,
     .sync = r_sync,
+    .publish = r_publish,
+    .request_claim = r_request_claim,
 };
 
 /* "redis://HOST[:PORT][/DB]"; HOST may be "[v6 address]". */
@@ -2518,6 +2667,8 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     r->opt = *opt;
     snprintf(r->wkey, sizeof r->wkey, "tm:w:%s", r->wid);
     snprintf(r->channel, sizeof r->channel, "tm:%d:commits", r->db);
+    snprintf(r->bus, sizeof r->bus, "tm:%d:bus", r->db);
+    snprintf(r->lease, sizeof r->lease, "tm:node:%s", r->wid);
     r->streams = tm_map_new();
     r->touched = tm_map_new();
     if (!r->streams || !r->touched || pipe(r->wake) != 0 ||
@@ -2542,6 +2693,19 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
         r_close(&r->base);
         return TIDEMARK_EIO;
     }
+    /* Subscribed before the first caller can miss another node's wake-up or
+     * bus message (bounded: the subscriber keeps trying on its own). */
+    for (int i = 0; i < 400 && !atomic_load(&r->sub_ready); i++)
+        sleep_ms(5);
+    /* The lease before anything is recorded under this node's name. */
+    redisContext *lc = NULL;
+    int lrc = lease_renew(r, &lc);
+    redisFree(lc);
+    if (lrc != 0 || pthread_create(&r->leaser, NULL, lease_main, r) != 0) {
+        r_close(&r->base);
+        return TIDEMARK_EIO;
+    }
+    r->leaser_started = 1;
     TM_INFO("redis store %s:%d/%d opened (epoch %s, writer %s)", r->host, r->port, r->db,
             r->base.epoch, r->wid);
     *out = &r->base;

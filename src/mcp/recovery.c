@@ -1,5 +1,7 @@
 /*
- * recovery.c - at start-up, finish every request a dead process left
+ * recovery.c - at start-up (and, on a store shared by several nodes,
+ * periodically: tm_recover is then run for requests of nodes whose lease
+ * lapsed), finish every request a dead process left
  * "started" (DESIGN.md §6): tools registered atomic or idempotent run again
  * and continue their stream (progress never goes backwards); any other tool
  * gets a typed outcome_unknown response. A resuming client always reaches
@@ -170,6 +172,23 @@ int tm_recover(tidemark_server_t *srv)
 {
     pending p = {0};
     int rc = tm_store_requests_unfinished(srv->store, collect, &p);
+    /* Nodes sharing the store: the listed records' nodes are dead, but every
+     * survivor sees them; finish only those this node claims (atomically in
+     * the store), so exactly one node does. */
+    if (rc == 0 && tm_store_shared(srv->store)) {
+        size_t k = 0;
+        for (size_t i = 0; i < p.n; i++) {
+            int c = p.v[i].session && p.v[i].key
+                        ? tm_store_request_claim(srv->store, p.v[i].session, p.v[i].key)
+                        : TIDEMARK_EBUSY;
+            if (c != 0) {
+                tm_request_rec_clear(&p.v[i]);
+                continue;
+            }
+            p.v[k++] = p.v[i];
+        }
+        p.n = k;
+    }
     /* Records come ordered by session and stream: recover stream by stream. */
     size_t i = 0;
     while (rc == 0 && i < p.n) {

@@ -605,7 +605,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         if (msgs[i].kind == TM_MSG_NOTIFICATION)
             handle_notification(srv, sess, &msgs[i]);
         else if (msgs[i].kind == TM_MSG_RESULT || msgs[i].kind == TM_MSG_ERROR)
-            tm_sess_deliver_response(sess, &msgs[i]);
+            tm_sess_deliver_response(srv, sess, &msgs[i]);
     }
     if (nreq == 0 && ninvalid == 0) {
         tm_sess_unref(sess);
@@ -970,6 +970,28 @@ static void *janitor_main(void *arg)
     return NULL;
 }
 
+/* Nodes sharing a store (Redis): finish the requests of nodes whose lease
+ * lapsed, again and again, not only at start-up. */
+#define RECOVER_EVERY_MS 500
+static void *recoverer_main(void *arg)
+{
+    tidemark_server_t *srv = arg;
+    pthread_mutex_lock(&srv->jan_mu);
+    while (srv->rec_running) {
+        struct timespec ts = tm_deadline_ms(RECOVER_EVERY_MS);
+        pthread_cond_timedwait(&srv->jan_cv, &srv->jan_mu, &ts);
+        if (!srv->rec_running)
+            break;
+        pthread_mutex_unlock(&srv->jan_mu);
+        int rc = tm_recover(srv);
+        if (rc)
+            TM_DEBUG("periodic recovery: %s", tidemark_strerror(rc));
+        pthread_mutex_lock(&srv->jan_mu);
+    }
+    pthread_mutex_unlock(&srv->jan_mu);
+    return NULL;
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
@@ -993,6 +1015,7 @@ int tidemark_server_start(tidemark_server_t *srv)
         return rc;
     }
     tm_store_set_listener(srv->store, on_commit, srv);
+    tm_store_set_bus_listener(srv->store, tm_sess_on_bus, srv);
     for (size_t i = 0; i < srv->nschemas; i++) {
         if ((rc = tm_store_exec_schema(srv->store, srv->schemas[i])) != 0) {
             TM_ERROR("application schema failed: %s", tidemark_strerror(rc));
@@ -1013,6 +1036,11 @@ int tidemark_server_start(tidemark_server_t *srv)
      * the recovered calls are registered before this returns. */
     if ((rc = tm_recover(srv)) != 0)
         TM_ERROR("recovery of unfinished requests failed: %s", tidemark_strerror(rc));
+    if (tm_store_shared(srv->store)) {
+        srv->rec_running = 1;
+        if (pthread_create(&srv->recoverer, NULL, recoverer_main, srv) != 0)
+            srv->rec_running = 0;
+    }
     if (srv->cfg.session_ttl_seconds > 0) {
         srv->jan_running = 1;
         if (pthread_create(&srv->janitor, NULL, janitor_main, srv) != 0)
@@ -1053,6 +1081,13 @@ void tidemark_server_stop(tidemark_server_t *srv)
     if (!atomic_load(&srv->running))
         return;
     atomic_store(&srv->stopping, 1);
+    if (srv->rec_running) {
+        pthread_mutex_lock(&srv->jan_mu);
+        srv->rec_running = 0;
+        pthread_cond_broadcast(&srv->jan_cv);
+        pthread_mutex_unlock(&srv->jan_mu);
+        pthread_join(srv->recoverer, NULL);
+    }
     if (srv->jan_running) {
         pthread_mutex_lock(&srv->jan_mu);
         srv->jan_running = 0;

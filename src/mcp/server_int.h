@@ -88,6 +88,8 @@ struct tidemark_server {
     pthread_mutex_t jan_mu;
     pthread_cond_t jan_cv;
     int jan_running;
+    pthread_t recoverer;      /* shared stores: takes over dead nodes' requests */
+    int rec_running;          /* (under jan_mu, woken by jan_cv) */
 };
 
 extern const char *const tm_log_levels[8];
@@ -107,8 +109,12 @@ int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_
 int tm_sess_notify_standalone(tidemark_server_t *srv, tm_sess *s, json_t *msg);
 /* Mark deleted, cancel calls, wake waiters. */
 void tm_sess_close(tm_sess *s);
-/* Route a client's response to a waiting server->client request. */
-void tm_sess_deliver_response(tm_sess *s, const tm_msg *m);
+/* Route a client's response to a waiting server->client request: here, or
+ * over the store's bus to the node where it waits. */
+void tm_sess_deliver_response(tidemark_server_t *srv, tm_sess *s, const tm_msg *m);
+/* The store's bus listener (tm_store_set_bus_listener): responses forwarded
+ * by other nodes. ud: the server. */
+void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len);
 /* Cancel an in-flight call by its request id. */
 void tm_sess_cancel(tm_sess *s, json_t *request_id);
 

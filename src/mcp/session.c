@@ -3,6 +3,7 @@
 #include "server_int.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
+#include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,26 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
     if (s)
         tm_sess_ref(s);
     pthread_mutex_unlock(&srv->mu);
+    if (s && tm_store_shared(srv->store)) {
+        /* Nodes share the store: another node may have deleted the session
+         * (or Redis lost it, FLUSHALL): the store decides, not our memory. */
+        tm_session_rec chk;
+        int rc = tm_store_session_get(srv->store, id, &chk);
+        if (rc == 0)
+            tm_session_rec_clear(&chk);
+        if (rc == TIDEMARK_ENOTFOUND) {
+            pthread_mutex_lock(&srv->mu);
+            tm_sess *m = tm_map_get(srv->sessions, id);
+            if (m == s && tm_map_del(srv->sessions, id) == s) {
+                tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+                tm_sess_unref(s); /* the map's reference */
+            }
+            pthread_mutex_unlock(&srv->mu);
+            tm_sess_close(s);
+            tm_sess_unref(s);
+            return NULL;
+        }
+    }
     if (s)
         return s;
     /* Not in memory: a session created before a restart lives in the store. */
@@ -154,11 +175,13 @@ void tm_sess_close(tm_sess *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void tm_sess_deliver_response(tm_sess *s, const tm_msg *m)
+/* Hand m to a server->client request of s waiting on this node. Returns 1
+ * when one was waiting. */
+static int deliver_local(tm_sess *s, const tm_msg *m)
 {
     char key[160];
     if (tm_jsonrpc_id_key(m->id, key, sizeof key) != 0)
-        return;
+        return 0;
     pthread_mutex_lock(&s->mu);
     tm_waiter *w = tm_map_get(s->pending, key);
     if (w && !w->done) {
@@ -168,8 +191,62 @@ void tm_sess_deliver_response(tm_sess *s, const tm_msg *m)
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
-    if (!w)
-        TM_DEBUG("session %s: response to unknown request %s ignored", s->id, key);
+    return w != NULL;
+}
+
+#define BUS_RESPONSE "resp"
+
+void tm_sess_deliver_response(tidemark_server_t *srv, tm_sess *s, const tm_msg *m)
+{
+    if (deliver_local(s, m))
+        return;
+    /* No waiter here: with nodes sharing the store, the request may wait on
+     * another node (the load balancer sent its answer here). The bus carries
+     * "<session> <message>"; the node holding the waiter takes it. */
+    if (!tm_store_shared(srv->store)) {
+        TM_DEBUG("session %s: response to an unknown request ignored", s->id);
+        return;
+    }
+    size_t len;
+    char *bytes = tm_jsonrpc_dump(m->raw, &len);
+    char *msg = bytes ? malloc(TM_SESSION_ID_LEN + 1 + len) : NULL;
+    if (msg) {
+        memcpy(msg, s->id, TM_SESSION_ID_LEN);
+        msg[TM_SESSION_ID_LEN] = ' ';
+        memcpy(msg + TM_SESSION_ID_LEN + 1, bytes, len);
+        int rc = tm_store_publish(srv->store, BUS_RESPONSE, msg, TM_SESSION_ID_LEN + 1 + len);
+        if (rc)
+            TM_WARN("session %s: cannot forward a response: %s", s->id, tidemark_strerror(rc));
+    }
+    free(msg);
+    free(bytes);
+}
+
+void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len)
+{
+    tidemark_server_t *srv = ud;
+    const char *p = data;
+    if (strcmp(channel, BUS_RESPONSE) != 0 || len <= TM_SESSION_ID_LEN + 1 ||
+        p[TM_SESSION_ID_LEN] != ' ')
+        return;
+    char id[TM_SESSION_ID_LEN + 1];
+    memcpy(id, p, TM_SESSION_ID_LEN);
+    id[TM_SESSION_ID_LEN] = '\0';
+    /* Only a session loaded here can have a waiter here. */
+    pthread_mutex_lock(&srv->mu);
+    tm_sess *s = tm_map_get(srv->sessions, id);
+    if (s)
+        tm_sess_ref(s);
+    pthread_mutex_unlock(&srv->mu);
+    if (!s)
+        return;
+    json_t *v = json_loadb(p + TM_SESSION_ID_LEN + 1, len - TM_SESSION_ID_LEN - 1, 0, NULL);
+    tm_msg m;
+    tm_jsonrpc_classify(v, &m);
+    if (m.kind == TM_MSG_RESULT || m.kind == TM_MSG_ERROR)
+        deliver_local(s, &m);
+    json_decref(v);
+    tm_sess_unref(s);
 }
 
 void tm_sess_cancel(tm_sess *s, json_t *request_id)
@@ -199,7 +276,12 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     pthread_mutex_lock(&s->mu);
     unsigned long long n = ++s->next_req;
     pthread_mutex_unlock(&s->mu);
-    snprintf(idtxt, sizeof idtxt, "tm-%llu", n);
+    /* Unique across nodes and restarts, not only per process: the answer may
+     * reach another node, whose own waiters must never take it. */
+    char nonce[17];
+    if (tm_random_hex(nonce, 8) != 0)
+        snprintf(nonce, sizeof nonce, "0");
+    snprintf(idtxt, sizeof idtxt, "tm-%s-%llu", nonce, n);
     json_t *id = json_string(idtxt);
     tm_jsonrpc_id_key(id, key, sizeof key);
     pthread_mutex_lock(&s->mu);

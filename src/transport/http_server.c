@@ -98,8 +98,9 @@ static void sconn_resume_locked(sconn *s)
 static int frame_event(void *ud, const tm_event *ev)
 {
     sconn *s = ud;
-    char id[TM_EVENT_ID_MAX];
-    if (tm_event_id_format(id, sizeof id, ev->epoch, s->stream, ev->seq) < 0)
+    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1];
+    tm_epoch_for_session(ev->epoch, s->session, epoch);
+    if (tm_event_id_format(id, sizeof id, epoch, s->stream, ev->seq) < 0)
         return 1;
     if (tm_sse_frame(&s->out, NULL, id, ev->data, ev->len) != 0)
         return 1;

@@ -143,6 +143,9 @@ async function client(k, mode) {
     n++;
     const isLedger = rand() < 0.5;
     const entry = `c${k}-g${gen}-${n}`;
+    // The ledger call carries an idempotency key: re-issuing it after a kill
+    // (under a new request id) is answered from the server's record.
+    const opts = isLedger ? ["--idempotency-key", entry] : [];
     const args = isLedger ? ["call", "ledger_append", `entry=${entry}`]
                           : ["call", "stream", `n=${30 + Math.floor(rand() * 120)}`, "delay_ms=2"];
     const env = {};
@@ -153,17 +156,37 @@ async function client(k, mode) {
     if (isLedger) { issuedLedger.set(entry, k); info.ledger.push(entry); }
     info.calls++;
     stats.calls++;
-    let r = await runClient([...base(), URL, ...args], env, killAfter);
+    let r = await runClient([...base(), ...opts, URL, ...args], env, killAfter);
+    const hist = [];
+    info.hist ??= {};
+    if (isLedger) info.hist[entry] = hist;
+    hist.push(`run:${r.code}/${r.sig ?? ""}/${env.TIDEMARK_CLIENT_CRASH ?? ""}/${killAfter}`);
     if (r.sig === "SIGKILL") {
       if (env.TIDEMARK_CLIENT_CRASH && /crash point/.test(r.err)) stats.clientCrashPoints++;
       else stats.clientKills++;
     }
     // Drive what is outstanding to its end, restarting as often as needed.
+    // A client killed before it recorded the request never issued it: the
+    // application then issues it again ("retried until it got a result").
     let tries = 0;
+    let killed = !!r.sig;
     while ((r.sig || r.code === 3) && tries++ < 50 && Date.now() < HARD_DEADLINE) {
       stats.resumes++;
+      killed ||= !!r.sig;
       r = await runClient([...base(), URL, "resume"], {}, 0);
+      hist.push(`resume:${r.code}/${r.sig ?? ""}:${r.out.replace(/\s+/g, " ").slice(0, 160)}`);
     }
+    // After a kill the application cannot know whether its ledger call was
+    // ever sent: it issues it again with the same idempotency key until it
+    // gets a result.
+    while (isLedger && killed && r.code !== 4 && tries++ < 50 && Date.now() < HARD_DEADLINE) {
+      stats.reissued = (stats.reissued ?? 0) + 1;
+      r = await runClient([...base(), ...opts, URL, ...args], {}, 0);
+      if (r.code === 0) break;
+      await sleep(50);
+    }
+    if (r.code === 1 && isLedger)
+      violate(`client ${k}: ledger_append ${entry} answered with an error: ${r.out.slice(0, 300)}`);
     if (r.code === 4) {
       const reason = (/"reason":\s*"([a-z_]+)"/.exec(r.out) ?? [])[1] ?? "?";
       stats.typed[reason] = (stats.typed[reason] ?? 0) + 1;
@@ -214,7 +237,7 @@ for (const info of results) {
     const c = count.get(e) ?? 0;
     if (c === 1) ledgerOk++;
     else if (c > 1) { ledgerDup++; violate(`ledger entry ${e} exists ${c} times`); }
-    else if (info.mode === "atomic") { ledgerLost++; violate(`ledger entry ${e} (atomic client ${info.k}) lost`); }
+    else if (info.mode === "atomic") { ledgerLost++; violate(`ledger entry ${e} (atomic client ${info.k}) lost: ${(info.hist?.[e] ?? []).join(" | ")}`); }
   }
 }
 // Client-side effects: per stream dense and exactly once (atomic); naive
@@ -266,6 +289,7 @@ row("  client crash points hit", stats.clientCrashPoints);
 row("work", "");
 row("  calls", stats.calls);
 row("  client restarts (resume)", stats.resumes);
+row("  ledger calls re-issued after a kill (same key)", stats.reissued ?? 0);
 row("  ledger entries issued / exactly once", `${results.reduce((a, r) => a + r.ledger.length, 0)} / ${ledgerOk}`);
 row("  ledger duplicates / lost (atomic)", `${ledgerDup} / ${ledgerLost}`);
 row("  streams checked, effects applied", `${streamsChecked}, ${eventsApplied}`);

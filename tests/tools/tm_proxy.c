@@ -56,7 +56,7 @@ static struct {
     uint64_t stall_ms, min_off, max_off, max_event;
 } opt = {NULL, NULL, NULL, 0, 0, M_MIXED, 1.0, 500, 2, 4096, 16};
 
-static FILE *logf;
+static FILE *log_out;
 static int sig_pipe[2] = {-1, -1};
 static struct sockaddr_storage target_addr;
 static socklen_t target_len;
@@ -79,10 +79,10 @@ static void logline(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(logf, fmt, ap);
+    vfprintf(log_out, fmt, ap);
     va_end(ap);
-    fputc('\n', logf);
-    fflush(logf);
+    fputc('\n', log_out);
+    fflush(log_out);
 }
 
 /* splitmix64: tiny, seedable from any 64-bit value, good enough for plans. */
@@ -874,10 +874,10 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    logf = stderr;
+    log_out = stderr;
     if (opt.log_path) {
-        logf = fopen(opt.log_path, "a");
-        if (!logf) {
+        log_out = fopen(opt.log_path, "a");
+        if (!log_out) {
             fprintf(stderr, "tm-proxy: cannot open %s: %s\n", opt.log_path, strerror(errno));
             return 1;
         }
@@ -1016,9 +1016,9 @@ int main(int argc, char **argv)
     close(lfd);
     fputs("tm-proxy: ", stderr);
     print_summary(stderr);
-    if (logf != stderr) {
-        print_summary(logf);
-        fclose(logf);
+    if (log_out != stderr) {
+        print_summary(log_out);
+        fclose(log_out);
     }
     close(sig_pipe[0]);
     close(sig_pipe[1]);

@@ -86,11 +86,14 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A cursor as the server would have sent it to session: ids carry the
+ * writer epoch mixed with the session (tm_epoch_for_session). */
 static void decide(fixture *f, const char *session, const char *epoch, const char *stream,
                    uint64_t seq, tm_resume_decision *d)
 {
-    char cur[TM_EVENT_ID_MAX];
-    assert_true(tm_event_id_format(cur, sizeof cur, epoch, stream, seq) > 0);
+    char cur[TM_EVENT_ID_MAX], seen[TM_EPOCH_LEN + 1];
+    tm_epoch_for_session(epoch, session, seen);
+    assert_true(tm_event_id_format(cur, sizeof cur, seen, stream, seq) > 0);
     memset(d, 0x5a, sizeof *d);
     assert_int_equal(tm_resume_decide(f->st, session, cur, d), 0);
 }
@@ -453,9 +456,13 @@ static void test_unknown_epoch_fails_closed(void **state)
     assert_int_equal(d.outcome, TM_RESUME_EPOCH);
     assert_int_equal(tm_resume_decide(&f.base, "s", FAKE_EPOCH "-r1-8", &d), 0);
     assert_int_equal(d.outcome, TM_RESUME_EPOCH);
-    /* with the epoch known, the same cursors resume */
+    /* with the epoch known, the cursor this session was sent resumes (ids
+     * carry the writer epoch mixed with the session) */
     f.epoch_rc = 0;
-    assert_int_equal(tm_resume_decide(&f.base, "s", FAKE_EPOCH "-r1-5", &d), 0);
+    char seen[TM_EPOCH_LEN + 1], cur[TM_EVENT_ID_MAX];
+    tm_epoch_for_session(FAKE_EPOCH, "s", seen);
+    assert_true(tm_event_id_format(cur, sizeof cur, seen, "r1", 5) > 0);
+    assert_int_equal(tm_resume_decide(&f.base, "s", cur, &d), 0);
     assert_int_equal(d.outcome, TM_RESUME_OK);
     assert_int_equal(d.after_seq, 5);
 }
@@ -481,6 +488,24 @@ static void test_store_errors_propagate(void **state)
     assert_int_equal(f.epoch_calls, 0);
 }
 
+/* A cursor sent to one session names nothing in another session, even when
+ * that session has a stream of the same name at that seq. */
+static void test_foreign_session_cursor(void **state)
+{
+    fixture *f = *state;
+    char cur[TM_EVENT_ID_MAX], seen[TM_EPOCH_LEN + 1];
+    tm_resume_decision d;
+    /* s1 has r2 with seq 1; s2 has a stream named r2 too */
+    tm_epoch_for_session(f->epoch, "s2", seen);
+    assert_true(tm_event_id_format(cur, sizeof cur, seen, "r2", 1) > 0);
+    assert_int_equal(tm_resume_decide(f->st, "s1", cur, &d), 0);
+    assert_int_equal(d.outcome, TM_RESUME_EPOCH);
+    tm_epoch_for_session(f->epoch, "s1", seen);
+    assert_true(tm_event_id_format(cur, sizeof cur, seen, "r2", 1) > 0);
+    assert_int_equal(tm_resume_decide(f->st, "s1", cur, &d), 0);
+    assert_int_equal(d.outcome, TM_RESUME_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +513,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_cursor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_cursor_empty_seq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_session_cursor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cursor_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resumption_gap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_moves_with_trimming, setup, teardown),

@@ -1,0 +1,190 @@
+// multinode_env.mjs - a throwaway cluster on loopback for the multi-node tests
+// (issue 6): one redis-server (AOF, appendfsync always, data in a temp dir),
+// N Tidemark nodes on `--store redis://...`, and HAProxy round-robin without
+// stickiness in front. Every process is started on a port picked here and
+// stopped by PID; every wait has a deadline.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { createServer, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Which of the external programs are missing (the tests skip only then).
+export function missingTools() {
+  return ["redis-server", "haproxy"].filter(
+    (t) => spawnSync("sh", ["-c", `command -v ${t}`]).status !== 0);
+}
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.on("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+// Resolve once something accepts TCP on port, or throw at the deadline.
+export async function waitTcp(port, ms = 10000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const ok = await new Promise((r) => {
+      const c = connect(port, "127.0.0.1");
+      c.once("connect", () => { c.destroy(); r(true); });
+      c.once("error", () => r(false));
+    });
+    if (ok) return;
+    await sleep(25);
+  }
+  throw new Error(`nothing listening on ${port} after ${ms} ms`);
+}
+
+function exited(proc) {
+  return proc.exitCode !== null || proc.signalCode !== null;
+}
+
+export async function stopProc(proc, sig = "SIGTERM", ms = 10000) {
+  if (!proc || exited(proc)) return;
+  const done = new Promise((r) => proc.once("exit", r));
+  proc.kill(sig);
+  const t = setTimeout(() => { if (!exited(proc)) proc.kill("SIGKILL"); }, ms);
+  await done;
+  clearTimeout(t);
+}
+
+// Run a redis-cli command against the cluster's Redis; returns stdout.
+export function redisCli(port, ...args) {
+  const r = spawnSync("redis-cli", ["-h", "127.0.0.1", "-p", String(port), ...args],
+    { encoding: "utf8", timeout: 10000 });
+  if (r.status !== 0) throw new Error(`redis-cli ${args.join(" ")}: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+export class Cluster {
+  constructor({ bin, nodes = 3, nodeArgs = [], quiet = true }) {
+    this.bin = bin;
+    this.n = nodes;
+    this.nodeArgs = nodeArgs;
+    this.quiet = quiet;
+    this.dir = mkdtempSync(join(tmpdir(), "tidemark-multinode-"));
+    this.redisDir = join(this.dir, "redis");
+    this.nodes = [];   // index -> { proc, url, port } or null while down
+    this.redis = null;
+    this.lb = null;
+    this.logs = [];
+  }
+
+  get storeUri() { return `redis://127.0.0.1:${this.redisPort}`; }
+  get url() { return `http://127.0.0.1:${this.lbPort}/mcp`; }
+
+  async startRedis() {
+    if (!this.redisPort) this.redisPort = await freePort();
+    spawnSync("mkdir", ["-p", this.redisDir]);
+    const proc = spawn("redis-server", ["--port", String(this.redisPort), "--bind", "127.0.0.1",
+      "--dir", this.redisDir, "--appendonly", "yes", "--appendfsync", "always",
+      "--save", "", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"],
+      { stdio: ["ignore", "ignore", "inherit"] });
+    this.redis = proc;
+    await waitTcp(this.redisPort);
+    const end = Date.now() + 10000;
+    for (;;) { // loaded (PING answers PONG, not LOADING)
+      try { if (redisCli(this.redisPort, "PING") === "PONG") break; } catch { /* not yet */ }
+      if (Date.now() > end) throw new Error("redis did not become ready");
+      await sleep(25);
+    }
+  }
+
+  async stopRedis(sig = "SIGTERM") {
+    await stopProc(this.redis, sig);
+    this.redis = null;
+  }
+
+  async startNode(i) {
+    if (!this.nodePorts) this.nodePorts = [];
+    if (!this.nodePorts[i]) this.nodePorts[i] = await freePort();
+    const port = this.nodePorts[i];
+    const proc = spawn(this.bin, ["--listen", `127.0.0.1:${port}`, "--store", this.storeUri,
+      "--log-level", this.quiet ? "warn" : "info", "--keepalive-ms", "1000", ...this.nodeArgs],
+      { stdio: ["ignore", "pipe", "inherit"] });
+    let buf = "";
+    const url = await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`node ${i} did not start`)), 15000);
+      proc.stdout.on("data", (d) => {
+        buf += d;
+        const m = buf.match(/^listening on (\S+)$/m);
+        if (m) { clearTimeout(t); resolve(m[1]); }
+      });
+      proc.once("exit", (c, s) => { clearTimeout(t); reject(new Error(`node ${i} exited (${c ?? s})`)); });
+    });
+    proc.stdout.resume();
+    this.nodes[i] = { proc, url, port };
+    return this.nodes[i];
+  }
+
+  async killNode(i, sig = "SIGKILL") {
+    const nd = this.nodes[i];
+    if (!nd) return;
+    nd.proc.killedByTest = true;
+    await stopProc(nd.proc, sig);
+    this.nodes[i] = null;
+  }
+
+  async startLb() {
+    this.lbPort = await freePort();
+    // Round-robin per request, no stickiness; SSE: no buffering (HAProxy
+    // streams responses), long client/server timeouts. Host passes through.
+    // A node that is down is skipped after a failed connect (redispatch).
+    const servers = this.nodePorts.map((p, i) =>
+      `  server n${i} 127.0.0.1:${p} check inter 200 fall 1 rise 1`).join("\n");
+    const cfg = `global
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 10m
+  timeout server 10m
+  timeout tunnel 10m
+  timeout http-keep-alive 10s
+  retries 3
+  option redispatch 1
+  retry-on conn-failure empty-response
+frontend fe
+  bind 127.0.0.1:${this.lbPort}
+  default_backend be
+backend be
+  balance roundrobin
+${servers}
+`;
+    const cfgPath = join(this.dir, "haproxy.cfg");
+    writeFileSync(cfgPath, cfg);
+    const chk = spawnSync("haproxy", ["-c", "-q", "-f", cfgPath], { encoding: "utf8" });
+    if (chk.status !== 0) throw new Error("haproxy config: " + chk.stderr + chk.stdout);
+    this.lb = spawn("haproxy", ["-db", "-f", cfgPath], { stdio: ["ignore", "ignore", "pipe"] });
+    this.lb.stderr.on("data", (d) => {
+      const s = String(d);
+      if (!/Server be\/n\d+ is (DOWN|UP)|backend be has no server available|^\s*$/m.test(s) && !this.quiet)
+        process.stderr.write("[haproxy] " + s);
+    });
+    await waitTcp(this.lbPort);
+  }
+
+  async start() {
+    await this.startRedis();
+    for (let i = 0; i < this.n; i++) await this.startNode(i);
+    await this.startLb();
+  }
+
+  async stop() {
+    await stopProc(this.lb);
+    for (let i = 0; i < this.nodes.length; i++) {
+      const nd = this.nodes[i];
+      if (nd) { nd.proc.killedByTest = true; await stopProc(nd.proc); }
+    }
+    await this.stopRedis();
+    if (existsSync(this.dir)) rmSync(this.dir, { recursive: true, force: true });
+  }
+}
