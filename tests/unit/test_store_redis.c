@@ -515,7 +515,7 @@ static void run_appenders(tm_store *st, p_worker *ws, int kill_clients)
          * replies get lost after Redis ran the script. */
         redisContext *a = admin();
         assert_non_null(a);
-        for (int n = 0; n < 200; n++) {
+        for (int n = 0; n < 80; n++) {
             redisReply *r = redisCommand(a, "CLIENT KILL TYPE normal SKIPME yes");
             if (r && r->type == REDIS_REPLY_INTEGER)
                 killed += r->integer;
@@ -523,7 +523,7 @@ static void run_appenders(tm_store *st, p_worker *ws, int kill_clients)
             /* Leave each reconnect time to finish (slow under sanitizers):
              * the point is lost replies, not an outage, which fails ops
              * with EIO by design. */
-            nap_ms(15);
+            nap_ms(30);
         }
         redisFree(a);
         assert_true(killed > 0);
