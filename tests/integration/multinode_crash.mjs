@@ -21,6 +21,7 @@
 // Environment: CRASH_SEED (1), CRASH_KILLS (12), CRASH_CLIENTS (4),
 // CRASH_DEADLINE_S (200). Exits 77 when redis-server or haproxy is missing.
 import { Cluster, missingTools } from "./multinode_env.mjs";
+import { makeCrashClients } from "./crash_clients.mjs";
 
 const bin = process.argv[2];
 if (!bin) {
@@ -72,175 +73,8 @@ async function currentUrl() {
   return cl.url;
 }
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// ---- SSE ----------------------------------------------------------------------
-// Yields {id, event, data} per dispatched event; throws on a cut connection.
-async function* sse(body) {
-  const dec = new TextDecoder();
-  let buf = "";
-  for await (const chunk of body) {
-    buf += dec.decode(chunk, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const ev = { id: null, event: null, data: null };
-      for (const line of block.split("\n")) {
-        if (line.startsWith(":")) continue;
-        const c = line.indexOf(":");
-        const f = c < 0 ? line : line.slice(0, c);
-        let v = c < 0 ? "" : line.slice(c + 1);
-        if (v.startsWith(" ")) v = v.slice(1);
-        if (f === "id") ev.id = v;
-        else if (f === "event") ev.event = v;
-        else if (f === "data") ev.data = ev.data === null ? v : ev.data + "\n" + v;
-      }
-      if (ev.data !== null) yield ev;
-    }
-  }
-}
-
-// ---- global checks ---------------------------------------------------------------
-const payloadById = new Map(); // "session event-id" -> payload, across the whole run
-const streamSeq = new Map();   // "session/stream" -> last seq received
-let eventsReceived = 0, resumes = 0, posts = 0, retriedPosts = 0, dedupJson = 0;
-
-function checkEvent(session, ev) {
-  const m = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)$/.exec(ev.id ?? "");
-  if (!m) { violate(`bad event id ${ev.id}`); return null; }
-  // Ids name a position in a stream of one session (DESIGN §3).
-  const gid = session + " " + ev.id;
-  const prev = payloadById.get(gid);
-  if (prev !== undefined && prev !== ev.data) violate(`id ${ev.id} reused: ${prev} vs ${ev.data}`);
-  else if (prev !== undefined) violate(`event ${ev.id} delivered twice`);
-  payloadById.set(gid, ev.data);
-  const key = session + "/" + m[2];
-  const seq = Number(m[3]);
-  const last = streamSeq.get(key) ?? 0;
-  if (seq !== last + 1) violate(`stream ${key}: got seq ${seq} after ${last}`);
-  streamSeq.set(key, Math.max(last, seq));
-  eventsReceived++;
-  return m[2];
-}
-
-// ---- a client ------------------------------------------------------------------------
-const H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-
-async function post(url, sid, body) {
-  const h = { ...H, "mcp-protocol-version": "2025-11-25" };
-  if (sid) h["mcp-session-id"] = sid;
-  return fetch(url, { method: "POST", headers: h, body: JSON.stringify(body) });
-}
-
-async function connect() {
-  for (;;) {
-    try {
-      const url = await currentUrl();
-      const r = await post(url, null, { jsonrpc: "2.0", id: 0, method: "initialize",
-        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "crash", version: "1" } } });
-      if (r.status !== 200) throw new Error("initialize " + r.status);
-      const sid = r.headers.get("mcp-session-id");
-      await r.text();
-      const n = await post(url, sid, { jsonrpc: "2.0", method: "notifications/initialized" });
-      await n.text();
-      return sid;
-    } catch (e) {
-      if (e.message === "deadline") throw e;
-      await sleep(20);
-    }
-  }
-}
-
-// One tools/call, driven to its single response across any number of kills.
-async function call(sid, id, name, args) {
-  const req = { jsonrpc: "2.0", id, method: "tools/call",
-    params: { name, arguments: args, _meta: { progressToken: `p${id}` } } };
-  let cursor = null, response = null, streamName = null;
-  const progress = [];
-  const consume = async (res) => {
-    for await (const ev of sse(res.body)) {
-      const st = checkEvent(sid, ev);
-      if (st) streamName = st;
-      cursor = ev.id;
-      if (!ev.data) continue;
-      const msg = JSON.parse(ev.data);
-      if (msg.method === "notifications/progress") progress.push(msg.params.progress);
-      else if (msg.id === id) {
-        if (response) violate(`request ${id}: second response`);
-        response = msg;
-      }
-    }
-  };
-  let attempts = 0;
-  while (!response) {
-    if (Date.now() - t0 > DEADLINE_MS) throw new Error("deadline");
-    attempts++;
-    try {
-      const url = await currentUrl();
-      let res;
-      if (!cursor) {
-        posts++;
-        if (attempts > 1) retriedPosts++;
-        res = await post(url, sid, req);
-      } else {
-        resumes++;
-        res = await fetch(url, { headers: { accept: "text/event-stream", "mcp-session-id": sid,
-          "mcp-protocol-version": "2025-11-25", "last-event-id": cursor } });
-      }
-      const ctype = res.headers.get("content-type") ?? "";
-      if (res.status === 200 && ctype.startsWith("application/json")) {
-        response = await res.json(); // a retried request answered from its record
-        dedupJson++;
-        break;
-      }
-      if (res.status === 409) { await res.text(); await sleep(30); continue; }
-      if (res.status !== 200) {
-        const body = await res.text();
-        violate(`request ${id} (${cursor ? "resume " + cursor : "post"}): HTTP ${res.status} ${body}`);
-        if (cursor) return null;
-        continue;
-      }
-      await consume(res);
-    } catch (e) {
-      if (e.message === "deadline") throw e;
-      // cut by a kill: resume (or re-POST if nothing arrived yet)
-      await sleep(10);
-    }
-  }
-  return { response, progress, streamName };
-}
-
-const confirmed = new Map(); // ledger entry -> count of results received
-
-async function client(k, stopAt) {
-  const rand = rng(SEED * 1000 + k);
-  const sid = await connect();
-  let id = 1, calls = 0;
-  while (Date.now() < stopAt() && violations.length < 20) {
-    const reqId = id++;
-    if (rand() < 0.5) {
-      const n = 20 + Math.floor(rand() * 200);
-      const r = await call(sid, reqId, "stream", { n, delay_ms: Math.floor(rand() * 3) });
-      if (!r) continue;
-      if (r.response.error) violate(`stream ${reqId}: error ${JSON.stringify(r.response.error)}`);
-      else if (r.response.result?.content?.[0]?.text !== `streamed ${n}`)
-        violate(`stream ${reqId}: result ${JSON.stringify(r.response.result)}`);
-      // dedup-by-JSON answers carry no progress; otherwise it must be exactly 1..n
-      if (r.progress.length && (r.progress.length !== n || r.progress.some((p, i) => p !== i + 1)))
-        violate(`stream ${reqId}: progress ${r.progress.length} values, expected 1..${n}: ${r.progress.slice(0, 8)}...`);
-    } else {
-      const entry = `c${k}-e${reqId}`;
-      const r = await call(sid, reqId, "ledger_append", { entry });
-      if (!r) continue;
-      if (r.response.error) violate(`ledger ${entry}: error ${JSON.stringify(r.response.error)}`);
-      else if (confirmed.has(entry)) violate(`ledger ${entry}: confirmed twice`);
-      else confirmed.set(entry, 1);
-    }
-    calls++;
-  }
-  return { sid, calls };
-}
+const { client, call, stats, confirmed, sleep } =
+  makeCrashClients({ currentUrl, violate, rng, t0, deadlineMs: DEADLINE_MS });
 
 // ---- run -------------------------------------------------------------------------------
 let killsDone = 0;
@@ -267,8 +101,8 @@ try {
   }
   const calls = results.reduce((a, b) => a + b.calls, 0);
   console.log(`multinode crash test: seed ${SEED}, ${NODES} nodes, ${killsDone} kills, ${CLIENTS} clients, ` +
-    `${calls} calls, ${eventsReceived} events, ${resumes} resumes, ${posts} POSTs (${retriedPosts} retried, ` +
-    `${dedupJson} answered from records), ${confirmed.size} ledger calls confirmed once, ` +
+    `${calls} calls, ${stats.eventsReceived} events, ${stats.resumes} resumes, ${stats.posts} POSTs (${stats.retriedPosts} retried, ` +
+    `${stats.dedupJson} answered from records), ${confirmed.size} ledger calls confirmed once, ` +
     `${((Date.now() - t0) / 1000).toFixed(1)} s`);
   if (killsDone < KILLS) violate(`only ${killsDone} of ${KILLS} kills before the deadline`);
   if (calls < CLIENTS * 2) violate(`too little work done: ${calls} calls`);

@@ -73,7 +73,7 @@ function startProc(bin, args, env = {}, onExit) {
       if (m) { clearTimeout(t); resolve({ p, url: m[1] }); }
     });
     p.stderr.on("data", (d) => { err += d; if (err.length > 100000) err = err.slice(-50000); });
-    p.on("exit", (code, sig) => { p.stderrText = err; onExit?.(code, sig); });
+    p.on("exit", (code, sig) => { p.stderrText = err; clearTimeout(t); onExit?.(code, sig, p); reject(new Error(`${bin} exited (${code ?? sig}) before it listened`)); });
   });
 }
 
@@ -93,10 +93,12 @@ async function startServer() {
     }
     try {
       const s = await startProc(SERVER, ["--listen", `127.0.0.1:${port}`, "--store", "sqlite:" + db,
-        "--log-level", "error", "--retry-ms", "50", "--keepalive-ms", "500"], env, (code, sig) => {
-        if (server && server.p === s.p) server = null;
-        if (sig === "SIGKILL" && !s.p.killedByTest) stats.serverCrashPoints++;
-        if (serverWanted && !s.p.killedByTest) setTimeout(() => startServer().catch(() => {}), 10);
+        "--log-level", "error", "--retry-ms", "50", "--keepalive-ms", "500"], env, (code, sig, proc) => {
+        const current = server && server.p === proc;
+        if (current) server = null;
+        if (sig === "SIGKILL" && !proc.killedByTest) stats.serverCrashPoints++;
+        /* restart a server that died by itself (crash point) once it had been up */
+        if (current && serverWanted && !proc.killedByTest) setTimeout(() => startServer().catch(() => {}), 10);
       });
       server = s;
       return;
@@ -169,16 +171,18 @@ async function client(k, mode) {
     // A client killed before it recorded the request never issued it: the
     // application then issues it again ("retried until it got a result").
     let tries = 0;
-    let killed = !!r.sig;
+    // Killed, or failed in transport (possibly before it recorded the call:
+    // e.g. it could not connect): the outcome is unknown to the application.
+    let killed = !!r.sig || r.code === 3;
     while ((r.sig || r.code === 3) && tries++ < 50 && Date.now() < HARD_DEADLINE) {
       stats.resumes++;
       killed ||= !!r.sig;
       r = await runClient([...base(), URL, "resume"], {}, 0);
       hist.push(`resume:${r.code}/${r.sig ?? ""}:${r.out.replace(/\s+/g, " ").slice(0, 160)}`);
     }
-    // After a kill the application cannot know whether its ledger call was
-    // ever sent: it issues it again with the same idempotency key until it
-    // gets a result.
+    // After a kill or a transport failure the application cannot know
+    // whether its ledger call was ever sent: it issues it again with the same
+    // idempotency key until it gets a result.
     while (isLedger && killed && r.code !== 4 && tries++ < 50 && Date.now() < HARD_DEADLINE) {
       stats.reissued = (stats.reissued ?? 0) + 1;
       r = await runClient([...base(), ...opts, URL, ...args], {}, 0);
@@ -289,7 +293,7 @@ row("  client crash points hit", stats.clientCrashPoints);
 row("work", "");
 row("  calls", stats.calls);
 row("  client restarts (resume)", stats.resumes);
-row("  ledger calls re-issued after a kill (same key)", stats.reissued ?? 0);
+row("  ledger calls re-issued (same idempotency key)", stats.reissued ?? 0);
 row("  ledger entries issued / exactly once", `${results.reduce((a, r) => a + r.ledger.length, 0)} / ${ledgerOk}`);
 row("  ledger duplicates / lost (atomic)", `${ledgerDup} / ${ledgerLost}`);
 row("  streams checked, effects applied", `${streamsChecked}, ${eventsApplied}`);
