@@ -5,9 +5,9 @@
 // no duplicate) and every response.
 //
 //   const { client, call, stats, confirmed } =
-//       makeCrashClients({ currentUrl, violate, rng, t0, deadlineMs });
+//       makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs });
 
-export function makeCrashClients({ currentUrl, violate, rng, t0, deadlineMs }) {
+export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs }) {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
   // ---- SSE ----------------------------------------------------------------------
@@ -150,7 +150,7 @@ export function makeCrashClients({ currentUrl, violate, rng, t0, deadlineMs }) {
   const confirmed = new Map(); // ledger entry -> count of results received
 
   async function client(k, stopAt) {
-    const rand = rng(SEED * 1000 + k);
+    const rand = rng(seed * 1000 + k);
     const sid = await connect();
     let id = 1, calls = 0;
     while (Date.now() < stopAt() && violations.length < 20) {

@@ -74,7 +74,7 @@ async function currentUrl() {
 }
 
 const { client, call, stats, confirmed, sleep } =
-  makeCrashClients({ currentUrl, violate, rng, t0, deadlineMs: DEADLINE_MS });
+  makeCrashClients({ currentUrl, violate, violations, rng, seed: SEED, t0, deadlineMs: DEADLINE_MS });
 
 // ---- run -------------------------------------------------------------------------------
 let killsDone = 0;
