@@ -456,7 +456,13 @@ static void *p_run(void *arg)
         int k = i % P_STREAMS;
         char m[32];
         int len = snprintf(m, sizeof m, "t%d-i%d", w->t, i);
-        if (tm_store_append(w->st, p_sess[k], p_strm[k], m, (size_t)len, 0, p_cb, &w->slot[i]) != 0)
+        /* During what the store takes for an outage it refuses new ops at
+         * once (fail fast, nothing sent): an application retries those. */
+        int rc, tries = 0;
+        while ((rc = tm_store_append(w->st, p_sess[k], p_strm[k], m, (size_t)len, 0, p_cb,
+                                     &w->slot[i])) == TIDEMARK_EIO && tries++ < 500)
+            nap_ms(10);
+        if (rc != 0)
             w->errors++;
     }
     return NULL;
