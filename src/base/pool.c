@@ -94,14 +94,6 @@ int tm_pool_submit(tm_pool *p, tm_pool_fn fn, void *arg)
     return 0;
 }
 
-unsigned tm_pool_pending(tm_pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    unsigned n = p->pending;
-    pthread_mutex_unlock(&p->mu);
-    return n;
-}
-
 void tm_pool_free(tm_pool *p)
 {
     if (!p)

@@ -9,8 +9,6 @@ typedef void (*tm_pool_fn)(void *arg);
 int tm_pool_new(unsigned nthreads, tm_pool **out);
 /* Queue fn(arg). Returns TIDEMARK_ECLOSED once shutdown began. */
 int tm_pool_submit(tm_pool *p, tm_pool_fn fn, void *arg);
-/* Number of jobs queued or running. */
-unsigned tm_pool_pending(tm_pool *p);
 /* Finish queued jobs, join workers, free. */
 void tm_pool_free(tm_pool *p);
 

@@ -7,6 +7,18 @@
 //   const { client, call, stats, confirmed } =
 //       makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs });
 
+// Seeded PRNG (mulberry32): the same seed gives the same schedule and workload.
+export function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs }) {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -18,7 +18,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { makeCrashClients } from "./crash_clients.mjs";
+import { makeCrashClients, rng } from "./crash_clients.mjs";
 
 const bin = process.argv[2];
 if (!bin) {
@@ -33,17 +33,6 @@ const DURABILITY = process.env.CRASH_DURABILITY ?? "power";
 const EXTRA = (process.env.CRASH_SERVER_ARGS ?? "").split(" ").filter(Boolean);
 const t0 = Date.now();
 
-// Seeded PRNG (mulberry32): the same seed gives the same kill schedule and workload.
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const killRand = rng(SEED);
 
 const violations = [];

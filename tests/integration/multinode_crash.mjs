@@ -21,7 +21,7 @@
 // Environment: CRASH_SEED (1), CRASH_KILLS (12), CRASH_CLIENTS (4),
 // CRASH_DEADLINE_S (200). Exits 77 when redis-server or haproxy is missing.
 import { Cluster, missingTools } from "./multinode_env.mjs";
-import { makeCrashClients } from "./crash_clients.mjs";
+import { makeCrashClients, rng } from "./crash_clients.mjs";
 
 const bin = process.argv[2];
 if (!bin) {
@@ -40,17 +40,6 @@ const DEADLINE_MS = Number(process.env.CRASH_DEADLINE_S ?? 200) * 1000;
 const NODES = 3;
 const t0 = Date.now();
 
-// Seeded PRNG (mulberry32): the same seed gives the same kill schedule and workload.
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const killRand = rng(SEED);
 
 const violations = [];

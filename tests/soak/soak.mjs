@@ -21,6 +21,7 @@ import { mkdtempSync, rmSync, readFileSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { rng } from "../integration/crash_clients.mjs";
 
 const arg = (name, def) => {
   const i = process.argv.indexOf("--" + name);
@@ -38,16 +39,6 @@ const KILL_EVERY = Number(arg("kill-every-ms", 2500));
 const t0 = Date.now();
 const HARD_DEADLINE = t0 + (SECONDS + 120) * 1000;
 
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const dir = mkdtempSync(join(tmpdir(), "tidemark-soak-"));
 const violations = [];
