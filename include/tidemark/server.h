@@ -208,15 +208,28 @@ typedef struct tidemark_txn tidemark_txn_t;
  * discard the effect (the call then ends with an effect_failed error). */
 typedef int (*tidemark_effect_fn)(tidemark_txn_t *txn, void *ud);
 
-/* Run one SQL statement with text arguments bound to ?1..?n inside txn. */
+/* Insert one row into the application table `table` ([A-Za-z0-9_.-]{1,64})
+ * inside txn. row: a JSON object (not stolen) without an "id" field; the
+ * store numbers a table's rows 1, 2, ... in commit order. Works on every
+ * store, and on Redis it is the one way to have an atomic effect: the row is
+ * written by the same script that commits the result, so every node sees it
+ * and a crash or a lost node leaves both or neither. */
+int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row);
+/* Run one SQL statement with text arguments bound to ?1..?n inside txn.
+ * SQLite and memory stores only (TIDEMARK_ENOTSUP on Redis). */
 int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
 /* From a tool handler: commit fn's rows in the same transaction as the
  * tool's result, so a crash leaves both or neither. free_ud (may be NULL)
  * releases ud after the commit. One effect per call. */
 int tidemark_call_set_effect(tidemark_call_t *call, tidemark_effect_fn fn, void *ud,
                              void (*free_ud)(void *));
+/* Rows of an application table (tidemark_txn_insert) in commit order, each
+ * {"id": n, <fields>}, keeping those whose fields equal every field of match
+ * (NULL: all). OUT rows (caller decrefs). */
+int tidemark_server_rows(tidemark_server_t *srv, const char *table, json_t *match, json_t **rows);
 /* Application DDL (CREATE TABLE IF NOT EXISTS ...) run in the store at start.
- * Call before tidemark_server_start. The text is copied. */
+ * Call before tidemark_server_start. The text is copied. SQL stores only:
+ * on Redis the server does not start (TIDEMARK_ENOTSUP). */
 int tidemark_server_add_schema(tidemark_server_t *srv, const char *sql);
 /* Read application tables: OUT rows, an array of objects (caller decrefs). */
 int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *const *args,

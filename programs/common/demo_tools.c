@@ -6,7 +6,8 @@
  *                                 connection after k of them (SEP-1699 polling):
  *                                 the client must resume with Last-Event-ID
  *   ledger_append {entry, delay_ms?}  appends one ledger row on the atomic path
- *                                 (not idempotent: exactly once per request)
+ *                                 (tidemark_txn_insert, so on every store incl.
+ *                                 Redis; not idempotent: exactly once per request)
  *   ledger_read   {entry?}        the ledger rows (all, or those with that entry)
  *   external_call {delay_ms}      stands for a call to an outside system that
  *                                 cannot be rolled back: neither idempotent nor
@@ -68,33 +69,23 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
     return 0;
 }
 
-static const char ledger_schema[] =
-    "CREATE TABLE IF NOT EXISTS ledger(id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " session TEXT NOT NULL, request_key TEXT NOT NULL, entry TEXT NOT NULL,"
-    " created_ms INTEGER NOT NULL)";
-
 typedef struct ledger_row {
-    char *session, *key, *entry;
+    json_t *row; /* {session, request_key, entry, created_ms} */
 } ledger_row;
 
 static void ledger_row_free(void *p)
 {
     ledger_row *r = p;
-    free(r->session);
-    free(r->key);
-    free(r->entry);
+    json_decref(r->row);
     free(r);
 }
 
-/* Runs inside the transaction that commits the tool's result. */
+/* Runs inside the store transaction (on Redis: the script) that commits the
+ * tool's result: the row and the result land together or not at all. */
 static int ledger_insert(tidemark_txn_t *txn, void *ud)
 {
     ledger_row *r = ud;
-    const char *args[3] = {r->session, r->key, r->entry};
-    return tidemark_txn_exec(txn,
-                             "INSERT INTO ledger(session, request_key, entry, created_ms) "
-                             "VALUES(?1, ?2, ?3, CAST(strftime('%s','now') AS INTEGER) * 1000)",
-                             args, 3);
+    return tidemark_txn_insert(txn, "ledger", r->row);
 }
 
 static int tool_ledger_append(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
@@ -118,10 +109,12 @@ static int tool_ledger_append(tidemark_call_t *call, json_t *args, json_t **resu
     ledger_row *r = calloc(1, sizeof *r);
     if (!r)
         return TIDEMARK_ENOMEM;
-    r->session = strdup(tidemark_call_session(call));
-    r->key = strdup(tidemark_call_idempotency_key(call));
-    r->entry = strdup(entry);
-    if (!r->session || !r->key || !r->entry) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    r->row = json_pack("{s:s,s:s,s:s,s:I}", "session", tidemark_call_session(call), "request_key",
+                       tidemark_call_idempotency_key(call), "entry", entry, "created_ms",
+                       (json_int_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    if (!r->row) {
         ledger_row_free(r);
         return TIDEMARK_ENOMEM;
     }
@@ -141,16 +134,15 @@ static int tool_ledger_read(tidemark_call_t *call, json_t *args, json_t **result
 {
     tidemark_server_t *srv = ud;
     (void)call;
-    const char *entry = json_string_value(json_object_get(args, "entry"));
+    json_t *entry = json_object_get(args, "entry");
+    if (entry && !json_is_string(entry)) {
+        *result = tidemark_result_error("argument 'entry' must be a string");
+        return 0;
+    }
+    json_t *match = entry ? json_pack("{s:O}", "entry", entry) : NULL;
     json_t *rows = NULL;
-    const char *qargs[1] = {entry};
-    int rc = entry ? tidemark_server_query(srv,
-                                           "SELECT id, session, request_key, entry FROM ledger "
-                                           "WHERE entry = ?1 ORDER BY id",
-                                           qargs, 1, &rows)
-                   : tidemark_server_query(srv,
-                                           "SELECT id, session, request_key, entry FROM ledger ORDER BY id",
-                                           NULL, 0, &rows);
+    int rc = tidemark_server_rows(srv, "ledger", match, &rows);
+    json_decref(match);
     if (rc)
         return rc;
     char text[64];
@@ -228,9 +220,7 @@ int demo_tools_register(tidemark_server_t *srv)
         .hints = TIDEMARK_TOOL_OPEN_WORLD,
         .fn = tool_external_call,
     };
-    int rc = tidemark_server_add_schema(srv, ledger_schema);
-    if (!rc)
-        rc = tidemark_server_add_tool(srv, &external_call);
+    int rc = tidemark_server_add_tool(srv, &external_call);
     if (!rc)
         rc = tidemark_server_add_tool(srv, &echo);
     if (!rc)

@@ -2,6 +2,7 @@
 #include "sqlite_util.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
+#include <stdlib.h>
 #include <string.h>
 
 int tm_sqlite_err(int rc)
@@ -95,7 +96,74 @@ int tm_sqlite_query_json(sqlite3 *db, const char *sql, const char *const *args, 
 int tidemark_txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args,
                       size_t nargs)
 {
-    if (!txn || !txn->db || !sql)
+    if (!txn || !sql)
         return TIDEMARK_EINVAL;
+    if (!txn->db) {
+        TM_WARN("tidemark_txn_exec: this store has no SQL (use tidemark_txn_insert)");
+        return TIDEMARK_ENOTSUP;
+    }
     return tm_sqlite_exec_args(txn->db, sql, args, nargs);
+}
+
+int tm_table_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int tidemark_txn_insert(struct tidemark_txn *txn, const char *table, json_t *row)
+{
+    if (!txn || !tm_table_name_ok(table) || !json_is_object(row) || json_object_get(row, "id"))
+        return TIDEMARK_EINVAL;
+    char *doc = json_dumps(row, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!doc)
+        return TIDEMARK_ENOMEM;
+    int rc;
+    if (txn->insert) {
+        rc = txn->insert(txn, table, doc);
+    } else if (txn->db) {
+        const char *args[2] = {table, doc};
+        rc = tm_sqlite_exec_args(txn->db,
+                                 "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1, ?2"
+                                 " FROM tm_rows WHERE tbl = ?1",
+                                 args, 2);
+    } else {
+        rc = TIDEMARK_ENOTSUP;
+    }
+    free(doc);
+    return rc;
+}
+
+int tm_sqlite_rows(sqlite3 *db, const char *table, json_t **rows)
+{
+    sqlite3_stmt *st;
+    const char *args[1] = {table};
+    int rc = prepare_bind(db, "SELECT id, doc FROM tm_rows WHERE tbl = ?1 ORDER BY id", args, 1, &st);
+    if (rc)
+        return rc;
+    json_t *out = json_array();
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *row = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+        if (!json_is_object(row)) {
+            json_decref(row);
+            row = json_object();
+        }
+        json_object_set_new(row, "id", json_integer(sqlite3_column_int64(st, 0)));
+        json_array_append_new(out, row);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return tm_sqlite_err(rc);
+    }
+    *rows = out;
+    return 0;
 }

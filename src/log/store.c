@@ -1,5 +1,6 @@
 /* store.c - backend-independent store entry points. */
 #include "store.h"
+#include "sqlite_util.h"
 #include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
@@ -161,6 +162,13 @@ int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_
                    json_t **rows)
 {
     return st->ops->query(st, sql, args, nargs, rows);
+}
+
+int tm_store_rows(tm_store *st, const char *table, json_t **rows)
+{
+    if (!tm_table_name_ok(table) || !rows)
+        return TIDEMARK_EINVAL;
+    return st->ops->rows(st, table, rows);
 }
 
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,

@@ -133,6 +133,7 @@ struct tm_store_ops {
     int (*exec_schema)(tm_store *st, const char *sql);
     int (*query)(tm_store *st, const char *sql, const char *const *args, size_t nargs,
                  json_t **rows);
+    int (*rows)(tm_store *st, const char *table, json_t **rows);
     int (*sessions_expire)(tm_store *st, int64_t idle_before_ms, void (*fn)(void *, const char *),
                            void *ud);
     int (*sync)(tm_store *st);
@@ -227,6 +228,10 @@ int tm_store_exec_schema(tm_store *st, const char *sql);
 /* Read from the effect database: rows as an array of objects (new ref). */
 int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
                    json_t **rows);
+/* The rows atomic effects inserted into table (tidemark_txn_insert), in
+ * commit order. OUT rows: array of {"id": n, <fields>} (new ref). Works on
+ * every backend; on Redis every node sees the same rows. */
+int tm_store_rows(tm_store *st, const char *table, json_t **rows);
 /* Delete sessions idle since before idle_before_ms; fn is told each id. */
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud);

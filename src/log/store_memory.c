@@ -234,7 +234,7 @@ static void trim(mstore *m, mstream *s)
  * leaves no trace. Caller holds the lock. */
 static int run_effect(mstore *m, const tm_append_req *r)
 {
-    struct tidemark_txn txn = {m->fx};
+    struct tidemark_txn txn = {.db = m->fx};
     if (sqlite3_exec(m->fx, "SAVEPOINT fx", NULL, NULL, NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
     int rc = r->effect(r->effect_ud, &txn);
@@ -480,6 +480,15 @@ static int m_exec_schema(tm_store *st, const char *sql)
     return tm_sqlite_err(rc);
 }
 
+static int m_rows(tm_store *st, const char *table, json_t **rows)
+{
+    mstore *m = (mstore *)st;
+    pthread_mutex_lock(&m->mu);
+    int rc = tm_sqlite_rows(m->fx, table, rows);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 static int m_query(tm_store *st, const char *sql, const char *const *args, size_t nargs,
                    json_t **rows)
 {
@@ -548,6 +557,7 @@ static const struct tm_store_ops memory_ops = {
     .requests_unfinished = m_requests_unfinished,
     .exec_schema = m_exec_schema,
     .query = m_query,
+    .rows = m_rows,
     .sessions_expire = m_sessions_expire,
     .sync = m_sync,
     .close_stream = m_close_stream,
@@ -568,7 +578,8 @@ int tm_store_memory_open(const tm_store_options *opt, tm_store **out)
     }
     m->opt = *opt;
     m->sessions = tm_map_new();
-    if (!m->sessions || sqlite3_open(":memory:", &m->fx) != SQLITE_OK) {
+    if (!m->sessions || sqlite3_open(":memory:", &m->fx) != SQLITE_OK ||
+        sqlite3_exec(m->fx, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) {
         tm_map_free(m->sessions);
         sqlite3_close(m->fx);
         free(m);

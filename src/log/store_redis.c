@@ -18,6 +18,9 @@
  *                        response, updated_ms, node)
  *   tm:{S}:reqs          set of request keys (to delete them with the session)
  *   tm:sessions          sorted set: session id by last_seen_ms (idle expiry)
+ *   tm:rows:<table>      stream: application rows written by atomic effects
+ *                        (tidemark_txn_insert), entry "<id>-0" {doc: JSON}
+ *   tm:rowid             hash: table -> last row id
  *   tm:started           set of "<len(S)>:<S><key>" for every record still started
  *   tm:w:<writer>        hash: op token -> result, for the writer's current batch
  *   tm:node:<writer>     a node's lease (SET PX LEASE_MS, renewed every
@@ -41,6 +44,14 @@
  * fail with TIDEMARK_EIO. An outage longer than OUTAGE_MS fails the queued
  * ops with TIDEMARK_EIO: nothing waits forever.
  *
+ * Atomic effects. An effect writes rows (tidemark_txn_insert); the writer
+ * collects them and the append script that commits the result event writes
+ * them in the same atomic step, after every check that could refuse the
+ * append. A final append to a stream already closed (a node taken for dead
+ * that still finished its call after a survivor did) is refused whole, rows
+ * included: the effect lands once. SQL effects (tidemark_txn_exec) need a
+ * store with SQL and fail here with TIDEMARK_ENOTSUP.
+ *
  * Epochs. A new random epoch at every open, and a new one whenever a
  * connection (re)connects to a Redis server whose run_id differs from the one
  * seen before (restart, failover): events under the new server can never be
@@ -53,11 +64,6 @@
  * and event_epoch() always ask Redis: another node may have written.
  *
  * Known limitations (to resolve; docs/design.md should list them):
- *  - Atomic effects run on a private in-memory SQLite database, as in the
- *    memory backend: they are neither shared between nodes nor atomic with
- *    the Redis commit (a Redis failure after the effect leaves the effect);
- *    cross-node atomic effects on Redis need effects expressed as Redis
- *    commands inside the append script.
  *  - "assigned" and emit_early predict seqs from this node's own appends;
  *    exact when one node writes a stream (a request's POST stream). Under
  *    emit_early the script refuses an append whose seq is not the predicted
@@ -189,7 +195,7 @@ static const char *const lua_bodies[SC_COUNT] = {
     /* SC_APPEND. KEYS meta, stream, started. ARGV token(1-3), 4 epoch,
      * 5 data, 6 final, 7 keep, 8 max age, 9 expected seq (0: any), 10 request
      * record key or '', 11 started member, 12 channel, 13 writer, 14 stream
-     * name, 15 session. */
+     * name, 15 session, 16 effect rows: '' or a JSON array of [table, doc]. */
     [SC_APPEND] = LUA_TOKEN
     "local meta, sk = KEYS[1], KEYS[2]\n"
     "local h = redis.call('HMGET', meta, 'head', 'closed')\n"
@@ -205,6 +211,12 @@ static const char *const lua_bodies[SC_COUNT] = {
     "if ARGV[10] ~= '' and redis.call('EXISTS', ARGV[10]) == 1 then\n"
     "  redis.call('HSET', ARGV[10], 'state', '2', 'response', ARGV[5], 'updated_ms', t)\n"
     "  redis.call('SREM', KEYS[3], ARGV[11])\n"
+    "end\n"
+    "if ARGV[16] ~= '' then\n"
+    "  for _, row in ipairs(cjson.decode(ARGV[16])) do\n"
+    "    local id = redis.call('HINCRBY', 'tm:rowid', row[1], 1)\n"
+    "    redis.call('XADD', 'tm:rows:' .. row[1], eid(id), 'doc', row[2])\n"
+    "  end\n"
     "end\n"
     "trim(meta, sk, tonumber(ARGV[7]), tonumber(ARGV[8]))\n"
     "redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', seq) .. ' ' ..\n"
@@ -328,6 +340,7 @@ typedef struct rop {
     char *request_key;
     tm_effect_fn effect;
     void *effect_ud;
+    json_t *rows;          /* the effect's rows: [[table, doc], ...], or NULL */
     char *fallback;
     size_t fallback_len;
     tm_append_cb cb;
@@ -383,9 +396,6 @@ typedef struct rstore {
     pthread_t sub;
     int sub_started;
     int wake[2];           /* pipe: tells the subscriber to stop */
-
-    pthread_mutex_t fx_mu;
-    sqlite3 *fx;
 } rstore;
 
 static char *dupn(const void *p, size_t n)
@@ -917,6 +927,7 @@ static void op_free(rop *o)
     free(o->data);
     free(o->request_key);
     free(o->fallback);
+    json_decref(o->rows);
     tm_session_rec_clear(&o->srec);
     tm_request_rec_clear(&o->rrec);
     for (size_t i = 0; i < o->nids; i++)
@@ -961,21 +972,34 @@ static int run_sync(rstore *r, rop *o)
 
 /* ---- the writer ------------------------------------------------------------------ */
 
-/* Run an effect in a savepoint of the private effect database: a failed
- * effect leaves no row behind. */
-static int effect_in_savepoint(rstore *r, tm_effect_fn fn, void *ud)
+/* tidemark_txn_insert on Redis: keep the row for the append script. */
+static int buffer_row(struct tidemark_txn *txn, const char *table, const char *doc)
 {
-    struct tidemark_txn txn = {r->fx};
-    pthread_mutex_lock(&r->fx_mu);
-    int rc = tm_sqlite_exec_args(r->fx, "SAVEPOINT fx", NULL, 0);
-    if (rc == 0) {
-        rc = fn(ud, &txn);
-        if (rc) /* undo the effect's rows, then end the savepoint either way */
-            tm_sqlite_exec_args(r->fx, "ROLLBACK TO fx", NULL, 0);
-        tm_sqlite_exec_args(r->fx, "RELEASE fx", NULL, 0);
+    rop *o = txn->ud;
+    if (!o->rows && !(o->rows = json_array()))
+        return TIDEMARK_ENOMEM;
+    json_t *row = json_pack("[ss]", table, doc);
+    if (!row || json_array_append_new(o->rows, row) != 0)
+        return TIDEMARK_ENOMEM;
+    return 0;
+}
+
+/* Run o's effect once (the first time o is built): its rows ride in o's
+ * script. A failed effect leaves no row; o then carries the fallback. */
+static void run_effect(rop *o)
+{
+    struct tidemark_txn txn = {.db = NULL, .insert = buffer_row, .ud = o};
+    o->fx_done = 1;
+    int rc = o->effect(o->effect_ud, &txn);
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");
+    if (rc != 0) {
+        json_decref(o->rows);
+        o->rows = NULL;
+        free(o->data);
+        o->data = o->fallback;
+        o->len = o->fallback_len;
+        o->fallback = NULL;
     }
-    pthread_mutex_unlock(&r->fx_mu);
-    return rc;
 }
 
 /* Build the command of o. Returns 0, or 1 when o has no command. */
@@ -984,17 +1008,8 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
     const char *s = o->session;
     switch (o->kind) {
     case OP_APPEND:
-        if (o->effect && !o->fx_done) {
-            o->fx_done = 1;
-            int fx = effect_in_savepoint(r, o->effect, o->effect_ud);
-            TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");
-            if (fx != 0) {
-                free(o->data); /* the effect failed: write the fallback */
-                o->data = o->fallback;
-                o->len = o->fallback_len;
-                o->fallback = NULL;
-            }
-        }
+        if (o->effect && !o->fx_done)
+            run_effect(o);
         arg_eval(r, a, SC_APPEND, 3);
         arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
         arg_fmt(a, "tm:{%s}:s:%s", s, o->name);
@@ -1017,6 +1032,15 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_str(a, r->wid);
         arg_str(a, o->name);
         arg_str(a, s);
+        if (o->rows && json_array_size(o->rows) > 0) {
+            char *rows = json_dumps(o->rows, JSON_COMPACT);
+            arg_fmt(a, "%s", rows ? rows : "");
+            if (!rows)
+                a->oom = 1;
+            free(rows);
+        } else {
+            arg_str(a, "");
+        }
         return 0;
     case OP_CLOSE:
         arg_eval(r, a, SC_CLOSE, 1);
@@ -2438,21 +2462,77 @@ static void *lease_main(void *arg)
 
 static int r_exec_schema(tm_store *st, const char *sql)
 {
-    rstore *r = (rstore *)st;
-    pthread_mutex_lock(&r->fx_mu);
-    int rc = sqlite3_exec(r->fx, sql, NULL, NULL, NULL);
-    pthread_mutex_unlock(&r->fx_mu);
-    return tm_sqlite_err(rc);
+    (void)st;
+    (void)sql;
+    TM_ERROR("redis: the Redis store has no SQL for application tables; "
+             "effects on Redis use tidemark_txn_insert / tidemark_server_rows");
+    return TIDEMARK_ENOTSUP;
 }
 
 static int r_query(tm_store *st, const char *sql, const char *const *args_, size_t nargs,
                    json_t **rows)
 {
+    (void)st;
+    (void)sql;
+    (void)args_;
+    (void)nargs;
+    (void)rows;
+    return TIDEMARK_ENOTSUP;
+}
+
+/* Every row of an application table, READ_CHUNK entries per XRANGE. */
+static int r_rows(tm_store *st, const char *table, json_t **rows)
+{
     rstore *r = (rstore *)st;
-    pthread_mutex_lock(&r->fx_mu);
-    int rc = tm_sqlite_query_json(r->fx, sql, args_, nargs, rows);
-    pthread_mutex_unlock(&r->fx_mu);
-    return rc;
+    json_t *out = json_array();
+    if (!out)
+        return TIDEMARK_ENOMEM;
+    char *key = fmt("tm:rows:%s", table);
+    uint64_t after = 0;
+    int rc = key ? 0 : TIDEMARK_ENOMEM;
+    while (rc == 0) {
+        args a = {0};
+        arg_str(&a, "XRANGE");
+        arg_str(&a, key);
+        arg_fmt(&a, "(%" PRIu64 "-0", after);
+        arg_str(&a, "+");
+        arg_str(&a, "COUNT");
+        arg_fmt(&a, "%d", READ_CHUNK);
+        redisReply *x = NULL;
+        rc = pool_one(r, &a, &x);
+        args_free(&a);
+        if (rc)
+            break;
+        if (x->type != REDIS_REPLY_ARRAY) {
+            rc = TIDEMARK_EIO;
+        } else {
+            for (size_t i = 0; i < x->elements; i++) {
+                const redisReply *e = x->element[i];
+                if (!is_array(e, 2))
+                    continue;
+                after = entry_seq(e);
+                const redisReply *doc = kv_get(e->element[1], "doc");
+                json_t *row = doc ? json_loadb(doc->str, doc->len, 0, NULL) : NULL;
+                if (!json_is_object(row)) {
+                    json_decref(row);
+                    row = json_object();
+                }
+                json_object_set_new(row, "id", json_integer((json_int_t)after));
+                json_array_append_new(out, row);
+            }
+        }
+        size_t got = x->type == REDIS_REPLY_ARRAY ? x->elements : 0;
+        freeReplyObject(x);
+        if (got < READ_CHUNK)
+            break;
+    }
+    free(key);
+    if (rc) {
+        json_decref(out);
+        return rc;
+    }
+    *rows = out;
+    return 0;
 }
 
 static int r_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *),
@@ -2509,7 +2589,6 @@ static void r_free(rstore *r)
     if (r->touched)
         tm_map_each(r->touched, free_value, NULL);
     tm_map_free(r->touched);
-    sqlite3_close(r->fx);
     if (r->wake[0] >= 0)
         close(r->wake[0]);
     if (r->wake[1] >= 0)
@@ -2518,7 +2597,6 @@ static void r_free(rstore *r)
     pthread_mutex_destroy(&r->c_mu);
     pthread_mutex_destroy(&r->q_mu);
     pthread_mutex_destroy(&r->p_mu);
-    pthread_mutex_destroy(&r->fx_mu);
     pthread_cond_destroy(&r->q_cv);
     pthread_cond_destroy(&r->done_cv);
     pthread_cond_destroy(&r->p_cv);
@@ -2568,6 +2646,7 @@ static const struct tm_store_ops redis_ops = {
     .requests_unfinished = r_requests_unfinished,
     .exec_schema = r_exec_schema,
     .query = r_query,
+    .rows = r_rows,
     .sessions_expire = r_sessions_expire,
     .sync = r_sync,
     .publish = r_publish,
@@ -2651,7 +2730,6 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     pthread_mutex_init(&r->c_mu, NULL);
     pthread_mutex_init(&r->q_mu, NULL);
     pthread_mutex_init(&r->p_mu, NULL);
-    pthread_mutex_init(&r->fx_mu, NULL);
     pthread_cond_init(&r->q_cv, NULL);
     pthread_cond_init(&r->done_cv, NULL);
     pthread_cond_init(&r->p_cv, NULL);
@@ -2671,8 +2749,7 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     snprintf(r->lease, sizeof r->lease, "tm:node:%s", r->wid);
     r->streams = tm_map_new();
     r->touched = tm_map_new();
-    if (!r->streams || !r->touched || pipe(r->wake) != 0 ||
-        sqlite3_open(":memory:", &r->fx) != SQLITE_OK) {
+    if (!r->streams || !r->touched || pipe(r->wake) != 0) {
         r_free(r);
         return TIDEMARK_ENOMEM;
     }

@@ -49,6 +49,7 @@ static const char *const schema_sql =
     " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT, response BLOB,"
     " updated_ms INTEGER, PRIMARY KEY(session, key)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS tm_requests_state ON tm_requests(state) WHERE state = 1;"
+    TM_SQLITE_ROWS_SCHEMA
     "INSERT OR IGNORE INTO tm_meta(k, v) VALUES('schema', '1');";
 
 /* ---- cache structures ------------------------------------------------------ */
@@ -406,7 +407,7 @@ static void touch_stream(sstream **touched, sstream *s)
 
 static int apply_effect(sqstore *q, op *o)
 {
-    struct tidemark_txn txn = {q->wdb};
+    struct tidemark_txn txn = {.db = q->wdb};
     if (wexec(q, "SAVEPOINT fx") != 0)
         return TIDEMARK_EIO;
     int rc = o->effect(o->effect_ud, &txn);
@@ -1453,6 +1454,17 @@ static int q_query(tm_store *st, const char *sql, const char *const *args, size_
     return rc;
 }
 
+static int q_rows(tm_store *st, const char *table, json_t **rows)
+{
+    sqstore *q = (sqstore *)st;
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    int rc = tm_sqlite_rows(db, table, rows);
+    rconn_put(q, db);
+    return rc;
+}
+
 static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *),
                              void *ud)
 {
@@ -1607,6 +1619,7 @@ static const struct tm_store_ops sqlite_ops = {
     .requests_unfinished = q_requests_unfinished,
     .exec_schema = q_exec_schema,
     .query = q_query,
+    .rows = q_rows,
     .sessions_expire = q_sessions_expire,
     .sync = q_sync,
 };

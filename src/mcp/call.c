@@ -148,6 +148,43 @@ int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *c
     return tm_store_query(srv->store, sql, args, nargs, rows);
 }
 
+int tidemark_server_rows(tidemark_server_t *srv, const char *table, json_t *match, json_t **rows)
+{
+    if (!rows)
+        return TIDEMARK_EINVAL;
+    *rows = NULL;
+    if (match && !json_is_object(match))
+        return TIDEMARK_EINVAL;
+    if (!srv->store)
+        return TIDEMARK_ECLOSED;
+    json_t *all = NULL;
+    int rc = tm_store_rows(srv->store, table, &all);
+    if (rc)
+        return rc;
+    if (match && json_object_size(match) > 0) {
+        json_t *kept = json_array();
+        size_t i;
+        json_t *row;
+        json_array_foreach(all, i, row) {
+            const char *k;
+            json_t *want;
+            int ok = 1;
+            json_object_foreach(match, k, want) {
+                if (!json_equal(json_object_get(row, k), want)) {
+                    ok = 0;
+                    break;
+                }
+            }
+            if (ok)
+                json_array_append(kept, row);
+        }
+        json_decref(all);
+        all = kept;
+    }
+    *rows = all;
+    return 0;
+}
+
 /* ---- registration ---------------------------------------------------------- */
 
 static json_t *parse_or(const char *txt, json_t *def)

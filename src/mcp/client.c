@@ -322,7 +322,7 @@ static int app_dispatch(tidemark_client_t *c, const tidemark_event_t *ev)
 {
     if (!c->cfg.on_event || !ev->message)
         return 0;
-    struct tidemark_txn txn = {tm_cstate_db(c->st)};
+    struct tidemark_txn txn = {.db = tm_cstate_db(c->st)};
     return c->cfg.on_event(&txn, ev, c->cfg.ud);
 }
 

@@ -190,5 +190,23 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
     return { sid, calls };
   }
 
-  return { client, call, stats, confirmed, sleep };
+  // Every confirmed ledger entry exists exactly once in the ledger, and no
+  // row exists that no client was told about. Read through session sid.
+  async function checkLedger(sid) {
+    const r = await call(sid, 999999, "ledger_read", {});
+    const rows = r?.response?.result?.structuredContent?.entries;
+    if (!Array.isArray(rows)) {
+      violate(`ledger_read failed: ${JSON.stringify(r?.response)}`);
+      return 0;
+    }
+    const counts = new Map();
+    for (const row of rows) counts.set(row.entry, (counts.get(row.entry) ?? 0) + 1);
+    for (const [entry] of confirmed)
+      if (counts.get(entry) !== 1) violate(`ledger entry ${entry} exists ${counts.get(entry) ?? 0} times`);
+    for (const [entry, c] of counts)
+      if (!confirmed.has(entry)) violate(`ledger entry ${entry} (x${c}) was never confirmed to a client`);
+    return rows.length;
+  }
+
+  return { client, call, stats, confirmed, sleep, checkLedger };
 }

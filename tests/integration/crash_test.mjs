@@ -95,7 +95,7 @@ async function currentUrl() {
   return server.url;
 }
 
-const { client, call, stats, confirmed, sleep } =
+const { client, call, stats, confirmed, sleep, checkLedger } =
   makeCrashClients({ currentUrl, violate, violations, rng, seed: SEED, t0, deadlineMs: DEADLINE_MS });
 
 // ---- run -------------------------------------------------------------------------------
@@ -115,15 +115,7 @@ try {
   const results = await Promise.all(clients);
   // Every confirmed ledger entry exists exactly once.
   const url = await currentUrl();
-  const sid = results[0].sid;
-  const r = await call(sid, 999999, "ledger_read", {});
-  const rows = r.response.result.structuredContent.entries;
-  const counts = new Map();
-  for (const row of rows) counts.set(row.entry, (counts.get(row.entry) ?? 0) + 1);
-  for (const [entry] of confirmed)
-    if (counts.get(entry) !== 1) violate(`ledger entry ${entry} exists ${counts.get(entry) ?? 0} times`);
-  for (const [entry, c] of counts)
-    if (!confirmed.has(entry)) violate(`ledger entry ${entry} (x${c}) was never confirmed to a client`);
+  await checkLedger(results[0].sid);
   const metrics = await (await fetch(url.replace(/\/mcp$/, "/metrics"))).text();
   const ahead = /tidemark_resumes_total\{outcome="ahead"\} (\d+)/.exec(metrics)?.[1];
   if (ahead !== "0") violate(`cursor_ahead counted: ${ahead}`);

@@ -10,12 +10,10 @@
 //   - progress of each `stream` call is exactly 1..n, once each;
 //   - no resume is ever answered with an error (cursor_ahead included), and
 //     every live node's metrics count no cursor_ahead at the end;
-//   - no event id is ever used for two different payloads.
-// ledger_append: on Redis its atomic effect lives in each node's private
-// in-memory SQLite database (see store_redis.c), so the rows are neither
-// shared nor kept across a kill: this test checks that each ledger_append
-// gets exactly one successful response, not the rows (docs/design.md,
-// Known limitations).
+//   - no event id is ever used for two different payloads;
+//   - every ledger_append effect exactly once: each confirmed entry is one
+//     row of the shared ledger (read through the load balancer at the end),
+//     and no row exists that no client was told about.
 //
 //   node multinode_crash.mjs TIDEMARK_SERVER
 // Environment: CRASH_SEED (1), CRASH_KILLS (12), CRASH_CLIENTS (4),
@@ -62,7 +60,7 @@ async function currentUrl() {
   return cl.url;
 }
 
-const { client, call, stats, confirmed, sleep } =
+const { client, call, stats, confirmed, sleep, checkLedger } =
   makeCrashClients({ currentUrl, violate, violations, rng, seed: SEED, t0, deadlineMs: DEADLINE_MS });
 
 // ---- run -------------------------------------------------------------------------------
@@ -83,6 +81,7 @@ try {
   }
   stopping = true;
   const results = await Promise.all(clients);
+  const ledgerRows = await checkLedger(results[0].sid);
   for (let i = 0; i < NODES; i++) {
     const metrics = await (await fetch(cl.nodes[i].url.replace(/\/mcp$/, "/metrics"))).text();
     const ahead = /tidemark_resumes_total\{outcome="ahead"\} (\d+)/.exec(metrics)?.[1];
@@ -91,7 +90,8 @@ try {
   const calls = results.reduce((a, b) => a + b.calls, 0);
   console.log(`multinode crash test: seed ${SEED}, ${NODES} nodes, ${killsDone} kills, ${CLIENTS} clients, ` +
     `${calls} calls, ${stats.eventsReceived} events, ${stats.resumes} resumes, ${stats.posts} POSTs (${stats.retriedPosts} retried, ` +
-    `${stats.dedupJson} answered from records), ${confirmed.size} ledger calls confirmed once, ` +
+    `${stats.dedupJson} answered from records), ${confirmed.size} ledger calls confirmed, ` +
+    `${ledgerRows} ledger rows, ` +
     `${((Date.now() - t0) / 1000).toFixed(1)} s`);
   if (killsDone < KILLS) violate(`only ${killsDone} of ${KILLS} kills before the deadline`);
   if (calls < CLIENTS * 2) violate(`too little work done: ${calls} calls`);

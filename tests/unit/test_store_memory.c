@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "log/store.h"
+#include "tidemark/server.h"
 #include "tidemark/tidemark.h"
 
 #include <pthread.h>
@@ -869,6 +870,54 @@ static void test_concurrent_appends(void **state)
     pthread_mutex_destroy(&c.mu);
 }
 
+/* ---- application rows (atomic effects) -------------------------------------------- */
+
+static int fx_row(void *ud, tm_txn *txn)
+{
+    json_t *row = json_pack("{s:s,s:i}", "k", (const char *)ud, "n", 7);
+    int rc = tidemark_txn_insert(txn, "t.rows", row);
+    json_decref(row);
+    if (rc)
+        return rc;
+    return strcmp(ud, "bad") == 0 ? TIDEMARK_EINVAL : 0; /* fails after inserting */
+}
+
+static void test_effect_rows(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    const char *keys[] = {"x", "bad", "y"};
+    for (int i = 0; i < 3; i++) {
+        tm_append_req q = {.session = "a", .stream = "r1", .data = "ok", .len = 2,
+                           .effect = fx_row, .effect_ud = (void *)keys[i],
+                           .fallback = "no", .fallback_len = 2};
+        assert_int_equal(tm_store_append_ex(st, &q), 0);
+    }
+    assert_int_equal(tm_store_sync(st), 0);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(st, "t.rows", &rows), 0);
+    assert_int_equal(json_array_size(rows), 2); /* the failed effect left no row */
+    for (size_t i = 0; i < 2; i++) {
+        json_t *row = json_array_get(rows, i);
+        assert_int_equal(json_integer_value(json_object_get(row, "id")), (json_int_t)i + 1);
+        assert_string_equal(json_string_value(json_object_get(row, "k")), i ? "y" : "x");
+        assert_int_equal(json_integer_value(json_object_get(row, "n")), 7);
+    }
+    json_decref(rows);
+    collected c = {0};
+    read_all(st, "a", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 3);
+    assert_memory_equal(c.data[1], "no", 2); /* ...and its fallback was written */
+    json_t *bad = json_pack("{s:i}", "id", 1); /* "id" is the store's */
+    tidemark_txn_t *none = NULL;
+    assert_int_equal(tidemark_txn_insert(none, "t", bad), TIDEMARK_EINVAL);
+    json_decref(bad);
+    assert_int_equal(tm_store_rows(st, "", &rows), TIDEMARK_EINVAL);
+    tm_store_close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -887,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_retention_long_run),
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_concurrent_appends),
+        cmocka_unit_test(test_effect_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,13 +338,37 @@ static void test_request_records(void **state)
 
 /* ---- effects ----------------------------------------------------------------------- */
 
+/* Inserts one ledger row {k: ud}; "bad" fails after its row was buffered. */
 static int fx_insert(void *ud, tm_txn *txn)
 {
-    const char *args[1] = {ud};
-    int rc = tidemark_txn_exec(txn, "INSERT INTO ledger(k) VALUES(?1)", args, 1);
+    json_t *row = json_pack("{s:s}", "k", (const char *)ud);
+    int rc = tidemark_txn_insert(txn, "ledger", row);
+    json_decref(row);
     if (rc)
         return rc;
-    return strcmp(ud, "bad") == 0 ? TIDEMARK_EINVAL : 0; /* fails after writing a row */
+    return strcmp(ud, "bad") == 0 ? TIDEMARK_EINVAL : 0;
+}
+
+static int fx_sql(void *ud, tm_txn *txn)
+{
+    const char *args[1] = {ud};
+    return tidemark_txn_exec(txn, "INSERT INTO ledger(k) VALUES(?1)", args, 1);
+}
+
+/* The ledger's "k" values, in row order, joined with ','. */
+static void ledger_keys(tm_store *st, char *out, size_t cap)
+{
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(st, "ledger", &rows), 0);
+    out[0] = '\0';
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        assert_int_equal(json_integer_value(json_object_get(row, "id")), (json_int_t)i + 1);
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "%s%s", i ? "," : "", json_string_value(json_object_get(row, "k")));
+    }
+    json_decref(rows);
 }
 
 static void test_effects(void **state)
@@ -353,25 +377,90 @@ static void test_effects(void **state)
     tm_store *st = open_store(0);
     mk_session(st, "a");
     open_stream(st, "a", NULL, "r1");
-    assert_int_equal(tm_store_exec_schema(st, "CREATE TABLE IF NOT EXISTS ledger(k TEXT)"), 0);
+    /* SQL needs a store with SQL: refused loudly, never run on a private copy. */
+    assert_int_equal(tm_store_exec_schema(st, "CREATE TABLE IF NOT EXISTS ledger(k TEXT)"),
+                     TIDEMARK_ENOTSUP);
     tm_append_req ok = {.session = "a", .stream = "r1", .data = "done", .len = 4,
                         .effect = fx_insert, .effect_ud = "good", .fallback = "fell", .fallback_len = 4};
-    tm_append_req bad = ok;
+    tm_append_req bad = ok, sql = ok;
     bad.effect_ud = "bad";
+    sql.effect = fx_sql;
+    sql.effect_ud = "sql";
     assert_int_equal(tm_store_append_ex(st, &ok), 0);
     assert_int_equal(tm_store_append_ex(st, &bad), 0);
+    assert_int_equal(tm_store_append_ex(st, &sql), 0);
     assert_int_equal(tm_store_sync(st), 0);
-    json_t *rows = NULL;
-    assert_int_equal(tm_store_query(st, "SELECT k FROM ledger ORDER BY k", NULL, 0, &rows), 0);
-    assert_int_equal(json_array_size(rows), 1);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "k")), "good");
-    json_decref(rows);
+    char keys[256];
+    ledger_keys(st, keys, sizeof keys);
+    assert_string_equal(keys, "good"); /* the failed effects left no row */
     collected c = {0};
     read_all(st, "a", "r1", 0, 10, &c);
-    assert_int_equal(c.n, 2);
+    assert_int_equal(c.n, 3);
     assert_memory_equal(c.data[0], "done", 4);
-    assert_memory_equal(c.data[1], "fell", 4); /* the failed effect left its fallback */
+    assert_memory_equal(c.data[1], "fell", 4); /* a failed effect leaves its fallback */
+    assert_memory_equal(c.data[2], "fell", 4);
+    /* Another node sees the same rows. */
+    tm_store *st2 = open_db(g_next_db - 1, NULL);
+    char keys2[256];
+    ledger_keys(st2, keys2, sizeof keys2);
+    assert_string_equal(keys2, "good");
+    json_t *none = NULL;
+    assert_int_equal(tm_store_rows(st2, "no-such-table", &none), 0);
+    assert_int_equal(json_array_size(none), 0);
+    json_decref(none);
+    assert_int_equal(tm_store_rows(st2, "bad table", &none), TIDEMARK_EINVAL);
+    tm_store_close(st2);
     tm_store_close(st);
+}
+
+/* Two nodes finish the same call (one was taken for dead but still ran):
+ * each appends the final result with its effect. Whichever lands first closes
+ * the stream; the other append is refused whole, its row included. */
+static void test_effect_once_across_nodes(void **state)
+{
+    (void)state;
+    int db = g_next_db++;
+    for (int round = 0; round < 20; round++) {
+        tm_store *n1 = open_db(db, NULL), *n2 = open_db(db, NULL);
+        char sid[16], e1[16], e2[16];
+        snprintf(sid, sizeof sid, "z%d", round);
+        snprintf(e1, sizeof e1, "n1-%d", round);
+        snprintf(e2, sizeof e2, "n2-%d", round);
+        mk_session(n1, sid);
+        open_stream(n1, sid, NULL, "r1");
+        /* both nodes hold the stream open (n2 learns it by writing to it) */
+        assert_int_equal(append_durable(n2, sid, "r1", "p", 1, 0, NULL, NULL), 0);
+        tm_append_req f1 = {.session = sid, .stream = "r1", .data = "R1", .len = 2,
+                            .flags = TM_APPEND_FINAL, .effect = fx_insert, .effect_ud = e1};
+        tm_append_req f2 = f1;
+        f2.data = "R2";
+        f2.effect_ud = e2;
+        int rc1 = tm_store_append_ex(n1, &f1);
+        int rc2 = tm_store_append_ex(n2, &f2);
+        assert_int_equal(tm_store_sync(n1), 0);
+        assert_int_equal(tm_store_sync(n2), 0);
+        assert_true(rc1 == 0 || rc1 == TIDEMARK_ECLOSED);
+        assert_true(rc2 == 0 || rc2 == TIDEMARK_ECLOSED);
+        collected c = {0};
+        read_all(n1, sid, "r1", 0, 10, &c);
+        assert_int_equal(c.n, 2); /* "p", then exactly one final */
+        int first_won = memcmp(c.data[1], "R1", 2) == 0;
+        json_t *rows = NULL;
+        assert_int_equal(tm_store_rows(n2, "ledger", &rows), 0);
+        int n_e1 = 0, n_e2 = 0;
+        size_t i;
+        json_t *row;
+        json_array_foreach(rows, i, row) {
+            const char *k = json_string_value(json_object_get(row, "k"));
+            n_e1 += strcmp(k, e1) == 0;
+            n_e2 += strcmp(k, e2) == 0;
+        }
+        json_decref(rows);
+        assert_int_equal(n_e1 + n_e2, 1);
+        assert_int_equal(n_e1, first_won);
+        tm_store_close(n2);
+        tm_store_close(n1);
+    }
 }
 
 /* ---- expiry ------------------------------------------------------------------------ */
@@ -830,7 +919,9 @@ int main(void)
         cmocka_unit_test(test_retention_long_run),
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_request_records),
+        cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_effects),
+        cmocka_unit_test(test_effect_once_across_nodes),
         cmocka_unit_test(test_sessions_expire),
         cmocka_unit_test(test_concurrent_pipelined),
         cmocka_unit_test(test_lost_replies_no_duplicates),
