@@ -9,8 +9,12 @@
  *     appends, compared with (1) at the batch size the store achieved;
  *  3. append -> durable latency (p50/p99), loaded and lightly loaded, with a
  *     raw single-row commit as the baseline;
- * and, once, 4. resume latency over HTTP against a real tidemark-server for
- * N = 10 .. 10,000 replayed events.
+ *  4. durable events/s through the Redis store from 1 and from 3 node
+ *     processes sharing the bench's own redis-server (appendfsync always for
+ *     power, everysec for process), each node with the T-stream load of (2),
+ *     in the same repetitions as (2) so the SQLite row compares like with like;
+ * and, once, 5. resume latency over HTTP against a real tidemark-server for
+ * N = 10 .. 10,000 replayed events on SQLite, and N = 100 and 10,000 on Redis.
  *
  * Every measurement runs --reps times and reports medians, because the
  * machine is shared; baselines are measured in the same invocation so the
@@ -24,12 +28,16 @@
 #include "log/event_id.h"
 #include "log/store.h"
 #include "tidemark/tidemark.h"
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
+#include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -40,6 +48,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/vfs.h>
@@ -57,9 +66,17 @@
 #define LIGHT_CAP_MS 2000         /* a lightly loaded run stops after this long */
 #define SERVER_START_MS 10000
 #define SERVER_STOP_MS 10000
+#define REDIS_NODES 3             /* the multi-node run */
+#define REDIS_NODES_MAX 8
+#define REDIS_START_MS 10000      /* redis-server must answer PING by then */
+#define REDIS_STOP_MS 10000       /* then SIGKILL */
+#define NODE_READY_MS 60000       /* a node opens its store and warms up by then */
+#define NODE_RUN_MS 900000        /* a node's run ends by then, or it is killed */
 
 static const uint64_t resume_ns[] = {10, 100, 1000, 10000};
 #define NRESUME (sizeof resume_ns / sizeof resume_ns[0])
+static const uint64_t redis_resume_ns[] = {100, 10000};
+#define NRESUME_REDIS (sizeof redis_resume_ns / sizeof redis_resume_ns[0])
 
 typedef struct bench_opts {
     int quick;
@@ -72,6 +89,10 @@ typedef struct bench_opts {
     const char *dir;    /* parent of the scratch folder */
     char server[PATH_MAX];
     int skip_resume;
+    int skip_redis;
+    uint64_t redis_events;       /* durable appends per node in a Redis run */
+    char redis_server[PATH_MAX]; /* "" when the Redis section is skipped */
+    char redis_skipped[160];     /* why it is skipped */
 } bench_opts;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -496,8 +517,10 @@ static int warm_up(appender *as, unsigned nthreads)
     return rc;
 }
 
-/* Start the appenders, open the gate, wait for all of them. OUT elapsed_ns. */
-static int run_appenders(appender *as, unsigned nthreads, int64_t *elapsed_ns)
+/* Start the appenders, open the gate, wait for all of them. OUT t_start
+ * (the gate opened: the first append) and t_end (all joined: the last
+ * durable callback ran), CLOCK_MONOTONIC ns, comparable across processes. */
+static int run_appenders(appender *as, unsigned nthreads, int64_t *t_start, int64_t *t_end)
 {
     start_gate g = {.open = 0, .abort = 0};
     pthread_mutex_init(&g.mu, NULL);
@@ -510,7 +533,7 @@ static int run_appenders(appender *as, unsigned nthreads, int64_t *elapsed_ns)
             if (pthread_create(&th[started], NULL, appender_main, &as[started]) != 0)
                 break;
         }
-    int64_t t0 = now_ns();
+    *t_start = now_ns();
     pthread_mutex_lock(&g.mu);
     g.open = 1;
     g.abort = started < nthreads; /* a partial run would measure something else */
@@ -518,7 +541,7 @@ static int run_appenders(appender *as, unsigned nthreads, int64_t *elapsed_ns)
     pthread_mutex_unlock(&g.mu);
     for (unsigned t = 0; t < started; t++)
         pthread_join(th[t], NULL);
-    *elapsed_ns = now_ns() - t0;
+    *t_end = now_ns();
     free(th);
     pthread_mutex_destroy(&g.mu);
     pthread_cond_destroy(&g.cv);
@@ -576,9 +599,101 @@ static int collect(tm_store *st, const char *sid, appender *as, unsigned nthread
     return rc;
 }
 
+/* One node's load: a session with nthreads streams on st, n appends spread
+ * over them, at most window in flight per stream. */
+typedef struct node_load {
+    tm_store *st;
+    char sid[64];
+    appender *as;
+    evslot *slots;
+    unsigned nthreads;
+    double bsum0, bcnt0;
+} node_load;
+
+/* Create the session and streams and warm each stream up (one durable
+ * event), so the measured interval sees appends only. Call load_free()
+ * whatever it returns, after tm_store_close(). */
+static int load_prepare(node_load *l, tm_store *st, unsigned nthreads, unsigned window, uint64_t n,
+                        const char *payload)
+{
+    memset(l, 0, sizeof *l);
+    l->st = st;
+    /* Unique across the node processes sharing one Redis. */
+    snprintf(l->sid, sizeof l->sid, "bench-%ld-%lld", (long)getpid(), (long long)wall_ms());
+    tm_session_rec rec = {.id = l->sid, .protocol_version = TIDEMARK_PROTOCOL_LATEST,
+                          .client = "{}", .created_ms = wall_ms(), .last_seen_ms = wall_ms()};
+    l->as = calloc(nthreads, sizeof *l->as);
+    l->slots = calloc(n, sizeof *l->slots);
+    if (!l->as || !l->slots)
+        return TIDEMARK_ENOMEM;
+    l->nthreads = nthreads;
+    for (unsigned t = 0; t < nthreads; t++) {
+        pthread_mutex_init(&l->as[t].mu, NULL);
+        pthread_cond_init(&l->as[t].cv, NULL);
+    }
+    int rc = tm_store_session_create(st, &rec);
+    if (rc) {
+        fprintf(stderr, "tidemark-bench: session_create: %s\n", tidemark_strerror(rc));
+        return rc;
+    }
+    uint64_t off = 0;
+    for (unsigned t = 0; t < nthreads; t++) {
+        appender *a = &l->as[t];
+        a->st = st;
+        a->session = l->sid;
+        a->payload = payload;
+        a->window = window;
+        a->n = n / nthreads + (t < n % nthreads);
+        a->slots = l->slots + off;
+        off += a->n;
+        if ((rc = tm_store_stream_open(st, l->sid, NULL, a->stream)) != 0) {
+            fprintf(stderr, "tidemark-bench: stream_open: %s\n", tidemark_strerror(rc));
+            return rc;
+        }
+    }
+    if ((rc = warm_up(l->as, nthreads)) != 0) {
+        fprintf(stderr, "tidemark-bench: warm-up append failed: %s\n", tidemark_strerror(rc));
+        return rc;
+    }
+    return commit_batch_totals(&l->bsum0, &l->bcnt0);
+}
+
+/* Run the appenders and check the result. With cap_ms, they stop issuing
+ * after that long. OUT t_start, t_end (see run_appenders), res. */
+static int load_run(node_load *l, int64_t cap_ms, int64_t *t_start, int64_t *t_end,
+                    store_result *res)
+{
+    memset(res, 0, sizeof *res);
+    *t_start = *t_end = 0;
+    if (cap_ms > 0)
+        for (unsigned t = 0; t < l->nthreads; t++)
+            l->as[t].deadline = now_ns() + cap_ms * 1000000;
+    int rc = run_appenders(l->as, l->nthreads, t_start, t_end);
+    double bsum1 = 0, bcnt1 = 0;
+    if (rc == 0)
+        rc = commit_batch_totals(&bsum1, &bcnt1);
+    if (rc)
+        return rc;
+    res->batch = bcnt1 > l->bcnt0 ? (bsum1 - l->bsum0) / (bcnt1 - l->bcnt0) : 0;
+    return collect(l->st, l->sid, l->as, l->nthreads, *t_end - *t_start, res);
+}
+
+/* After tm_store_close(): every callback has run. */
+static void load_free(node_load *l)
+{
+    if (l->as)
+        for (unsigned t = 0; t < l->nthreads; t++) {
+            pthread_mutex_destroy(&l->as[t].mu);
+            pthread_cond_destroy(&l->as[t].cv);
+        }
+    free(l->slots);
+    free(l->as);
+    memset(l, 0, sizeof *l);
+}
+
 /* n durable appends from nthreads appenders, one stream each, window
- * in-flight appends per appender, into a fresh database at path. With
- * cap_ms, the appenders stop issuing after that long. */
+ * in-flight appends per appender, into a fresh SQLite database at path.
+ * With cap_ms, the appenders stop issuing after that long. */
 static int store_run(const char *path, tm_durability d, unsigned nthreads, unsigned window,
                      uint64_t n, int64_t cap_ms, const char *payload, store_result *res)
 {
@@ -593,70 +708,18 @@ static int store_run(const char *path, tm_durability d, unsigned nthreads, unsig
         fprintf(stderr, "tidemark-bench: cannot open store %s: %s\n", uri, tidemark_strerror(rc));
         return rc;
     }
-    char sid[64];
-    snprintf(sid, sizeof sid, "bench-%lld", (long long)wall_ms());
-    tm_session_rec rec = {.id = sid, .protocol_version = TIDEMARK_PROTOCOL_LATEST,
-                          .client = "{}", .created_ms = wall_ms(), .last_seen_ms = wall_ms()};
-    appender *as = calloc(nthreads, sizeof *as);
-    evslot *slots = calloc(n, sizeof *slots);
-    double bsum0 = 0, bcnt0 = 0, bsum1 = 0, bcnt1 = 0;
-    int64_t elapsed = 0;
-    if (!as || !slots) {
-        rc = TIDEMARK_ENOMEM;
-        goto out;
-    }
-    for (unsigned t = 0; t < nthreads; t++) {
-        pthread_mutex_init(&as[t].mu, NULL);
-        pthread_cond_init(&as[t].cv, NULL);
-    }
-    if ((rc = tm_store_session_create(st, &rec)) != 0) {
-        fprintf(stderr, "tidemark-bench: session_create: %s\n", tidemark_strerror(rc));
-        goto out;
-    }
-    uint64_t off = 0;
-    for (unsigned t = 0; t < nthreads; t++) {
-        appender *a = &as[t];
-        a->st = st;
-        a->session = sid;
-        a->payload = payload;
-        a->window = window;
-        a->n = n / nthreads + (t < n % nthreads);
-        a->slots = slots + off;
-        off += a->n;
-        if ((rc = tm_store_stream_open(st, sid, NULL, a->stream)) != 0) {
-            fprintf(stderr, "tidemark-bench: stream_open: %s\n", tidemark_strerror(rc));
-            goto out;
-        }
-    }
-    if ((rc = warm_up(as, nthreads)) != 0) {
-        fprintf(stderr, "tidemark-bench: warm-up append failed: %s\n", tidemark_strerror(rc));
-        goto out;
-    }
-    if ((rc = commit_batch_totals(&bsum0, &bcnt0)) != 0)
-        goto out;
-    if (cap_ms > 0)
-        for (unsigned t = 0; t < nthreads; t++)
-            as[t].deadline = now_ns() + cap_ms * 1000000;
-    if ((rc = run_appenders(as, nthreads, &elapsed)) != 0)
-        goto out;
-    if ((rc = commit_batch_totals(&bsum1, &bcnt1)) != 0)
-        goto out;
-    res->batch = bcnt1 > bcnt0 ? (bsum1 - bsum0) / (bcnt1 - bcnt0) : 0;
-    rc = collect(st, sid, as, nthreads, elapsed, res);
-out:
+    node_load l;
+    int64_t t0, t1;
+    rc = load_prepare(&l, st, nthreads, window, n, payload);
+    if (rc == 0)
+        rc = load_run(&l, cap_ms, &t0, &t1, res);
     tm_store_close(st); /* after every callback: close drains the writer */
-    if (as)
-        for (unsigned t = 0; t < nthreads; t++) {
-            pthread_mutex_destroy(&as[t].mu);
-            pthread_cond_destroy(&as[t].cv);
-        }
+    load_free(&l);
     remove_db(path);
-    free(slots);
-    free(as);
     return rc;
 }
 
-/* ---- 4. resume over HTTP ---------------------------------------------------------- */
+/* ---- 5. resume over HTTP ---------------------------------------------------------- */
 
 typedef struct server_proc {
     pid_t pid;
@@ -707,18 +770,16 @@ static int server_stop(server_proc *s)
     return WEXITSTATUS(status);
 }
 
-/* Start tidemark-server on a free loopback port; its URL is the line it
- * prints on stdout. */
-static int server_start(const char *bin, const char *dir, server_proc *s)
+/* Start tidemark-server on store (a URI) and a free loopback port; its URL
+ * is the line it prints on stdout. */
+static int server_start(const char *bin, const char *dir, const char *store, server_proc *s)
 {
     memset(s, 0, sizeof *s);
     s->pid = -1;
     s->out_fd = -1;
-    char db[PATH_MAX], store[PATH_MAX + 8];
-    if (join_path(db, sizeof db, dir, "server.db") || join_path(s->log, sizeof s->log, dir, "server.log"))
+    if (join_path(s->log, sizeof s->log, dir, "server.log"))
         return TIDEMARK_ERANGE;
-    snprintf(store, sizeof store, "sqlite:%s", db);
-    char *argv[] = {(char *)bin, "--store", store, "--durability", "process", "--listen",
+    char *argv[] = {(char *)bin, "--store", (char *)store, "--durability", "process", "--listen",
                     "127.0.0.1:0", "--log-level", "warn", NULL};
     int p[2];
     if (pipe(p) != 0)
@@ -1073,15 +1134,16 @@ typedef struct resume_result {
     unsigned runs;
 } resume_result;
 
-static int resume_bench(const bench_opts *o, const char *dir, resume_result res[NRESUME])
+/* Resumes of streams of ns[i] events against tidemark-server on store (a
+ * URI). db: the SQLite file to remove afterwards, or NULL. */
+static int resume_bench(const bench_opts *o, const char *dir, const char *store, const char *db,
+                        const uint64_t *ns, size_t nn, resume_result *res)
 {
     server_proc s = {.pid = -1, .out_fd = -1};
-    char db[PATH_MAX];
-    int rc = join_path(db, sizeof db, dir, "server.db");
-    if (rc == 0)
-        rc = server_start(o->server, dir, &s);
+    int rc = server_start(o->server, dir, store, &s);
     if (rc) {
-        remove_db(db);
+        if (db)
+            remove_db(db);
         unlink(s.log);
         return rc;
     }
@@ -1092,10 +1154,11 @@ static int resume_bench(const bench_opts *o, const char *dir, resume_result res[
     double *ms = calloc(o->resume_reps, sizeof *ms);
     if (!ms && rc == 0)
         rc = TIDEMARK_ENOMEM;
-    for (size_t i = 0; i < NRESUME && rc == 0; i++) {
-        uint64_t n = resume_ns[i];
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        uint64_t n = ns[i];
         char first[TM_EVENT_ID_MAX];
-        fprintf(stderr, "  resume N=%llu\n", (unsigned long long)n);
+        fprintf(stderr, "  resume N=%llu (%s)\n", (unsigned long long)n,
+                strncmp(store, "redis", 5) == 0 ? "redis" : "sqlite");
         if ((rc = make_stream(&c, n, first)) != 0)
             break;
         double warm;
@@ -1123,8 +1186,413 @@ static int resume_bench(const bench_opts *o, const char *dir, resume_result res[
     } else if (rc) {
         show_log_tail(s.log);
     }
-    remove_db(db);
+    if (db)
+        remove_db(db);
     unlink(s.log);
+    return rc;
+}
+
+/* ---- 4. Redis: the bench's own redis-server, node processes ----------------- */
+
+/* A redis-server started by the bench on a free loopback port, persisting
+ * to an append-only file in its own scratch folder, nothing else (no RDB
+ * snapshots). */
+typedef struct redis_proc {
+    pid_t pid;
+    int port;
+    char dir[PATH_MAX];  /* its --dir; removed when it stops */
+    char log[PATH_MAX];
+    char version[32];
+} redis_proc;
+
+/* The appendfsync policy that gives a durability level its meaning on
+ * Redis (store_redis.c's check_durability: power needs "always"). */
+static const char *redis_fsync(tm_durability d)
+{
+    return d == TM_DURABILITY_PROCESS ? "everysec" : "always";
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* rm -r path (Redis keeps its append-only files in a subfolder). */
+static void remove_tree(const char *path)
+{
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        fprintf(stderr, "tidemark-bench: cannot remove %s: %s\n", path, strerror(errno));
+}
+
+/* PING answered PONG. OUT version (INFO server's redis_version). */
+static int redis_ping(int port, char *version, size_t vlen)
+{
+    struct timeval tv = {0, 500000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!c || c->err) {
+        redisFree(c);
+        return TIDEMARK_EIO;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *x = redisCommand(c, "PING");
+    int up = x && x->type == REDIS_REPLY_STATUS && strcmp(x->str, "PONG") == 0;
+    freeReplyObject(x);
+    if (up && (x = redisCommand(c, "INFO server")) != NULL) {
+        const char *v = x->type == REDIS_REPLY_STRING ? strstr(x->str, "redis_version:") : NULL;
+        if (v)
+            snprintf(version, vlen, "%.*s", (int)strcspn(v + 14, "\r\n"), v + 14);
+        freeReplyObject(x);
+    }
+    redisFree(c);
+    return up ? 0 : TIDEMARK_EIO;
+}
+
+/* Stop it by its pid: SIGTERM (it finishes its AOF and exits), SIGKILL
+ * after REDIS_STOP_MS; then remove its folder. Returns its exit status, or
+ * -1 (killed, or never started). */
+static int redis_stop(redis_proc *rp)
+{
+    int ret = -1;
+    if (rp->pid > 0) {
+        kill(rp->pid, SIGTERM);
+        int status = 0;
+        pid_t r = 0;
+        for (int waited = 0; waited < REDIS_STOP_MS; waited += 10) {
+            if ((r = waitpid(rp->pid, &status, WNOHANG)) != 0)
+                break;
+            sleep_ms(10);
+        }
+        if (r == 0) {
+            fprintf(stderr, "tidemark-bench: redis-server (pid %ld) ignored SIGTERM; killing it\n",
+                    (long)rp->pid);
+            kill(rp->pid, SIGKILL);
+            r = waitpid(rp->pid, &status, 0);
+        }
+        if (r == rp->pid && WIFEXITED(status))
+            ret = WEXITSTATUS(status);
+    }
+    rp->pid = -1;
+    if (rp->dir[0])
+        remove_tree(rp->dir);
+    if (rp->log[0])
+        unlink(rp->log);
+    return ret;
+}
+
+/* Start redis-server (bin) with its folder under dir and the given
+ * appendfsync, and wait until it answers PING (REDIS_START_MS). A port
+ * taken between free_port() and the bind is tried again with another. */
+static int redis_start(const char *bin, const char *dir, const char *fsync, redis_proc *rp)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->pid = -1;
+    if (join_path(rp->dir, sizeof rp->dir, dir, "redis") ||
+        join_path(rp->log, sizeof rp->log, dir, "redis.log"))
+        return TIDEMARK_ERANGE;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        remove_tree(rp->dir);
+        if (mkdir(rp->dir, 0700) != 0) {
+            fprintf(stderr, "tidemark-bench: mkdir %s: %s\n", rp->dir, strerror(errno));
+            return TIDEMARK_EIO;
+        }
+        char port[16];
+        rp->port = free_port();
+        if (rp->port <= 0)
+            return TIDEMARK_EIO;
+        snprintf(port, sizeof port, "%d", rp->port);
+        char *argv[] = {(char *)bin, "--port", port, "--bind", "127.0.0.1", "--dir", rp->dir,
+                        "--save", "", "--appendonly", "yes", "--appendfsync", (char *)fsync,
+                        "--daemonize", "no", NULL};
+        int logfd = open(rp->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (logfd < 0)
+            return TIDEMARK_EIO;
+        pid_t parent = getpid();
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            close(logfd);
+            return TIDEMARK_EIO;
+        }
+        if (pid == 0) { /* only async-signal-safe calls until exec */
+            if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+                _exit(127);
+            dup2(logfd, STDOUT_FILENO);
+            dup2(logfd, STDERR_FILENO);
+            execv(bin, argv);
+            _exit(127);
+        }
+        close(logfd);
+        rp->pid = pid;
+        int64_t deadline = now_ns() + (int64_t)REDIS_START_MS * 1000000;
+        int exited = 0;
+        while (now_ns() < deadline) {
+            int status;
+            if (waitpid(pid, &status, WNOHANG) == pid) {
+                exited = 1;
+                rp->pid = -1;
+                break;
+            }
+            if (redis_ping(rp->port, rp->version, sizeof rp->version) == 0)
+                return 0;
+            sleep_ms(20);
+        }
+        if (!exited) {
+            fprintf(stderr, "tidemark-bench: redis-server did not answer PING within %d ms\n",
+                    REDIS_START_MS);
+            show_log_tail(rp->log);
+            redis_stop(rp);
+            return TIDEMARK_EIO;
+        }
+        /* Exited: a port someone took meanwhile is worth another try. */
+        char line[512];
+        int in_use = 0;
+        FILE *f = fopen(rp->log, "r");
+        while (f && fgets(line, sizeof line, f))
+            in_use |= strstr(line, "Address already in use") != NULL;
+        if (f)
+            fclose(f);
+        if (!in_use)
+            break;
+    }
+    fprintf(stderr, "tidemark-bench: %s exited at start-up\n", bin);
+    show_log_tail(rp->log);
+    redis_stop(rp);
+    return TIDEMARK_EIO;
+}
+
+/* What a node process tells the bench: ready (after its warm-up), then done. */
+typedef struct node_msg {
+    int kind; /* NODE_READY, NODE_DONE */
+    int rc;
+    int64_t t_start, t_end; /* CLOCK_MONOTONIC ns */
+    uint64_t durable;
+    double batch, p50, p99;
+} node_msg;
+
+enum { NODE_READY = 1, NODE_DONE = 2 };
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return TIDEMARK_EIO;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* One message, before deadline (monotonic ns). EOF or timeout: EIO. */
+static int read_msg(int fd, node_msg *m, int64_t deadline)
+{
+    char *c = (char *)m;
+    size_t got = 0;
+    while (got < sizeof *m) {
+        int64_t left = (deadline - now_ns()) / 1000000;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (left <= 0)
+            return TIDEMARK_ETIMEDOUT;
+        int pr = poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            return TIDEMARK_ETIMEDOUT;
+        ssize_t k = read(fd, c + got, sizeof *m - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return TIDEMARK_EIO;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* A node: its own store (writer thread, connections, subscriber) on uri and
+ * the same load as the SQLite run, in this (forked) process. Says ready,
+ * waits for the bench's go (one byte 'g'; anything else: give up), runs,
+ * says done. Never returns. */
+static void node_main(const bench_opts *o, const char *uri, tm_durability d, const char *payload,
+                      int go_fd, int out_fd)
+{
+    node_msg m = {.kind = NODE_READY};
+    tm_store_options opts = {.durability = d};
+    tm_store *st = NULL;
+    node_load l;
+    memset(&l, 0, sizeof l);
+    m.rc = tm_store_open(uri, &opts, &st);
+    if (m.rc)
+        fprintf(stderr, "tidemark-bench: node %ld: cannot open %s: %s\n", (long)getpid(), uri,
+                tidemark_strerror(m.rc));
+    else
+        m.rc = load_prepare(&l, st, o->threads, o->window, o->redis_events, payload);
+    int wrc = write_all(out_fd, &m, sizeof m);
+    char go = 0;
+    if (m.rc == 0 && wrc == 0) {
+        ssize_t k;
+        while ((k = read(go_fd, &go, 1)) < 0 && errno == EINTR)
+            ;
+        if (k != 1)
+            go = 0;
+    }
+    if (go == 'g') {
+        store_result res;
+        m.kind = NODE_DONE;
+        m.rc = load_run(&l, 0, &m.t_start, &m.t_end, &res);
+        m.durable = res.durable;
+        m.batch = res.batch;
+        m.p50 = res.p50;
+        m.p99 = res.p99;
+        wrc = write_all(out_fd, &m, sizeof m);
+    }
+    if (st)
+        tm_store_close(st);
+    load_free(&l);
+    _exit(m.rc || wrc ? 1 : 0);
+}
+
+/* nnodes node processes on one Redis, each T streams x window W and
+ * o->redis_events appends, started together. events/s = all durable appends
+ * over the time from the first node's first append to the last node's last
+ * durable callback. batch: mean over nodes; p50/p99: the worst node's. */
+static int redis_nodes_run(const bench_opts *o, const char *uri, tm_durability d, unsigned nnodes,
+                           const char *payload, store_result *res)
+{
+    memset(res, 0, sizeof *res);
+    pid_t pid[REDIS_NODES_MAX];
+    int out[REDIS_NODES_MAX], go[2];
+    unsigned started = 0;
+    int rc = 0;
+    if (nnodes > REDIS_NODES_MAX || pipe(go) != 0)
+        return TIDEMARK_EINVAL;
+    /* The bench is single-threaded here (every store it opened is closed,
+     * their threads joined), so a forked child may use threads and malloc. */
+    pid_t parent = getpid();
+    fflush(NULL);
+    for (; started < nnodes; started++) {
+        int p[2];
+        if (pipe(p) != 0) {
+            rc = TIDEMARK_EIO;
+            break;
+        }
+        pid_t k = fork();
+        if (k < 0) {
+            close(p[0]);
+            close(p[1]);
+            rc = TIDEMARK_EIO;
+            break;
+        }
+        if (k == 0) {
+            /* A bench killed mid-run must not leave nodes behind. */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+                _exit(127);
+            close(go[1]);
+            close(p[0]);
+            for (unsigned j = 0; j < started; j++)
+                close(out[j]);
+            node_main(o, uri, d, payload, go[0], p[1]);
+        }
+        close(p[1]);
+        pid[started] = k;
+        out[started] = p[0];
+    }
+    close(go[0]);
+    /* Opening a store and warming T streams takes well under a second;
+     * a run of o->events appends per node gets minutes. */
+    node_msg m[REDIS_NODES_MAX];
+    int64_t deadline = now_ns() + (int64_t)NODE_READY_MS * 1000000;
+    for (unsigned i = 0; i < started && rc == 0; i++) {
+        int r = read_msg(out[i], &m[i], deadline);
+        if (r || m[i].kind != NODE_READY || m[i].rc) {
+            fprintf(stderr, "tidemark-bench: Redis node %u of %u not ready: %s\n", i + 1, nnodes,
+                    tidemark_strerror(r ? r : m[i].rc ? m[i].rc : TIDEMARK_EPROTO));
+            rc = r ? r : m[i].rc ? m[i].rc : TIDEMARK_EPROTO;
+        }
+    }
+    /* One byte each: 'g' starts every node at once, 'x' sends them home. */
+    char bytes[REDIS_NODES_MAX];
+    memset(bytes, rc == 0 ? 'g' : 'x', sizeof bytes);
+    if (write_all(go[1], bytes, started) != 0 && rc == 0)
+        rc = TIDEMARK_EIO;
+    close(go[1]);
+    deadline = now_ns() + (int64_t)NODE_RUN_MS * 1000000;
+    int64_t t_start = INT64_MAX, t_end = 0;
+    double bsum = 0;
+    for (unsigned i = 0; i < started && rc == 0; i++) {
+        int r = read_msg(out[i], &m[i], deadline);
+        if (r || m[i].kind != NODE_DONE || m[i].rc) {
+            fprintf(stderr, "tidemark-bench: Redis node %u of %u failed: %s\n", i + 1, nnodes,
+                    tidemark_strerror(r ? r : m[i].rc ? m[i].rc : TIDEMARK_EPROTO));
+            rc = r ? r : m[i].rc ? m[i].rc : TIDEMARK_EPROTO;
+            break;
+        }
+        t_start = m[i].t_start < t_start ? m[i].t_start : t_start;
+        t_end = m[i].t_end > t_end ? m[i].t_end : t_end;
+        res->durable += m[i].durable;
+        bsum += m[i].batch;
+        res->p50 = m[i].p50 > res->p50 ? m[i].p50 : res->p50;
+        res->p99 = m[i].p99 > res->p99 ? m[i].p99 : res->p99;
+    }
+    for (unsigned i = 0; i < started; i++) {
+        if (rc)
+            kill(pid[i], SIGKILL); /* a node that went silent must not outlive the run */
+        int status = 0;
+        pid_t r;
+        while ((r = waitpid(pid[i], &status, 0)) < 0 && errno == EINTR)
+            ;
+        if (rc == 0 && (r != pid[i] || !WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+            fprintf(stderr, "tidemark-bench: Redis node %u exited abnormally\n", i + 1);
+            rc = TIDEMARK_EIO;
+        }
+        close(out[i]);
+    }
+    if (rc == 0 && started) {
+        res->batch = bsum / started;
+        res->eps = t_end > t_start ? (double)res->durable * 1e9 / (double)(t_end - t_start) : 0;
+    }
+    return rc;
+}
+
+/* One measurement on a fresh redis-server: it starts empty, with an empty
+ * append-only file, as the SQLite runs start with an empty database. */
+static int redis_run(const bench_opts *o, const char *dir, tm_durability d, unsigned nnodes,
+                     const char *payload, store_result *res, char *version, size_t vlen)
+{
+    redis_proc rp;
+    int rc = redis_start(o->redis_server, dir, redis_fsync(d), &rp);
+    if (rc)
+        return rc;
+    snprintf(version, vlen, "%s", rp.version);
+    char uri[64];
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", rp.port);
+    rc = redis_nodes_run(o, uri, d, nnodes, payload, res);
+    if (rc)
+        show_log_tail(rp.log);
+    int st = redis_stop(&rp);
+    if (st != 0 && rc == 0) {
+        fprintf(stderr, "tidemark-bench: redis-server exited with status %d on SIGTERM\n", st);
+        rc = TIDEMARK_EIO;
+    }
     return rc;
 }
 
@@ -1137,6 +1605,9 @@ typedef struct dur_results {
     double p50T[MAX_REPS], p99T[MAX_REPS];
     double p50L[MAX_REPS], p99L[MAX_REPS], epsL[MAX_REPS];
     double p50R[MAX_REPS], p99R[MAX_REPS];
+    /* Redis: [0] one node, [1] REDIS_NODES nodes */
+    double reps[2][MAX_REPS], rbatch[2][MAX_REPS], rp50[2][MAX_REPS], rp99[2][MAX_REPS];
+    char redis_version[32];
 } dur_results;
 
 static int measure_durability(const bench_opts *o, const char *dir, const char *payload,
@@ -1179,12 +1650,76 @@ static int measure_durability(const bench_opts *o, const char *dir, const char *
         r->epsL[rep] = s.eps;
         if ((rc = raw_commit_latency(raw, r->d, o->light, payload, &r->p50R[rep], &r->p99R[rep])) != 0)
             return rc;
+        /* Redis in the same repetition, with the same per-node load as the
+         * T-stream store run above: one node, then REDIS_NODES. */
+        for (int k = 0; k < 2 && o->redis_server[0]; k++) {
+            unsigned nodes = k ? REDIS_NODES : 1;
+            fprintf(stderr, "  %s: redis, %u node%s\n", dur_name(r->d), nodes, k ? "s" : "");
+            if ((rc = redis_run(o, dir, r->d, nodes, payload, &s, r->redis_version,
+                                sizeof r->redis_version)) != 0)
+                return rc;
+            r->reps[k][rep] = s.eps;
+            r->rbatch[k][rep] = s.batch;
+            r->rp50[k][rep] = s.p50;
+            r->rp99[k][rep] = s.p99;
+        }
     }
     return 0;
 }
 
+static void print_resume_table(FILE *f, const uint64_t *ns, size_t nn, const resume_result *rr)
+{
+    fprintf(f, "%-8s %10s %8s %10s  %s\n", "resume N", "median_ms", "p90_ms", "target_ms",
+            "met (median / p90)");
+    for (size_t i = 0; i < nn; i++)
+        fprintf(f, "%-8llu %10.2f %8.2f %10.2f  %s / %s\n", (unsigned long long)ns[i],
+                rr[i].median_ms, rr[i].p90_ms, rr[i].target_ms,
+                rr[i].median_ms <= rr[i].target_ms ? "yes" : "NO",
+                rr[i].p90_ms <= rr[i].target_ms ? "yes" : "NO");
+}
+
+static void print_redis(FILE *f, const bench_opts *o, const dur_results *dr, size_t ndr)
+{
+    unsigned n = o->reps;
+    if (!o->redis_server[0]) {
+        fprintf(f, "Redis: skipped (%s)\n\n", o->redis_skipped);
+        return;
+    }
+    fprintf(f, "durable events/s on Redis vs the SQLite store (redis-server %s on loopback,\n"
+               "appendonly yes, a fresh server per run; a node = one process with its own store;\n"
+               "per node %u streams x window %u, %llu events; the sqlite row is the %u-stream run\n"
+               "above; redis batch = mean of the nodes', p50/p99 = the worst node's)\n",
+            dr[0].redis_version, o->threads, o->window, (unsigned long long)o->redis_events,
+            o->threads);
+    fprintf(f, "%-11s %-12s %-15s %10s %8s %8s %8s\n", "durability", "appendfsync", "store",
+            "events/s", "batch", "p50_us", "p99_us");
+    for (size_t i = 0; i < ndr; i++) {
+        const dur_results *r = &dr[i];
+        fprintf(f, "%-11s %-12s %-15s %10.0f %8.1f %8.0f %8.0f\n", dur_name(r->d), "-",
+                "sqlite, 1 node", median(r->epsT, n), median(r->batchT, n), median(r->p50T, n),
+                median(r->p99T, n));
+        for (int k = 0; k < 2; k++) {
+            char what[32];
+            snprintf(what, sizeof what, "redis, %u node%s", k ? REDIS_NODES : 1, k ? "s" : "");
+            fprintf(f, "%-11s %-12s %-15s %10.0f %8.1f %8.0f %8.0f\n", dur_name(r->d),
+                    redis_fsync(r->d), what, median(r->reps[k], n), median(r->rbatch[k], n),
+                    median(r->rp50[k], n), median(r->rp99[k], n));
+        }
+    }
+    fprintf(f, "ratios of medians:");
+    for (size_t i = 0; i < ndr; i++) {
+        const dur_results *r = &dr[i];
+        double sq = median(r->epsT, n), r1 = median(r->reps[0], n), r3 = median(r->reps[1], n);
+        fprintf(f, "%s %s: redis 1 node / sqlite 1 node = %.2f, redis %u nodes / redis 1 node = %.2f",
+                i ? ";" : "", dur_name(r->d), sq > 0 ? r1 / sq : 0, REDIS_NODES,
+                r1 > 0 ? r3 / r1 : 0);
+    }
+    fprintf(f, "\n\n");
+}
+
 static void print_report(FILE *f, const bench_opts *o, const char *dir, const dur_results *dr,
-                         size_t ndr, const resume_result *rr, int resumed)
+                         size_t ndr, const resume_result *rr, const resume_result *rrr,
+                         int resumed)
 {
     unsigned n = o->reps;
     time_t now = time(NULL);
@@ -1242,6 +1777,8 @@ static void print_report(FILE *f, const bench_opts *o, const char *dir, const du
     }
     fprintf(f, "\n");
 
+    print_redis(f, o, dr, ndr);
+
     if (!resumed) {
         fprintf(f, "resume over HTTP: skipped\n");
         return;
@@ -1249,13 +1786,13 @@ static void print_report(FILE *f, const bench_opts *o, const char *dir, const du
     fprintf(f, "resume over HTTP (tidemark-server --durability process; GET with Last-Event-ID\n"
                "= priming id until the final response; %u runs each; target 1 ms + 3 us/event)\n",
             rr[0].runs);
-    fprintf(f, "%-8s %10s %8s %10s  %s\n", "resume N", "median_ms", "p90_ms", "target_ms",
-            "met (median / p90)");
-    for (size_t i = 0; i < NRESUME; i++)
-        fprintf(f, "%-8llu %10.2f %8.2f %10.2f  %s / %s\n", (unsigned long long)resume_ns[i],
-                rr[i].median_ms, rr[i].p90_ms, rr[i].target_ms,
-                rr[i].median_ms <= rr[i].target_ms ? "yes" : "NO",
-                rr[i].p90_ms <= rr[i].target_ms ? "yes" : "NO");
+    print_resume_table(f, resume_ns, NRESUME, rr);
+    if (!o->redis_server[0])
+        return;
+    fprintf(f, "\nresume over HTTP on Redis (the same, with --store redis://127.0.0.1:PORT/0 on a\n"
+               "redis-server with appendfsync everysec; %u runs each)\n",
+            rrr[0].runs);
+    print_resume_table(f, redis_resume_ns, NRESUME_REDIS, rrr);
 }
 
 static void usage(FILE *f)
@@ -1263,7 +1800,8 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: tidemark-bench [options]\n"
             "Benchmarks the SQLite event log (throughput, commit latency, against raw\n"
-            "SQLite in the same run) and resume latency over HTTP (tidemark-server).\n\n"
+            "SQLite in the same run), the Redis event log from 1 and 3 node processes on\n"
+            "its own redis-server, and resume latency over HTTP (tidemark-server).\n\n"
             "Options:\n"
             "  --quick          smoke run: few events, one repetition (numbers not meaningful)\n"
             "  --events N       durable appends per throughput run (default 200000)\n"
@@ -1275,9 +1813,30 @@ static void usage(FILE *f)
             "  --dir DIR        where scratch databases go (default $TMPDIR or /tmp)\n"
             "  --server PATH    tidemark-server binary (default: next to tidemark-bench)\n"
             "  --no-resume      skip the HTTP resume measurement\n"
+            "  --skip-redis     skip the Redis measurements\n"
+            "  --redis-events N durable appends per node in a Redis run (default: --events)\n"
+            "  --redis-server PATH  redis-server binary (default: redis-server on PATH;\n"
+            "                   the Redis section is skipped, not failed, when there is none)\n"
             "  --help           show this help\n\n"
             "Exit status: 0 when every measurement produced a valid result (targets are\n"
             "reported, not enforced), 1 when one failed, 2 on a usage error.\n");
+}
+
+/* The first executable prog in $PATH, into out. TIDEMARK_ENOTFOUND. */
+static int find_on_path(const char *prog, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t k = strcspn(path, ":");
+        int w = snprintf(out, n, "%.*s/%s", (int)k, k ? path : ".", prog);
+        if (w > 0 && (size_t)w < n && access(out, X_OK) == 0)
+            return 0;
+        path += k + (path[k] == ':');
+    }
+    out[0] = '\0';
+    return TIDEMARK_ENOTFOUND;
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -1308,6 +1867,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         {"window", required_argument, 0, 'w'}, {"light", required_argument, 0, 'l'},
         {"resume-reps", required_argument, 0, 'R'}, {"dir", required_argument, 0, 'd'},
         {"server", required_argument, 0, 's'}, {"no-resume", no_argument, 0, 'n'},
+        {"skip-redis", no_argument, 0, 'S'},  {"redis-server", required_argument, 0, 'D'},
+        {"redis-events", required_argument, 0, 'E'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     int c;
     uint64_t v;
@@ -1344,6 +1905,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         case 'd': o->dir = optarg; break;
         case 's': snprintf(o->server, sizeof o->server, "%s", optarg); break;
         case 'n': o->skip_resume = 1; break;
+        case 'S': o->skip_redis = 1; break;
+        case 'E':
+            if (parse_u64(optarg, 1, 100000000, &v)) goto bad;
+            o->redis_events = v;
+            break;
+        case 'D': snprintf(o->redis_server, sizeof o->redis_server, "%s", optarg); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return TIDEMARK_EINVAL;
         }
@@ -1365,8 +1932,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             o->light = 30;
     }
     o->resume_reps = rreps ? (unsigned)rreps : o->quick ? 1 : 4 * o->reps;
-    if (o->events < o->threads) {
-        fprintf(stderr, "tidemark-bench: --events must be at least --threads\n");
+    if (!o->redis_events)
+        o->redis_events = o->events;
+    if (o->events < o->threads || o->redis_events < o->threads) {
+        fprintf(stderr, "tidemark-bench: --events and --redis-events must be at least --threads\n");
         return TIDEMARK_EINVAL;
     }
     if (!o->server[0]) {
@@ -1389,6 +1958,19 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "tidemark-bench: %s: not executable (use --server or --no-resume)\n",
                 o->server);
         return TIDEMARK_EINVAL;
+    }
+    if (o->skip_redis) {
+        o->redis_server[0] = '\0';
+        snprintf(o->redis_skipped, sizeof o->redis_skipped, "--skip-redis");
+    } else if (o->redis_server[0]) {
+        if (access(o->redis_server, X_OK) != 0) { /* asked for by name: a usage error */
+            fprintf(stderr, "tidemark-bench: %s: not executable (use --skip-redis)\n",
+                    o->redis_server);
+            return TIDEMARK_EINVAL;
+        }
+    } else if (find_on_path("redis-server", o->redis_server, sizeof o->redis_server) != 0) {
+        snprintf(o->redis_skipped, sizeof o->redis_skipped,
+                 "redis-server not found on PATH; apt-get install redis-server, or --redis-server");
     }
     return 0;
 }
@@ -1418,13 +2000,35 @@ int main(int argc, char **argv)
     static dur_results dr[2];
     dr[0].d = TM_DURABILITY_POWER;
     dr[1].d = TM_DURABILITY_PROCESS;
-    resume_result rr[NRESUME];
+    resume_result rr[NRESUME], rrr[NRESUME_REDIS];
     memset(rr, 0, sizeof rr);
+    memset(rrr, 0, sizeof rrr);
+    if (!o.redis_server[0])
+        fprintf(stderr, "tidemark-bench: Redis section skipped: %s\n", o.redis_skipped);
     int64_t t0 = now_ns();
     for (size_t i = 0; i < 2 && rc == 0; i++)
         rc = measure_durability(&o, dir, payload, &dr[i]);
-    if (rc == 0 && !o.skip_resume)
-        rc = resume_bench(&o, dir, rr);
+    if (rc == 0 && !o.skip_resume) {
+        char db[PATH_MAX], store[PATH_MAX + 8];
+        rc = join_path(db, sizeof db, dir, "server.db");
+        snprintf(store, sizeof store, "sqlite:%s", db);
+        if (rc == 0)
+            rc = resume_bench(&o, dir, store, db, resume_ns, NRESUME, rr);
+    }
+    if (rc == 0 && !o.skip_resume && o.redis_server[0]) {
+        redis_proc rp;
+        rc = redis_start(o.redis_server, dir, redis_fsync(TM_DURABILITY_PROCESS), &rp);
+        if (rc == 0) {
+            char store[64];
+            snprintf(store, sizeof store, "redis://127.0.0.1:%d/0", rp.port);
+            rc = resume_bench(&o, dir, store, NULL, redis_resume_ns, NRESUME_REDIS, rrr);
+            int st = redis_stop(&rp);
+            if (st != 0 && rc == 0) {
+                fprintf(stderr, "tidemark-bench: redis-server exited with status %d on SIGTERM\n", st);
+                rc = TIDEMARK_EIO;
+            }
+        }
+    }
     double secs = (double)(now_ns() - t0) / 1e9;
     if (rmdir(dir) != 0)
         fprintf(stderr, "tidemark-bench: %s left behind: %s\n", dir, strerror(errno));
@@ -1440,9 +2044,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < 2; i++)
         for (unsigned r = 0; r < o.reps; r++)
             if (!(dr[i].eps1[r] > 0 && dr[i].epsT[r] > 0 && dr[i].raw1[r] > 0 &&
-                  dr[i].rawT[r] > 0 && dr[i].epsL[r] > 0))
+                  dr[i].rawT[r] > 0 && dr[i].epsL[r] > 0) ||
+                (o.redis_server[0] && !(dr[i].reps[0][r] > 0 && dr[i].reps[1][r] > 0)))
                 valid = 0;
-    print_report(stdout, &o, dir, dr, 2, rr, !o.skip_resume);
+    print_report(stdout, &o, dir, dr, 2, rr, rrr, !o.skip_resume);
     printf("\nwall time %.1f s\n", secs);
     if (!valid) {
         fprintf(stderr, "tidemark-bench: FAILED: a measurement produced zero events/s\n");
