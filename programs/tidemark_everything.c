@@ -91,6 +91,17 @@ static int t_logging(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
     return 0;
 }
 
+/* Tells every session subscribed to uri (default test://watched-resource),
+ * on every node of a shared store, that the resource changed. */
+static int t_update_resource(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c;
+    const char *uri = json_string_value(json_object_get(a, "uri"));
+    int rc = tidemark_server_resource_updated(ud, uri ? uri : "test://watched-resource");
+    *r = rc ? tidemark_result_error(tidemark_strerror(rc)) : tidemark_result_text("updated");
+    return 0;
+}
+
 static int t_progress(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
 {
     (void)a, (void)ud;
@@ -391,6 +402,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "cannot register tool %s\n", tools[i].name);
             return 1;
         }
+    }
+    const tidemark_tool_t update = {
+        .name = "update_resource",
+        .description = "Sends notifications/resources/updated for uri (default "
+                       "test://watched-resource) to every subscribed session",
+        .input_schema = "{\"type\":\"object\",\"properties\":{\"uri\":{\"type\":\"string\"}}}",
+        .fn = t_update_resource,
+        .ud = srv,
+    };
+    if (tidemark_server_add_tool(srv, &update) != 0) {
+        fprintf(stderr, "cannot register tool update_resource\n");
+        return 1;
     }
 
     tidemark_resource_t res[] = {

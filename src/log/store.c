@@ -102,6 +102,7 @@ void tm_session_rec_clear(tm_session_rec *rec)
     free(rec->id);
     free(rec->protocol_version);
     free(rec->client);
+    free(rec->attrs);
     memset(rec, 0, sizeof *rec);
 }
 
@@ -169,6 +170,37 @@ int tm_store_rows(tm_store *st, const char *table, json_t **rows)
     if (!tm_table_name_ok(table) || !rows)
         return TIDEMARK_EINVAL;
     return st->ops->rows(st, table, rows);
+}
+
+int tm_store_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
+{
+    if (!id || !name || !*name)
+        return TIDEMARK_EINVAL;
+    return st->ops->session_set_attr(st, id, name, value);
+}
+
+char *tm_attrs_with(const char *attrs, const char *name, const char *value)
+{
+    json_t *o = attrs ? json_loads(attrs, 0, NULL) : NULL;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        o = json_object();
+    }
+    int rc = 0;
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        rc = v ? json_object_set_new(o, name, v) : -1;
+    } else {
+        json_object_del(o, name);
+    }
+    char *out = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return out;
+}
+
+int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud)
+{
+    return st->ops->sessions_each(st, fn, ud);
 }
 
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,

@@ -42,6 +42,8 @@ typedef struct tm_session_rec {
     char *client;       /* JSON text: initialize params (clientInfo, capabilities) */
     int64_t created_ms;
     int64_t last_seen_ms;
+    char *attrs;        /* JSON text or NULL: state the server keeps per session
+                           (log level, subscriptions, standalone stream opened) */
 } tm_session_rec;
 
 /* Called after an append is durable (status 0, seq assigned) or failed. */
@@ -119,6 +121,8 @@ struct tm_store_ops {
     int (*session_get)(tm_store *st, const char *id, tm_session_rec *out);
     int (*session_touch)(tm_store *st, const char *id, int64_t now_ms);
     int (*session_delete)(tm_store *st, const char *id);
+    int (*session_set_attr)(tm_store *st, const char *id, const char *name, const char *value);
+    int (*sessions_each)(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
     int (*stream_open)(tm_store *st, const char *session, const char *name, char out[TM_STREAM_MAX]);
     int (*close_stream)(tm_store *st, const char *session, const char *stream);
     int (*read)(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
@@ -232,6 +236,17 @@ int tm_store_query(tm_store *st, const char *sql, const char *const *args, size_
  * commit order. OUT rows: array of {"id": n, <fields>} (new ref). Works on
  * every backend; on Redis every node sees the same rows. */
 int tm_store_rows(tm_store *st, const char *table, json_t **rows);
+/* Set one attribute of the session's attrs object to value (JSON text), or
+ * remove it (value NULL), durably: returns once written. One attribute at a
+ * time, so nodes changing different attributes never undo each other.
+ * TIDEMARK_ENOTFOUND if there is no such session. */
+int tm_store_session_set_attr(tm_store *st, const char *id, const char *name, const char *value);
+/* attrs (JSON object text or NULL) with name set to value (JSON text) or
+ * removed (value NULL). Returns a new string (free), NULL when out of memory
+ * or value is not JSON. For backends. */
+char *tm_attrs_with(const char *attrs, const char *name, const char *value);
+/* Visit every session record (any order); fn returns nonzero to stop. */
+int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
 /* Delete sessions idle since before idle_before_ms; fn is told each id. */
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud);

@@ -133,7 +133,8 @@ static int m_session_get(tm_store *st, const char *id, tm_session_rec *out)
         out->client = dupstr(s->rec.client);
         out->created_ms = s->rec.created_ms;
         out->last_seen_ms = s->rec.last_seen_ms;
-        if (!out->id)
+        out->attrs = s->rec.attrs ? dupstr(s->rec.attrs) : NULL;
+        if (!out->id || (s->rec.attrs && !out->attrs))
             rc = TIDEMARK_ENOMEM;
     }
     pthread_mutex_unlock(&m->mu);
@@ -151,6 +152,64 @@ static int m_session_touch(tm_store *st, const char *id, int64_t now_ms)
         s->rec.last_seen_ms = now_ms;
     pthread_mutex_unlock(&m->mu);
     return s ? 0 : TIDEMARK_ENOTFOUND;
+}
+
+static int m_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
+{
+    mstore *m = (mstore *)st;
+    int rc = TIDEMARK_ENOTFOUND;
+    pthread_mutex_lock(&m->mu);
+    msession *s = tm_map_get(m->sessions, id);
+    if (s) {
+        char *next = tm_attrs_with(s->rec.attrs, name, value);
+        if (next) {
+            free(s->rec.attrs);
+            s->rec.attrs = next;
+            rc = 0;
+        } else {
+            rc = TIDEMARK_EINVAL;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+typedef struct ids_ctx {
+    char **v;
+    size_t n;
+} ids_ctx;
+
+static void collect_id(const char *k, void *v, void *ud)
+{
+    (void)v;
+    ids_ctx *c = ud;
+    c->v[c->n] = dupstr(k);
+    if (c->v[c->n])
+        c->n++;
+}
+
+/* Copies the ids under the lock, then visits each record without it. */
+static int m_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    mstore *m = (mstore *)st;
+    pthread_mutex_lock(&m->mu);
+    ids_ctx c = {calloc(tm_map_count(m->sessions) + 1, sizeof(char *)), 0};
+    if (c.v)
+        tm_map_each(m->sessions, collect_id, &c);
+    pthread_mutex_unlock(&m->mu);
+    if (!c.v)
+        return TIDEMARK_ENOMEM;
+    int stop = 0;
+    for (size_t i = 0; i < c.n; i++) {
+        tm_session_rec rec;
+        if (!stop && m_session_get(st, c.v[i], &rec) == 0) {
+            stop = fn(ud, &rec);
+            tm_session_rec_clear(&rec);
+        }
+        free(c.v[i]);
+    }
+    free(c.v);
+    return 0;
 }
 
 static int m_session_delete(tm_store *st, const char *id)
@@ -557,6 +616,8 @@ static const struct tm_store_ops memory_ops = {
     .requests_unfinished = m_requests_unfinished,
     .exec_schema = m_exec_schema,
     .query = m_query,
+    .session_set_attr = m_session_set_attr,
+    .sessions_each = m_sessions_each,
     .rows = m_rows,
     .sessions_expire = m_sessions_expire,
     .sync = m_sync,

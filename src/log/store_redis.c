@@ -10,7 +10,8 @@
  * script's reply (commit, then emit).
  *
  * Keys ({session} is a hash tag: all of a session's keys share a slot):
- *   tm:{S}:sess          hash: id, version, client, created_ms, last_seen_ms, next_r
+ *   tm:{S}:sess          hash: id, version, client, created_ms, last_seen_ms, next_r,
+ *                        and "a:<name>" -> JSON for each session attribute
  *   tm:{S}:streams       set of stream names
  *   tm:{S}:m:<name>      hash: head, first, closed, te (epoch of seq first-1)
  *   tm:{S}:s:<name>      stream: entry "<seq>-0" {d: bytes, e: epoch, t: ms}
@@ -187,7 +188,7 @@ static const char lua_helpers[] =
     "local function ok(v) redis.call('HSET', ARGV[1], ARGV[2], v) return {0, v} end\n"
 
 enum script {
-    SC_APPEND, SC_CLOSE, SC_OPEN, SC_SESS_CREATE, SC_SESS_TOUCH, SC_SESS_DELETE,
+    SC_APPEND, SC_CLOSE, SC_OPEN, SC_SESS_CREATE, SC_SESS_TOUCH, SC_SESS_ATTRS, SC_SESS_DELETE,
     SC_REQ_BEGIN, SC_EXPIRE, SC_SWEEP, SC_COUNT
 };
 
@@ -266,6 +267,13 @@ static const char *const lua_bodies[SC_COUNT] = {
     "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])\n"
     "return {0, 0}\n",
 
+    /* SC_SESS_ATTRS (idempotent). KEYS sess. ARGV field, value, '1' to delete. */
+    [SC_SESS_ATTRS] =
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
+    "if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], ARGV[1])\n"
+    "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end\n"
+    "return {0, 0}\n",
+
     /* SC_SESS_DELETE. KEYS sessions, started. ARGV token(1-3), 4 id. */
     [SC_SESS_DELETE] = LUA_TOKEN
     "if not del_session(ARGV[4], KEYS[1], KEYS[2]) then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
@@ -317,7 +325,8 @@ typedef struct rstream {
 } rstream;
 
 enum op_kind {
-    OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_DELETE, OP_REQ_BEGIN,
+    OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_ATTRS, OP_SESS_DELETE,
+    OP_REQ_BEGIN,
     OP_EXPIRE, OP_BARRIER,
 };
 
@@ -1080,6 +1089,13 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_fmt(a, "%" PRId64, o->ms);
         arg_str(a, s);
         return 0;
+    case OP_SESS_ATTRS:
+        arg_eval(r, a, SC_SESS_ATTRS, 1);
+        arg_fmt(a, "tm:{%s}:sess", s);
+        arg_fmt(a, "a:%s", o->srec.client);
+        arg_str(a, o->srec.attrs ? o->srec.attrs : "");
+        arg_str(a, o->srec.attrs ? "0" : "1");
+        return 0;
     case OP_SESS_DELETE:
         arg_eval(r, a, SC_SESS_DELETE, 2);
         arg_str(a, "tm:sessions");
@@ -1715,6 +1731,28 @@ static int r_session_create(tm_store *st, const tm_session_rec *rec)
     return run_sync(r, o);
 }
 
+/* The "a:<name>" fields of a session hash as one JSON object text. */
+static char *attrs_of(const redisReply *kv)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i + 1 < kv->elements; i += 2) {
+        const redisReply *k = kv->element[i], *v = kv->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || k->len < 3 || strncmp(k->str, "a:", 2) != 0 ||
+            v->type != REDIS_REPLY_STRING)
+            continue;
+        json_t *val = json_loadb(v->str, v->len, JSON_DECODE_ANY, NULL);
+        char *name = dupn(k->str + 2, k->len - 2);
+        if (val && name)
+            json_object_set_new(o, name, val);
+        else
+            json_decref(val);
+        free(name);
+    }
+    char *out = o && json_object_size(o) ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return out;
+}
+
 static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
 {
     rstore *r = (rstore *)st;
@@ -1728,6 +1766,7 @@ static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
     out->client = kv_dup(x, "client");
     out->created_ms = int_of(kv_get(x, "created_ms"));
     out->last_seen_ms = int_of(kv_get(x, "last_seen_ms"));
+    out->attrs = attrs_of(x);
     freeReplyObject(x);
     if (!out->id) {
         tm_session_rec_clear(out);
@@ -1736,6 +1775,62 @@ static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
     return 0;
 }
 
+
+static int r_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
+{
+    rstore *r = (rstore *)st;
+    json_t *check = value ? json_loads(value, JSON_DECODE_ANY, NULL) : NULL;
+    if (value && !check)
+        return TIDEMARK_EINVAL;
+    json_decref(check);
+    rop *o = op_new(OP_SESS_ATTRS);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->session = dups(id);
+    o->srec.client = dups(name);
+    o->srec.attrs = dups(value);
+    if (!o->session || !o->srec.client || (value && !o->srec.attrs)) {
+        op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    return run_sync(r, o);
+}
+
+/* Every session of the shared store (tm:sessions), READ_CHUNK ids per
+ * ZRANGE, each record read as fn needs it. */
+static int r_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    rstore *r = (rstore *)st;
+    for (long from = 0;; from += READ_CHUNK) {
+        args a = {0};
+        arg_str(&a, "ZRANGE");
+        arg_str(&a, "tm:sessions");
+        arg_fmt(&a, "%ld", from);
+        arg_fmt(&a, "%ld", from + READ_CHUNK - 1);
+        redisReply *x = NULL;
+        int rc = pool_one(r, &a, &x);
+        args_free(&a);
+        if (rc)
+            return rc;
+        if (x->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(x);
+            return TIDEMARK_EIO;
+        }
+        int stop = 0;
+        for (size_t i = 0; i < x->elements && !stop; i++) {
+            tm_session_rec rec;
+            if (x->element[i]->type != REDIS_REPLY_STRING ||
+                r_session_get(st, x->element[i]->str, &rec) != 0)
+                continue;
+            stop = fn(ud, &rec);
+            tm_session_rec_clear(&rec);
+        }
+        size_t got = x->elements;
+        freeReplyObject(x);
+        if (stop || got < READ_CHUNK)
+            return 0;
+    }
+}
 
 static void free_value(const char *k, void *v, void *ud)
 {
@@ -2646,6 +2741,8 @@ static const struct tm_store_ops redis_ops = {
     .requests_unfinished = r_requests_unfinished,
     .exec_schema = r_exec_schema,
     .query = r_query,
+    .session_set_attr = r_session_set_attr,
+    .sessions_each = r_sessions_each,
     .rows = r_rows,
     .sessions_expire = r_sessions_expire,
     .sync = r_sync,

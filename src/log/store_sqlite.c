@@ -38,7 +38,8 @@ static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS tm_epochs(id INTEGER PRIMARY KEY, epoch TEXT UNIQUE NOT NULL,"
     " opened_ms INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS tm_sessions(id TEXT PRIMARY KEY, version TEXT, client TEXT,"
-    " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL DEFAULT 1) WITHOUT ROWID;"
+    " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL DEFAULT 1, attrs TEXT)"
+    " WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS tm_streams(sid INTEGER PRIMARY KEY, session TEXT NOT NULL,"
     " name TEXT NOT NULL, head INTEGER NOT NULL, first_retained INTEGER NOT NULL,"
     " closed INTEGER NOT NULL, trimmed_epoch TEXT NOT NULL DEFAULT '', UNIQUE(session, name));"
@@ -95,7 +96,7 @@ typedef struct ssess {
 
 enum op_kind {
     OP_APPEND, OP_CLOSE, OP_STREAM_CREATE, OP_STREAM_REOPEN, OP_SESSION_CREATE,
-    OP_SESSION_TOUCH, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE, OP_BARRIER,
+    OP_SESSION_TOUCH, OP_SESSION_ATTRS, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE, OP_BARRIER,
 };
 
 typedef struct op {
@@ -535,6 +536,35 @@ static int apply_expire(sqstore *q, op *o)
     return 0;
 }
 
+/* Read-modify-write of one attribute; the single writer makes it atomic.
+ * o->srec: id, client = attribute name, attrs = value (NULL: remove). */
+static int apply_set_attr(sqstore *q, op *o)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(q->wdb, "SELECT attrs FROM tm_sessions WHERE id = ?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_text(st, 1, o->srec.id, -1, SQLITE_STATIC);
+    int r = sqlite3_step(st);
+    char *next = r == SQLITE_ROW ? tm_attrs_with((const char *)sqlite3_column_text(st, 0),
+                                                 o->srec.client, o->srec.attrs)
+                                 : NULL;
+    sqlite3_finalize(st);
+    if (r == SQLITE_DONE)
+        return TIDEMARK_ENOTFOUND;
+    if (!next)
+        return r == SQLITE_ROW ? TIDEMARK_EINVAL : TIDEMARK_EIO;
+    int rc = TIDEMARK_EIO;
+    if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET attrs = ?1 WHERE id = ?2", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, next, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, o->srec.id, -1, SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    free(next);
+    return rc;
+}
+
 static int apply_op(sqstore *q, op *o, sstream **touched)
 {
     sqlite3_stmt *st;
@@ -570,6 +600,8 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         sqlite3_bind_int64(st, 1, o->ms);
         sqlite3_bind_text(st, 2, o->srec.id, -1, SQLITE_STATIC);
         return step_done(st);
+    case OP_SESSION_ATTRS:
+        return apply_set_attr(q, o);
     case OP_SESSION_DELETE:
         return delete_session_rows(q, o->srec.id);
     case OP_REQ_BEGIN:
@@ -931,8 +963,8 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
     sqlite3_stmt *s;
     int rc = TIDEMARK_EIO;
     if (sqlite3_prepare_v2(db,
-                           "SELECT id, version, client, created_ms, last_seen_ms FROM tm_sessions "
-                           "WHERE id = ?1",
+                           "SELECT id, version, client, created_ms, last_seen_ms, attrs "
+                           "FROM tm_sessions WHERE id = ?1",
                            -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
         int r = sqlite3_step(s);
@@ -942,6 +974,7 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
             out->client = dups((const char *)sqlite3_column_text(s, 2));
             out->created_ms = sqlite3_column_int64(s, 3);
             out->last_seen_ms = sqlite3_column_int64(s, 4);
+            out->attrs = dups((const char *)sqlite3_column_text(s, 5));
             rc = out->id ? 0 : TIDEMARK_ENOMEM;
         } else if (r == SQLITE_DONE) {
             rc = TIDEMARK_ENOTFOUND;
@@ -975,6 +1008,49 @@ static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
     o->srec.id = dups(id);
     o->ms = now_ms;
     enqueue(q, o);
+    return 0;
+}
+
+static int q_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = op_new(OP_SESSION_ATTRS);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->srec.id = dups(id);
+    o->srec.client = dups(name);
+    o->srec.attrs = dups(value);
+    if (!o->srec.id || !o->srec.client || (value && !o->srec.attrs)) {
+        op_free(o);
+        return TIDEMARK_ENOMEM;
+    }
+    return run_sync(q, o, 0);
+}
+
+/* Reads the ids first, then each record, so fn may use the store. */
+static int q_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    sqstore *q = (sqstore *)st;
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    json_t *ids = NULL;
+    int rc = tm_sqlite_query_json(db, "SELECT id FROM tm_sessions", NULL, 0, &ids);
+    rconn_put(q, db);
+    if (rc)
+        return rc;
+    size_t i;
+    json_t *row;
+    json_array_foreach(ids, i, row) {
+        tm_session_rec rec;
+        if (q_session_get(st, json_string_value(json_object_get(row, "id")), &rec) != 0)
+            continue;
+        int stop = fn(ud, &rec);
+        tm_session_rec_clear(&rec);
+        if (stop)
+            break;
+    }
+    json_decref(ids);
     return 0;
 }
 
@@ -1619,6 +1695,8 @@ static const struct tm_store_ops sqlite_ops = {
     .requests_unfinished = q_requests_unfinished,
     .exec_schema = q_exec_schema,
     .query = q_query,
+    .session_set_attr = q_session_set_attr,
+    .sessions_each = q_sessions_each,
     .rows = q_rows,
     .sessions_expire = q_sessions_expire,
     .sync = q_sync,
@@ -1636,6 +1714,12 @@ static int setup(sqstore *q)
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;"
              " PRAGMA wal_autocheckpoint=0;", sync);
     if ((rc = wexec(q, pragmas)) || (rc = wexec(q, schema_sql)))
+        return rc;
+    sqlite3_stmt *probe; /* a database from before tm_sessions.attrs: add the column */
+    if (sqlite3_prepare_v2(q->wdb, "SELECT attrs FROM tm_sessions LIMIT 0", -1, &probe, NULL) ==
+        SQLITE_OK)
+        sqlite3_finalize(probe);
+    else if ((rc = wexec(q, "ALTER TABLE tm_sessions ADD COLUMN attrs TEXT")))
         return rc;
     const char *args[2] = {q->base.epoch, NULL};
     char now[32];

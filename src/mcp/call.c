@@ -320,63 +320,50 @@ int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn 
 
 /* ---- notifications to sessions -------------------------------------------- */
 
-typedef struct bcast {
+/* A notification for every session of the store (all nodes' sessions on a
+ * shared store) that opened its standalone stream and, for a resource
+ * update, subscribed to the uri. */
+typedef struct fanout {
     tidemark_server_t *srv;
-    tm_sess **v;
-    size_t n;
-} bcast;
+    const char *method;
+    const char *attr; /* NULL, or the attribute that must be true */
+    json_t *params;   /* borrowed; copied into each message */
+} fanout;
 
-static void collect(const char *k, void *val, void *ud)
+static int notify_one(void *ud, const tm_session_rec *rec)
 {
-    (void)k;
-    bcast *b = ud;
-    b->v[b->n++] = tm_sess_ref(val);
-}
-
-/* Snapshot the sessions so no server lock is held while appending. */
-static bcast snapshot(tidemark_server_t *srv)
-{
-    bcast b = {srv, NULL, 0};
-    pthread_mutex_lock(&srv->mu);
-    b.v = calloc(tm_map_count(srv->sessions) + 1, sizeof *b.v);
-    if (b.v)
-        tm_map_each(srv->sessions, collect, &b);
-    pthread_mutex_unlock(&srv->mu);
-    return b;
+    fanout *f = ud;
+    json_t *a = rec->attrs ? json_loads(rec->attrs, 0, NULL) : NULL;
+    int want = json_is_true(json_object_get(a, "get")) &&
+               (!f->attr || json_is_true(json_object_get(a, f->attr)));
+    json_decref(a);
+    if (want) {
+        json_t *msg = tm_jsonrpc_notification(f->method, f->params ? json_deep_copy(f->params) : NULL);
+        tm_session_append(f->srv, rec->id, "g", msg, 0);
+        json_decref(msg);
+    }
+    return 0;
 }
 
 int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind)
 {
     char method[64];
     snprintf(method, sizeof method, "notifications/%s/list_changed", kind);
-    bcast b = snapshot(srv);
-    for (size_t i = 0; i < b.n; i++) {
-        json_t *msg = tm_jsonrpc_notification(method, NULL);
-        tm_sess_notify_standalone(srv, b.v[i], msg);
-        json_decref(msg);
-        tm_sess_unref(b.v[i]);
-    }
-    free(b.v);
-    return 0;
+    fanout f = {srv, method, NULL, NULL};
+    return srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
 }
 
 int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri)
 {
-    bcast b = snapshot(srv);
-    for (size_t i = 0; i < b.n; i++) {
-        pthread_mutex_lock(&b.v[i]->mu);
-        int sub = tm_map_get(b.v[i]->subs, uri) != NULL;
-        pthread_mutex_unlock(&b.v[i]->mu);
-        if (sub) {
-            json_t *msg = tm_jsonrpc_notification("notifications/resources/updated",
-                                                  json_pack("{s:s}", "uri", uri));
-            tm_sess_notify_standalone(srv, b.v[i], msg);
-            json_decref(msg);
-        }
-        tm_sess_unref(b.v[i]);
-    }
-    free(b.v);
-    return 0;
+    if (!uri || strlen(uri) > TM_URI_MAX)
+        return TIDEMARK_EINVAL;
+    char attr[TM_URI_MAX + 8];
+    snprintf(attr, sizeof attr, "sub:%s", uri);
+    json_t *params = json_pack("{s:s}", "uri", uri);
+    fanout f = {srv, "notifications/resources/updated", attr, params};
+    int rc = srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
+    json_decref(params);
+    return rc;
 }
 
 /* ---- result helpers -------------------------------------------------------- */

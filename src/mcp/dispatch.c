@@ -178,12 +178,13 @@ static json_t *subscribe(tidemark_call_t *c, int on)
     const char *uri = json_string_value(json_object_get(c->params, "uri"));
     if (!uri)
         return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "params.uri is required");
-    pthread_mutex_lock(&c->sess->mu);
-    if (on)
-        tm_map_put(c->sess->subs, uri, (void *)1);
-    else
-        tm_map_del(c->sess->subs, uri);
-    pthread_mutex_unlock(&c->sess->mu);
+    if (strlen(uri) > TM_URI_MAX)
+        return err(c->id, TM_RPC_INVALID_PARAMS, "uri_too_long", "params.uri is too long");
+    /* Recorded in the store before the reply: any node sends the updates. */
+    char name[TM_URI_MAX + 8];
+    snprintf(name, sizeof name, "sub:%s", uri);
+    if (tm_sess_set_attr(c->srv, c->sess, name, on ? "true" : NULL) != 0)
+        return err(c->id, TM_RPC_INTERNAL_ERROR, "store_failed", "Could not record the subscription");
     return tm_jsonrpc_result(c->id, json_object());
 }
 
@@ -258,6 +259,10 @@ static json_t *set_level(tidemark_call_t *c)
     int lvl = tm_log_level_index(json_string_value(json_object_get(c->params, "level")));
     if (lvl < 0)
         return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_log_level", "Unknown logging level");
+    char value[32];
+    snprintf(value, sizeof value, "\"%s\"", tm_log_levels[lvl]);
+    if (tm_sess_set_attr(c->srv, c->sess, "log_level", value) != 0)
+        return err(c->id, TM_RPC_INTERNAL_ERROR, "store_failed", "Could not record the logging level");
     pthread_mutex_lock(&c->sess->mu);
     c->sess->log_level = lvl;
     pthread_mutex_unlock(&c->sess->mu);

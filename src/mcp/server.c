@@ -823,9 +823,7 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
         tm_metric_inc(d.outcome == TM_RESUME_GAP ? TM_M_RESUME_GAP : TM_M_RESUME_OK);
         tm_histogram_observe(TM_H_RESUME_LATENCY_US, (uint64_t)(tm_now_us() - t0));
     } else {
-        pthread_mutex_lock(&sess->mu);
-        sess->get_opened = 1;
-        pthread_mutex_unlock(&sess->mu);
+        tm_sess_set_attr(srv, sess, "get", "true"); /* notifications may now go to "g" */
         if (strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
             tm_store_append(srv->store, sess->id, "g", "", 0, 0, NULL, NULL);
     }

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #define TM_SESSION_ID_LEN 32 /* 128 bits as hex */
+#define TM_URI_MAX 2048      /* longest resource uri a session may subscribe to */
 
 /* Runtime state of one session (its durable part lives in the store). */
 typedef struct tm_sess {
@@ -21,10 +22,9 @@ typedef struct tm_sess {
     json_t *client;          /* initialize params */
     pthread_mutex_t mu;      /* guards everything below */
     pthread_cond_t cv;       /* server->client answers, cancellation */
-    int log_level;           /* index into tm_log_levels; lower = more verbose */
+    int log_level;           /* index into tm_log_levels; lower = more verbose
+                                (a copy of the store's attribute "log_level") */
     int closed;              /* deleted */
-    int get_opened;          /* the standalone stream was ever opened */
-    tm_map *subs;            /* subscribed uri -> (void*)1 */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
     uint64_t next_req;
@@ -105,8 +105,16 @@ int tm_sess_client_has(const tm_sess *s, const char *capability);
 /* Append a message to a stream of the session. msg is borrowed. */
 int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,
                    unsigned flags);
-/* Send a notification on the standalone stream, if one was ever opened. */
-int tm_sess_notify_standalone(tidemark_server_t *srv, tm_sess *s, json_t *msg);
+/* Append a message to a stream of the session with that id. msg is borrowed. */
+int tm_session_append(tidemark_server_t *srv, const char *id, const char *stream, json_t *msg,
+                      unsigned flags);
+/* Session attributes kept in the store, so every node (and a restarted
+ * server) sees them: "log_level" ("info"...), "get" (true once the standalone
+ * stream was opened), "sub:<uri>" (true while subscribed). Sets one, value
+ * JSON text or NULL to remove; returns once durable. */
+int tm_sess_set_attr(tidemark_server_t *srv, tm_sess *s, const char *name, const char *value);
+/* Take the stored attributes (JSON object text, or NULL) into s. */
+void tm_sess_apply_attrs(tm_sess *s, const char *attrs);
 /* Mark deleted, cancel calls, wake waiters. */
 void tm_sess_close(tm_sess *s);
 /* Route a client's response to a waiting server->client request: here, or

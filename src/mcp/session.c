@@ -1,5 +1,6 @@
 /* session.c - runtime session state: calls in flight, server->client
- * requests waiting for answers, subscriptions, logging level. */
+ * requests waiting for answers, the logging level (a copy of the stored
+ * attribute; subscriptions live only in the store). */
 #include "server_int.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -43,10 +44,9 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     s->log_level = 0;
-    s->subs = tm_map_new();
     s->calls = tm_map_new();
     s->pending = tm_map_new();
-    if (!s->subs || !s->calls || !s->pending) {
+    if (!s->calls || !s->pending) {
         tm_sess_unref(s);
         return NULL;
     }
@@ -64,7 +64,6 @@ void tm_sess_unref(tm_sess *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     json_decref(s->client);
-    tm_map_free(s->subs);
     tm_map_free(s->calls);
     tm_map_free(s->pending);
     pthread_mutex_destroy(&s->mu);
@@ -86,8 +85,10 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
          * (or Redis lost it, FLUSHALL): the store decides, not our memory. */
         tm_session_rec chk;
         int rc = tm_store_session_get(srv->store, id, &chk);
-        if (rc == 0)
+        if (rc == 0) { /* another node may have changed an attribute */
+            tm_sess_apply_attrs(s, chk.attrs);
             tm_session_rec_clear(&chk);
+        }
         if (rc == TIDEMARK_ENOTFOUND) {
             pthread_mutex_lock(&srv->mu);
             tm_sess *m = tm_map_get(srv->sessions, id);
@@ -110,6 +111,8 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
     json_t *client = rec.client ? json_loads(rec.client, 0, NULL) : NULL;
     tm_sess *n = tm_sess_new(rec.id, rec.protocol_version ? rec.protocol_version : "", client);
     json_decref(client);
+    if (n)
+        tm_sess_apply_attrs(n, rec.attrs);
     tm_session_rec_clear(&rec);
     if (!n)
         return NULL;
@@ -134,28 +137,42 @@ int tm_sess_client_has(const tm_sess *s, const char *capability)
     return json_object_get(caps, capability) != NULL;
 }
 
-int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,
-                   unsigned flags)
+int tm_session_append(tidemark_server_t *srv, const char *id, const char *stream, json_t *msg,
+                      unsigned flags)
 {
     size_t len;
     char *bytes = tm_jsonrpc_dump(msg, &len);
     if (!bytes)
         return TIDEMARK_ENOMEM;
-    int rc = tm_store_append(srv->store, s->id, stream, bytes, len, flags, NULL, NULL);
+    int rc = tm_store_append(srv->store, id, stream, bytes, len, flags, NULL, NULL);
     free(bytes);
     if (rc)
-        TM_WARN("append to %s/%s failed: %s", s->id, stream, tidemark_strerror(rc));
+        TM_WARN("append to %s/%s failed: %s", id, stream, tidemark_strerror(rc));
     return rc;
 }
 
-int tm_sess_notify_standalone(tidemark_server_t *srv, tm_sess *s, json_t *msg)
+int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,
+                   unsigned flags)
 {
+    return tm_session_append(srv, s->id, stream, msg, flags);
+}
+
+int tm_sess_set_attr(tidemark_server_t *srv, tm_sess *s, const char *name, const char *value)
+{
+    int rc = tm_store_session_set_attr(srv->store, s->id, name, value);
+    if (rc)
+        TM_WARN("session %s: storing attribute %s failed: %s", s->id, name, tidemark_strerror(rc));
+    return rc;
+}
+
+void tm_sess_apply_attrs(tm_sess *s, const char *attrs)
+{
+    json_t *o = attrs ? json_loads(attrs, 0, NULL) : NULL;
+    int lvl = tm_log_level_index(json_string_value(json_object_get(o, "log_level")));
+    json_decref(o);
     pthread_mutex_lock(&s->mu);
-    int open = s->get_opened && !s->closed;
+    s->log_level = lvl < 0 ? 0 : lvl;
     pthread_mutex_unlock(&s->mu);
-    if (!open)
-        return 0;
-    return tm_sess_append(srv, s, "g", msg, 0);
 }
 
 static void cancel_call(const char *k, void *v, void *ud)

@@ -179,7 +179,9 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
           violate(`stream ${reqId}: progress ${r.progress.length} values, expected 1..${n}: ${r.progress.slice(0, 8)}...`);
       } else {
         const entry = `c${k}-e${reqId}`;
-        const r = await call(sid, reqId, "ledger_append", { entry });
+        // a third of them take a while, so kills land between "started" and the commit
+        const delay = rand() < 0.33 ? 20 + Math.floor(rand() * 200) : 0;
+        const r = await call(sid, reqId, "ledger_append", delay ? { entry, delay_ms: delay } : { entry });
         if (!r) continue;
         if (r.response.error) violate(`ledger ${entry}: error ${JSON.stringify(r.response.error)}`);
         else if (confirmed.has(entry)) violate(`ledger ${entry}: confirmed twice`);

@@ -1,7 +1,9 @@
 // multinode_conformance.mjs (CTest multinode_conformance, issue 6): three
 // tidemark-everything nodes sharing one Redis behind HAProxy round-robin (no
 // stickiness); the official conformance suite (--suite all) must pass 32/32
-// through the load balancer.
+// through the load balancer. Before it, two cross-node checks: a sampling
+// answer reaching the node that waits for it, and session state (logging
+// level, subscriptions) holding whichever node takes a request.
 //   node multinode_conformance.mjs TIDEMARK_EVERYTHING CONFORMANCE_SH PEERS_DIR
 // Exits 77 (skipped) only when redis-server or haproxy is not installed.
 import { spawn } from "node:child_process";
@@ -55,6 +57,96 @@ async function crossNodeSampling(cl) {
   throw new Error("cross-node sampling: stream ended without a result");
 }
 
+// Feed each JSON-RPC message of an SSE (or JSON) response to onMsg.
+async function readMessages(res, onMsg) {
+  if (!(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+    const body = await res.text();
+    if (body) [].concat(JSON.parse(body)).forEach(onMsg);
+    return;
+  }
+  const dec = new TextDecoder();
+  let buf = "";
+  for await (const chunk of res.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let i;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
+      if (data) onMsg(JSON.parse(data));
+    }
+  }
+}
+
+// One request to one node; every message of its answer, which must end in a result.
+async function rpc(url, hs, id, method, params) {
+  const res = await fetch(url, { method: "POST", headers: hs, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+    signal: AbortSignal.timeout(10000) });
+  if (res.status !== 200) throw new Error(`${method} on ${url}: HTTP ${res.status} ${await res.text()}`);
+  const msgs = [];
+  await readMessages(res, (m) => msgs.push(m));
+  const last = msgs.find((m) => m.id === id);
+  if (!last || !last.result) throw new Error(`${method} on ${url}: ${JSON.stringify(last ?? msgs)}`);
+  return msgs;
+}
+
+async function waitFor(what, pred, ms) {
+  const end = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > end) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// Session state lives in the store, so each request may go to another node:
+// the logging level set through one node holds for a tool on another; a
+// subscription made through one node, an update signalled on a second, and
+// the notification arrives on the standalone stream held by a third.
+async function crossNodeSessionState(cl) {
+  const [a, b, c] = cl.nodes.map((n) => n.url);
+  const init = await fetch(a, { method: "POST", headers: H, body: JSON.stringify({ jsonrpc: "2.0", id: 0,
+    method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {},
+      clientInfo: { name: "multinode-state", version: "1" } } }) });
+  if (init.status !== 200) throw new Error("initialize " + init.status);
+  const sid = init.headers.get("mcp-session-id");
+  await init.text();
+  const hs = { ...H, "mcp-session-id": sid };
+  await (await fetch(b, { method: "POST", headers: hs,
+    body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+  const ctl = new AbortController();
+  const get = await fetch(b, { method: "GET", headers: { accept: "text/event-stream", "mcp-session-id": sid,
+    "mcp-protocol-version": "2025-11-25" }, signal: ctl.signal });
+  if (get.status !== 200) throw new Error("GET on node 1: HTTP " + get.status);
+  const seen = [];
+  const pump = readMessages(get, (m) => seen.push(m)).catch(() => {});
+  const logs = (msgs) => msgs.filter((m) => m.method === "notifications/message").length;
+  try {
+    await rpc(c, hs, 1, "logging/setLevel", { level: "warning" });
+    const quiet = await rpc(a, hs, 2, "tools/call", { name: "test_tool_with_logging", arguments: {} });
+    if (logs(quiet) !== 0) throw new Error(`level "warning" set via node 2, node 0 still sent ${logs(quiet)} info messages`);
+    await rpc(b, hs, 3, "logging/setLevel", { level: "info" });
+    const loud = await rpc(c, hs, 4, "tools/call", { name: "test_tool_with_logging", arguments: {} });
+    if (logs(loud) !== 3) throw new Error(`level "info" set via node 1: node 2 sent ${logs(loud)} of 3 messages`);
+
+    const updated = (uri) => seen.some((m) => m.method === "notifications/resources/updated" && m.params?.uri === uri);
+    await rpc(c, hs, 5, "resources/subscribe", { uri: "test://watched-resource" });
+    await rpc(a, hs, 6, "tools/call", { name: "update_resource", arguments: {} });
+    await waitFor("the update on node 1's GET stream", () => updated("test://watched-resource"), 5000);
+    await rpc(a, hs, 7, "resources/unsubscribe", { uri: "test://watched-resource" });
+    await rpc(b, hs, 8, "resources/subscribe", { uri: "test://static-text" });
+    await rpc(c, hs, 9, "tools/call", { name: "update_resource", arguments: {} }); // unsubscribed: nothing
+    await rpc(c, hs, 10, "tools/call", { name: "update_resource", arguments: { uri: "test://static-text" } });
+    await waitFor("the second update", () => updated("test://static-text"), 5000);
+    const got = seen.filter((m) => m.method === "notifications/resources/updated").map((m) => m.params.uri);
+    if (JSON.stringify(got) !== JSON.stringify(["test://watched-resource", "test://static-text"]))
+      throw new Error("resource updates on the standalone stream: " + JSON.stringify(got));
+    console.log("cross-node session state: log level, subscriptions and updates across 3 nodes: ok");
+  } finally {
+    ctl.abort();
+    await pump;
+  }
+}
+
 const [bin, conformance, peers] = process.argv.slice(2);
 if (!bin || !conformance || !peers) {
   console.error("usage: multinode_conformance.mjs TIDEMARK_EVERYTHING CONFORMANCE_SH PEERS_DIR");
@@ -73,6 +165,7 @@ try {
   console.log(`cluster: redis :${cl.redisPort}, nodes ${cl.nodes.map((n) => n.port).join(", ")}, ` +
     `haproxy ${cl.url}`);
   await crossNodeSampling(cl);
+  await crossNodeSessionState(cl);
   rc = await new Promise((resolve) => {
     const p = spawn(conformance, [peers, cl.url], { stdio: "inherit" });
     const t = setTimeout(() => p.kill("SIGKILL"), 150000);

@@ -82,16 +82,18 @@ try {
   stopping = true;
   const results = await Promise.all(clients);
   const ledgerRows = await checkLedger(results[0].sid);
+  let recovered = 0; // re-runs by survivors (counters of nodes still up at the end)
   for (let i = 0; i < NODES; i++) {
     const metrics = await (await fetch(cl.nodes[i].url.replace(/\/mcp$/, "/metrics"))).text();
     const ahead = /tidemark_resumes_total\{outcome="ahead"\} (\d+)/.exec(metrics)?.[1];
     if (ahead !== "0") violate(`node ${i}: cursor_ahead counted: ${ahead}`);
+    recovered += Number(/tidemark_requests_recovered_total (\d+)/.exec(metrics)?.[1] ?? 0);
   }
   const calls = results.reduce((a, b) => a + b.calls, 0);
   console.log(`multinode crash test: seed ${SEED}, ${NODES} nodes, ${killsDone} kills, ${CLIENTS} clients, ` +
     `${calls} calls, ${stats.eventsReceived} events, ${stats.resumes} resumes, ${stats.posts} POSTs (${stats.retriedPosts} retried, ` +
     `${stats.dedupJson} answered from records), ${confirmed.size} ledger calls confirmed, ` +
-    `${ledgerRows} ledger rows, ` +
+    `${ledgerRows} ledger rows, ${recovered} calls re-run by a surviving node, ` +
     `${((Date.now() - t0) / 1000).toFixed(1)} s`);
   if (killsDone < KILLS) violate(`only ${killsDone} of ${KILLS} kills before the deadline`);
   if (calls < CLIENTS * 2) violate(`too little work done: ${calls} calls`);

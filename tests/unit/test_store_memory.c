@@ -918,6 +918,50 @@ static void test_effect_rows(void **state)
     tm_store_close(st);
 }
 
+/* ---- session attributes ------------------------------------------------------------ */
+
+static int count_sessions(void *ud, const tm_session_rec *rec)
+{
+    int *n = ud;
+    if (rec->id && (strcmp(rec->id, "a") == 0 || strcmp(rec->id, "b") == 0))
+        (*n)++;
+    return 0;
+}
+
+static void test_session_attrs(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    mk_session(st, "b");
+    tm_session_rec rec;
+    assert_int_equal(tm_store_session_get(st, "a", &rec), 0);
+    assert_null(rec.attrs); /* none yet */
+    tm_session_rec_clear(&rec);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "log_level", "\"warning\""), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "sub:test://x", "true"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "get", "true"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "get", NULL), 0); /* removed */
+    assert_int_equal(tm_store_session_set_attr(st, "a", "log_level", "\"error\""), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "nope", "get", "true"), TIDEMARK_ENOTFOUND);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "bad", "{not json"), TIDEMARK_EINVAL);
+    assert_int_equal(tm_store_session_get(st, "a", &rec), 0);
+    json_t *attrs = json_loads(rec.attrs, 0, NULL);
+    tm_session_rec_clear(&rec);
+    json_t *want = json_pack("{s:s,s:b}", "log_level", "error", "sub:test://x", 1);
+    assert_true(json_equal(attrs, want));
+    json_decref(want);
+    json_decref(attrs);
+    int n = 0;
+    assert_int_equal(tm_store_sessions_each(st, count_sessions, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(tm_store_session_delete(st, "a"), 0);
+    n = 0;
+    assert_int_equal(tm_store_sessions_each(st, count_sessions, &n), 0);
+    assert_int_equal(n, 1);
+    tm_store_close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -937,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
+        cmocka_unit_test(test_session_attrs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

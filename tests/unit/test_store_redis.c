@@ -920,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_request_records),
         cmocka_unit_test(test_effect_rows),
+        cmocka_unit_test(test_session_attrs),
         cmocka_unit_test(test_effects),
         cmocka_unit_test(test_effect_once_across_nodes),
         cmocka_unit_test(test_sessions_expire),
