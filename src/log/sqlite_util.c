@@ -144,26 +144,23 @@ int tidemark_txn_insert(struct tidemark_txn *txn, const char *table, json_t *row
 
 int tm_sqlite_rows(sqlite3 *db, const char *table, json_t **rows)
 {
-    sqlite3_stmt *st;
     const char *args[1] = {table};
-    int rc = prepare_bind(db, "SELECT id, doc FROM tm_rows WHERE tbl = ?1 ORDER BY id", args, 1, &st);
+    json_t *raw = NULL;
+    int rc = tm_sqlite_query_json(db, "SELECT id, doc FROM tm_rows WHERE tbl = ?1 ORDER BY id", args,
+                                  1, &raw);
     if (rc)
         return rc;
-    json_t *out = json_array();
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *row = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+    size_t i;
+    json_t *r;
+    json_array_foreach(raw, i, r) { /* {"id": n, "doc": "<json>"} -> {"id": n, <doc's fields>} */
+        json_t *row = json_loads(json_string_value(json_object_get(r, "doc")), 0, NULL);
         if (!json_is_object(row)) {
             json_decref(row);
             row = json_object();
         }
-        json_object_set_new(row, "id", json_integer(sqlite3_column_int64(st, 0)));
-        json_array_append_new(out, row);
+        json_object_set(row, "id", json_object_get(r, "id"));
+        json_array_set_new(raw, i, row);
     }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        json_decref(out);
-        return tm_sqlite_err(rc);
-    }
-    *rows = out;
+    *rows = raw;
     return 0;
 }

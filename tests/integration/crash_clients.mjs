@@ -8,6 +8,8 @@
 //       makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs });
 
 // Seeded PRNG (mulberry32): the same seed gives the same schedule and workload.
+import { sseEvents } from "./sse.mjs";
+
 export function rng(seed) {
   let a = seed >>> 0;
   return () => {
@@ -21,33 +23,6 @@ export function rng(seed) {
 
 export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs }) {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-  // ---- SSE ----------------------------------------------------------------------
-  // Yields {id, event, data} per dispatched event; throws on a cut connection.
-  async function* sse(body) {
-    const dec = new TextDecoder();
-    let buf = "";
-    for await (const chunk of body) {
-      buf += dec.decode(chunk, { stream: true });
-      let i;
-      while ((i = buf.indexOf("\n\n")) >= 0) {
-        const block = buf.slice(0, i);
-        buf = buf.slice(i + 2);
-        const ev = { id: null, event: null, data: null };
-        for (const line of block.split("\n")) {
-          if (line.startsWith(":")) continue;
-          const c = line.indexOf(":");
-          const f = c < 0 ? line : line.slice(0, c);
-          let v = c < 0 ? "" : line.slice(c + 1);
-          if (v.startsWith(" ")) v = v.slice(1);
-          if (f === "id") ev.id = v;
-          else if (f === "event") ev.event = v;
-          else if (f === "data") ev.data = ev.data === null ? v : ev.data + "\n" + v;
-        }
-        if (ev.data !== null) yield ev;
-      }
-    }
-  }
 
   // ---- global checks ---------------------------------------------------------------
   const payloadById = new Map(); // "session event-id" -> payload, across the whole run
@@ -107,7 +82,7 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
     let cursor = null, response = null, streamName = null;
     const progress = [];
     const consume = async (res) => {
-      for await (const ev of sse(res.body)) {
+      for await (const ev of sseEvents(res.body)) {
         const st = checkEvent(sid, ev);
         if (st) streamName = st;
         cursor = ev.id;

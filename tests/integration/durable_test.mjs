@@ -10,6 +10,7 @@ import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, rmSync, unlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { sseEvents } from "./sse.mjs";
 
 const bin = process.argv[2];
 if (!bin) { console.error("usage: durable_test.mjs SERVER_BINARY"); process.exit(2); }
@@ -82,30 +83,10 @@ function toolCall(id, name, args, extraMeta = {}) {
 // Read SSE events; stop early (aborting the connection) when stopAfter(events) is true.
 async function readEvents(res, stopAfter, ctl) {
   const events = [];
-  const dec = new TextDecoder();
-  let buf = "";
   try {
-    for await (const chunk of res.body) {
-      buf += dec.decode(chunk, { stream: true });
-      let i;
-      while ((i = buf.indexOf("\n\n")) >= 0) {
-        const block = buf.slice(0, i);
-        buf = buf.slice(i + 2);
-        const ev = { id: null, event: null, data: null };
-        for (const line of block.split("\n")) {
-          const c = line.indexOf(":");
-          if (c === 0) continue;
-          const f = c < 0 ? line : line.slice(0, c);
-          let v = c < 0 ? "" : line.slice(c + 1);
-          if (v.startsWith(" ")) v = v.slice(1);
-          if (f === "id") ev.id = v;
-          else if (f === "event") ev.event = v;
-          else if (f === "data") ev.data = ev.data === null ? v : ev.data + "\n" + v;
-        }
-        if (ev.data === null) continue;
-        events.push(ev);
-        if (stopAfter && stopAfter(events)) { ctl?.abort(); return events; }
-      }
+    for await (const ev of sseEvents(res.body)) {
+      events.push(ev);
+      if (stopAfter && stopAfter(events)) { ctl?.abort(); return events; }
     }
   } catch (e) {
     if (!ctl?.signal.aborted) throw e;

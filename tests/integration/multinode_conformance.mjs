@@ -8,6 +8,7 @@
 // Exits 77 (skipped) only when redis-server or haproxy is not installed.
 import { spawn } from "node:child_process";
 import { Cluster, missingTools } from "./multinode_env.mjs";
+import { readMessages } from "./sse.mjs";
 
 const H = { "content-type": "application/json", accept: "application/json, text/event-stream",
   "mcp-protocol-version": "2025-11-25" };
@@ -15,67 +16,41 @@ const H = { "content-type": "application/json", accept: "application/json, text/
 // Step 1 of issue 6, made deterministic: the sampling request waits on node
 // 0, its answer is POSTed to node 1 directly (not through the LB), and the
 // tool's result must still come out on node 0's stream.
-async function crossNodeSampling(cl) {
-  const [a, b] = [cl.nodes[0].url, cl.nodes[1].url];
-  const init = await fetch(a, { method: "POST", headers: H, body: JSON.stringify({ jsonrpc: "2.0", id: 0,
-    method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: { sampling: {} },
-      clientInfo: { name: "multinode", version: "1" } } }) });
+// A session initialized on node url; returns the headers its requests carry.
+async function openSession(url, capabilities, name) {
+  const init = await fetch(url, { method: "POST", headers: H, body: JSON.stringify({ jsonrpc: "2.0", id: 0,
+    method: "initialize", params: { protocolVersion: "2025-11-25", capabilities,
+      clientInfo: { name, version: "1" } } }) });
   if (init.status !== 200) throw new Error("initialize " + init.status);
   const sid = init.headers.get("mcp-session-id");
   await init.text();
   const hs = { ...H, "mcp-session-id": sid };
-  await (await fetch(a, { method: "POST", headers: hs,
+  await (await fetch(url, { method: "POST", headers: hs,
     body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+  return hs;
+}
+
+async function crossNodeSampling(cl) {
+  const [a, b] = [cl.nodes[0].url, cl.nodes[1].url];
+  const hs = await openSession(a, { sampling: {} }, "multinode");
   const res = await fetch(a, { method: "POST", headers: hs, body: JSON.stringify({ jsonrpc: "2.0", id: 7,
     method: "tools/call", params: { name: "test_sampling", arguments: { prompt: "hi" } } }),
     signal: AbortSignal.timeout(20000) });
-  const dec = new TextDecoder();
-  let buf = "", answered = false;
-  for await (const chunk of res.body) {
-    buf += dec.decode(chunk, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
-      if (!data) continue;
-      const msg = JSON.parse(data);
-      if (msg.method === "sampling/createMessage" && !answered) {
-        answered = true;
-        const r = await fetch(b, { method: "POST", headers: hs, body: JSON.stringify({ jsonrpc: "2.0",
-          id: msg.id, result: { role: "assistant", model: "m", content: { type: "text", text: "from node 1" } } }) });
-        if (r.status !== 202) throw new Error("answer to node 1: HTTP " + r.status);
-        await r.text();
-      } else if (msg.id === 7) {
-        const text = JSON.stringify(msg.result ?? msg.error);
-        if (!answered || !text.includes("from node 1")) throw new Error("cross-node sampling: " + text);
-        console.log("cross-node sampling: request on node 0, answer via node 1: ok");
-        return;
-      }
+  let answered = false, text = null;
+  await readMessages(res, async (msg) => {
+    if (msg.method === "sampling/createMessage" && !answered) {
+      answered = true;
+      const r = await fetch(b, { method: "POST", headers: hs, body: JSON.stringify({ jsonrpc: "2.0",
+        id: msg.id, result: { role: "assistant", model: "m", content: { type: "text", text: "from node 1" } } }) });
+      if (r.status !== 202) throw new Error("answer to node 1: HTTP " + r.status);
+      await r.text();
+    } else if (msg.id === 7) {
+      text = JSON.stringify(msg.result ?? msg.error);
     }
-  }
-  throw new Error("cross-node sampling: stream ended without a result");
-}
-
-// Feed each JSON-RPC message of an SSE (or JSON) response to onMsg.
-async function readMessages(res, onMsg) {
-  if (!(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
-    const body = await res.text();
-    if (body) [].concat(JSON.parse(body)).forEach(onMsg);
-    return;
-  }
-  const dec = new TextDecoder();
-  let buf = "";
-  for await (const chunk of res.body) {
-    buf += dec.decode(chunk, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
-      if (data) onMsg(JSON.parse(data));
-    }
-  }
+  });
+  if (text === null) throw new Error("cross-node sampling: stream ended without a result");
+  if (!answered || !text.includes("from node 1")) throw new Error("cross-node sampling: " + text);
+  console.log("cross-node sampling: request on node 0, answer via node 1: ok");
 }
 
 // One request to one node; every message of its answer, which must end in a result.
@@ -104,15 +79,8 @@ async function waitFor(what, pred, ms) {
 // the notification arrives on the standalone stream held by a third.
 async function crossNodeSessionState(cl) {
   const [a, b, c] = cl.nodes.map((n) => n.url);
-  const init = await fetch(a, { method: "POST", headers: H, body: JSON.stringify({ jsonrpc: "2.0", id: 0,
-    method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {},
-      clientInfo: { name: "multinode-state", version: "1" } } }) });
-  if (init.status !== 200) throw new Error("initialize " + init.status);
-  const sid = init.headers.get("mcp-session-id");
-  await init.text();
-  const hs = { ...H, "mcp-session-id": sid };
-  await (await fetch(b, { method: "POST", headers: hs,
-    body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+  const hs = await openSession(a, {}, "multinode-state");
+  const sid = hs["mcp-session-id"];
   const ctl = new AbortController();
   const get = await fetch(b, { method: "GET", headers: { accept: "text/event-stream", "mcp-session-id": sid,
     "mcp-protocol-version": "2025-11-25" }, signal: ctl.signal });

@@ -11,6 +11,7 @@
 //   node multinode_redis_faults.mjs TIDEMARK_SERVER
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
+import { sseEvents } from "./sse.mjs";
 import { Cluster, missingTools, redisCli, sleep } from "./multinode_env.mjs";
 
 const bin = process.argv[2];
@@ -50,25 +51,6 @@ async function initialize() {
   return sid;
 }
 
-async function* sse(body) {
-  const dec = new TextDecoder();
-  let buf = "";
-  for await (const chunk of body) {
-    buf += dec.decode(chunk, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const ev = { id: null, data: null };
-      for (const line of block.split("\n")) {
-        if (line.startsWith("id:")) ev.id = line.slice(3).trim();
-        else if (line.startsWith("data:")) ev.data = (ev.data ?? "") + line.slice(5).trim();
-      }
-      if (ev.id !== null || ev.data !== null) yield ev;
-    }
-  }
-}
-
 const seqOf = (id) => Number(/-(\d+)$/.exec(id)[1]);
 const resumeGet = (sid, cursor) => fetch(cl.url, { headers: { accept: "text/event-stream",
   "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25", "last-event-id": cursor },
@@ -91,7 +73,7 @@ async function streamCall(sid, id, n, delay, onEvent) {
         response = await res.json();
         break;
       }
-      for await (const ev of sse(res.body)) {
+      for await (const ev of sseEvents(res.body)) {
         if (!ev.id) continue;
         events.push(ev);
         cursor = ev.id;
@@ -148,7 +130,7 @@ try {
     // replay the whole stream from its first event: the same bytes
     const res = await resumeGet(sid, events[0].id);
     const replay = [];
-    if (res.status === 200) for await (const ev of sse(res.body)) if (ev.id) replay.push(ev);
+    if (res.status === 200) for await (const ev of sseEvents(res.body)) if (ev.id) replay.push(ev);
     check(res.status === 200 && replay.length === events.length - 1 &&
       replay.every((ev, i) => ev.id === events[i + 1].id && ev.data === events[i + 1].data),
       `1: replay after the restart returns the same ${replay.length} events (HTTP ${res.status})`);

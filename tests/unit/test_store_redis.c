@@ -138,7 +138,7 @@ static void stop_redis(void)
 
 /* ---- the memory backend's contract, on Redis ------------------------------------ */
 
-static int open_on_redis(const char *uri, const tm_store_options *opt, tm_store **out)
+static int contract_open(const char *uri, const tm_store_options *opt, tm_store **out)
 {
     (void)uri;
     char u[64];
@@ -148,22 +148,7 @@ static int open_on_redis(const char *uri, const tm_store_options *opt, tm_store 
     return tm_store_open(u, &o, out);
 }
 
-static int append_durable(tm_store *st, const char *session, const char *stream, const void *data,
-                          size_t len, unsigned flags, tm_append_cb cb, void *ud)
-{
-    int rc = tm_store_append(st, session, stream, data, len, flags, cb, ud);
-    if (rc == 0 && tm_store_sync(st) != 0)
-        return TIDEMARK_EIO;
-    return rc;
-}
-
-#define tm_store_open(uri, opt, out) open_on_redis(uri, opt, out)
-#define tm_store_append(st, se, sm, d, l, f, cb, ud) append_durable(st, se, sm, d, l, f, cb, ud)
-#define main memory_contract_main
-#include "test_store_memory.c"
-#undef main
-#undef tm_store_append
-#undef tm_store_open
+#include "store_contract.h"
 
 /* ---- helpers -------------------------------------------------------------------- */
 

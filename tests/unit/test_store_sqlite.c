@@ -22,7 +22,7 @@
 static char g_dir[] = "/tmp/tm-store-sqlite-XXXXXX";
 static int g_next_db = 1;
 
-static int open_on_sqlite(const char *uri, const tm_store_options *opt, tm_store **out)
+static int contract_open(const char *uri, const tm_store_options *opt, tm_store **out)
 {
     (void)uri;
     char path[128];
@@ -32,22 +32,7 @@ static int open_on_sqlite(const char *uri, const tm_store_options *opt, tm_store
     return tm_store_sqlite_open(path, &o, out);
 }
 
-static int append_durable(tm_store *st, const char *session, const char *stream, const void *data,
-                          size_t len, unsigned flags, tm_append_cb cb, void *ud)
-{
-    int rc = tm_store_append(st, session, stream, data, len, flags, cb, ud);
-    if (rc == 0 && tm_store_sync(st) != 0)
-        return TIDEMARK_EIO;
-    return rc;
-}
-
-#define tm_store_open(uri, opt, out) open_on_sqlite(uri, opt, out)
-#define tm_store_append(st, se, sm, d, l, f, cb, ud) append_durable(st, se, sm, d, l, f, cb, ud)
-#define main memory_contract_main
-#include "test_store_memory.c"
-#undef main
-#undef tm_store_append
-#undef tm_store_open
+#include "store_contract.h"
 
 static int remove_dir(void)
 {
