@@ -140,6 +140,7 @@ static const char lua_helpers[] =
     /* Retention by count and age. The trim record (first, te) keeps a gap
      * exact: te is the epoch of seq first-1, the last event trimmed. */
     "local function trim(meta, sk, keep, maxage)\n"
+    "  if keep <= 0 and maxage <= 0 then return end\n"
     "  local h = redis.call('HMGET', meta, 'head', 'first')\n"
     "  local head, first = tonumber(h[1]), tonumber(h[2])\n"
     "  local nf = first\n"
@@ -196,15 +197,27 @@ static const char *const lua_bodies[SC_COUNT] = {
     /* SC_APPEND. KEYS meta, stream, started. ARGV token(1-3), 4 epoch,
      * 5 data, 6 final, 7 keep, 8 max age, 9 expected seq (0: any), 10 request
      * record key or '', 11 started member, 12 channel, 13 writer, 14 stream
-     * name, 15 session, 16 effect rows: '' or a JSON array of [table, doc]. */
+     * name, 15 session, 16 effect rows: '' or a JSON array of [table, doc],
+     * 17 '1' when this is the batch's last append to the stream: it publishes
+     * the stream's head, whatever its outcome (one wake-up per stream per
+     * batch, not one per event). */
     [SC_APPEND] = LUA_TOKEN
     "local meta, sk = KEYS[1], KEYS[2]\n"
+    "local function wake(head, closed)\n"
+    "  if ARGV[17] == '1' then\n"
+    "    redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', head) .. ' ' ..\n"
+    "                closed .. ' ' .. ARGV[14] .. ' ' .. ARGV[15])\n"
+    "  end\n"
+    "end\n"
     "local h = redis.call('HMGET', meta, 'head', 'closed')\n"
     "if not h[1] then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "if h[2] == '1' then return {" XSTR(TIDEMARK_ECLOSED) "} end\n"
+    "if h[2] == '1' then wake(tonumber(h[1]), '1') return {" XSTR(TIDEMARK_ECLOSED) "} end\n"
     "local seq = tonumber(h[1]) + 1\n"
     "local expect = tonumber(ARGV[9])\n"
-    "if expect > 0 and expect ~= seq then return {" XSTR(TIDEMARK_EBUSY) ", seq - 1} end\n"
+    "if expect > 0 and expect ~= seq then\n"
+    "  wake(seq - 1, '0')\n"
+    "  return {" XSTR(TIDEMARK_EBUSY) ", seq - 1}\n"
+    "end\n"
     "local t = now_ms()\n"
     "redis.call('XADD', sk, eid(seq), 'd', ARGV[5], 'e', ARGV[4], 't', t)\n"
     "redis.call('HSET', meta, 'head', seq)\n"
@@ -220,8 +233,7 @@ static const char *const lua_bodies[SC_COUNT] = {
     "  end\n"
     "end\n"
     "trim(meta, sk, tonumber(ARGV[7]), tonumber(ARGV[8]))\n"
-    "redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', seq) .. ' ' ..\n"
-    "           ARGV[6] .. ' ' .. ARGV[14] .. ' ' .. ARGV[15])\n"
+    "wake(seq, ARGV[6])\n"
     "return ok(seq)\n",
 
     /* SC_CLOSE (idempotent). KEYS meta. ARGV channel, writer, name, session. */
@@ -339,6 +351,7 @@ typedef struct rop {
     enum op_state state;
     int retry;             /* resend after a lost reply: the token decides */
     int fx_done;           /* the effect ran (first attempt only) */
+    int wake;              /* append: the last of its stream in the batch sent */
     uint64_t ctr;          /* token counter */
     char *session, *name;  /* name: stream, or NULL (next POST stream) */
     uint64_t seq;          /* append: predicted, then durable. open: n */
@@ -1050,6 +1063,7 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         } else {
             arg_str(a, "");
         }
+        arg_str(a, o->wake ? "1" : "0");
         return 0;
     case OP_CLOSE:
         arg_eval(r, a, SC_CLOSE, 1);
@@ -1174,12 +1188,39 @@ static int take_reply(rop *o, redisReply *x)
 enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
 
 /* Send every op still to do as one pipeline and read the replies. */
+/* Flag, per stream, the last append still to send: its script publishes the
+ * stream's head for the other nodes. */
+static void mark_wakes(rop *batch)
+{
+    tm_map *last = tm_map_new();
+    for (rop *o = batch; o; o = o->next) {
+        if (o->kind != OP_APPEND || o->state != ST_TODO)
+            continue;
+        o->wake = 1;
+        char *k = last ? cache_key(o->session, o->name) : NULL;
+        rop *prev = k ? tm_map_get(last, k) : NULL;
+        if (prev)
+            prev->wake = 0;
+        if (!k || tm_map_put(last, k, o) != 0) { /* out of memory: every op publishes */
+            if (prev)
+                prev->wake = 1;
+        }
+        free(k);
+    }
+    tm_map_free(last);
+}
+
 static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
 {
     redisContext *c = r->wc;
     char epoch[TM_EPOCH_LEN + 1];
     current_epoch(r, epoch);
-    int pre = 0, post = 0, reload = 0;
+    int pre = 0, post = 0, reload = 0, aborted = 0;
+    /* One MULTI/EXEC per batch: Redis applies it as one unit and, under
+     * appendfsync always, fsyncs it once (a bare pipeline is read in 16 KiB
+     * pieces, with an fsync after each). */
+    mark_wakes(batch);
+    redisAppendCommand(c, "MULTI");
     /* The previous batch is settled: its tokens can go. Never on a retry,
      * which may still need them. */
     if (first_attempt && r->wkey_dirty) {
@@ -1206,31 +1247,67 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         redisAppendCommand(c, "PEXPIRE %s %d", r->wkey, WKEY_TTL_MS);
         r->wkey_dirty = 1;
     }
+    redisAppendCommand(c, "EXEC");
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit"); /* nothing sent yet */
     void *x = NULL;
-    if (pre) {
+    redisReply *rep;
+    /* MULTI, then one QUEUED (or a refusal, which aborts the EXEC) per command. */
+    int nqueued = 1 + pre + post;
+    for (rop *o = batch; o; o = o->next)
+        nqueued += o->state == ST_SENT;
+    rop *o = batch;
+    for (int i = 0; i < nqueued; i++) {
         if (redisGetReply(c, &x) != REDIS_OK)
             goto lost;
+        rep = x;
+        int is_op = i >= 1 + pre && i < nqueued - post;
+        if (is_op)
+            while (o->state != ST_SENT)
+                o = o->next;
+        if (rep->type == REDIS_REPLY_ERROR) {
+            aborted = 1;
+            if (is_noscript(rep)) {
+                reload = 1;
+            } else {
+                TM_ERROR("redis: command refused: %s", rep->str);
+                if (is_op) {
+                    o->state = ST_DONE;
+                    o->status = TIDEMARK_EIO;
+                }
+            }
+        }
+        if (is_op && o->state == ST_SENT)
+            o = o->next;
         freeReplyObject(x);
     }
-    for (rop *o = batch; o; o = o->next) {
-        if (o->state != ST_SENT)
+    if (redisGetReply(c, &x) != REDIS_OK)
+        goto lost;
+    rep = x;
+    if (aborted || rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)(nqueued - 1)) {
+        /* Nothing ran: send the rest again. */
+        if (!aborted)
+            TM_ERROR("redis: EXEC failed (%s)", rep->type == REDIS_REPLY_ERROR ? rep->str : "no result");
+        freeReplyObject(x);
+        for (rop *q = batch; q; q = q->next)
+            if (q->state == ST_SENT)
+                q->state = ST_TODO;
+        if (pre)
+            r->wkey_dirty = 1;
+        return reload ? SENT_RELOAD : aborted ? SENT_OK : SENT_LOST;
+    }
+    size_t k = (size_t)pre;
+    for (rop *q = batch; q; q = q->next) {
+        if (q->state != ST_SENT)
             continue;
-        if (redisGetReply(c, &x) != REDIS_OK)
-            goto lost;
-        if (is_noscript(x)) { /* flushed: not run, and neither is the rest */
-            o->state = ST_TODO;
+        redisReply *e = rep->element[k++];
+        if (is_noscript(e)) { /* flushed: not run */
+            q->state = ST_TODO;
             reload = 1;
         } else {
-            *recovered += take_reply(o, x);
+            *recovered += take_reply(q, e);
         }
-        freeReplyObject(x);
     }
-    if (post) {
-        if (redisGetReply(c, &x) != REDIS_OK)
-            goto lost;
-        freeReplyObject(x);
-    }
+    freeReplyObject(x);
     return reload ? SENT_RELOAD : SENT_OK;
 lost:
     TM_WARN("redis: connection lost during a commit (%s); retrying", c->errstr);
