@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void tm_crash_point(const char *env, const char *point)
@@ -19,6 +20,16 @@ void tm_crash_point(const char *env, const char *point)
     if (atomic_fetch_add(&hits, 1) + 1 == atoi(spec + n + 1)) {
         fprintf(stderr, "tidemark: crash point %s reached\n", point);
         kill(getpid(), SIGKILL);
+    }
+}
+
+void tm_test_delay(const char *env)
+{
+    const char *v = getenv(env);
+    long ms = v ? atol(v) : 0;
+    if (ms > 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
     }
 }
 #else

@@ -887,6 +887,7 @@ static void *writer_main(void *arg)
                 o->status = apply_op(q, o, &touched);
             rc = flush_streams(q, touched, &ups, &nups);
             TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
+            TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS");
             if (rc == 0)
                 rc = wexec(q, "COMMIT");
             if (rc == 0)

@@ -40,6 +40,16 @@
 
 enum rq_phase { RQ_RUNNING = 0, RQ_RECONNECT, RQ_DONE };
 
+/* An event of an emit-early stream not yet announced durable. */
+typedef struct held {
+    char *id;
+    json_t *msg;
+    uint64_t seq;
+    struct held *next;
+} held;
+
+#define HELD_MAX 65536 /* events held at most; then the exchange is dropped and resumed */
+
 typedef struct rq {
     struct tidemark_client *c;
     int64_t id;
@@ -68,6 +78,13 @@ typedef struct rq {
     unsigned attempts;
     int recorded;               /* outstanding row exists */
     int events;                 /* events seen on the current exchange */
+    /* An emit-early server (DESIGN §8) announces its durable head; events
+     * above it wait here and are dispatched (and their cursor kept) only
+     * once announced durable. Per exchange. */
+    int early;
+    uint64_t durable;
+    held *held_head, *held_tail;
+    size_t nheld;
 } rq;
 
 struct tidemark_client {
@@ -167,10 +184,23 @@ const char *tidemark_client_session(const tidemark_client_t *c) { return c->sess
 const char *tidemark_client_protocol_version(const tidemark_client_t *c) { return c->proto; }
 json_t *tidemark_client_server_info(const tidemark_client_t *c) { return c->server_info; }
 
+static void held_clear(rq *r)
+{
+    for (held *h = r->held_head, *n; h; h = n) {
+        n = h->next;
+        free(h->id);
+        json_decref(h->msg);
+        free(h);
+    }
+    r->held_head = r->held_tail = NULL;
+    r->nheld = 0;
+}
+
 static void rq_free(rq *r)
 {
     if (!r)
         return;
+    held_clear(r);
     json_decref(r->msg);
     json_decref(r->result);
     tm_buf_free(&r->body);
@@ -437,10 +467,44 @@ static int accept_event(tidemark_client_t *c, rq *r, const char *id, json_t *msg
     return 0;
 }
 
+/* Dispatch one event (msg is borrowed). Returns 1 to stop reading. */
+static int process_event(rq *r, const char *id, json_t *msg)
+{
+    tidemark_client_t *c = r->c;
+    if (id && id[0] && accept_event(c, r, id, msg) != 0)
+        return 1;
+    if (msg)
+        handle_message(c, r, msg);
+    pthread_mutex_lock(&c->mu);
+    int stop = r->phase == RQ_DONE;
+    pthread_mutex_unlock(&c->mu);
+    /* A foreign server may keep a resumed stream open after the response:
+     * stop reading once we have it. */
+    return stop ? 1 : 0;
+}
+
+/* Dispatch the held events the durable head now covers, in order. */
+static int release_held(rq *r)
+{
+    while (r->held_head && r->held_head->seq <= r->durable) {
+        held *h = r->held_head;
+        r->held_head = h->next;
+        if (!r->held_head)
+            r->held_tail = NULL;
+        r->nheld--;
+        int stop = process_event(r, h->id, h->msg);
+        free(h->id);
+        json_decref(h->msg);
+        free(h);
+        if (stop)
+            return 1;
+    }
+    return 0;
+}
+
 static int on_sse_event(void *ud, const tm_sse_event *ev)
 {
     rq *r = ud;
-    tidemark_client_t *c = r->c;
     r->events++;
     if (strcmp(ev->type, "gap") == 0) {
         /* The server trimmed events we had not received: typed, never silent. */
@@ -448,22 +512,48 @@ static int on_sse_event(void *ud, const tm_sse_event *ev)
         rq_fail(r, TIDEMARK_EPROTO, "resumption_gap", "events of the stream were trimmed", d);
         return 1;
     }
-    if (strcmp(ev->type, "message") != 0)
-        return 0; /* e.g. tidemark-durable announcements */
-    json_t *msg = ev->data_len ? json_loadb(ev->data, ev->data_len, 0, NULL) : NULL;
-    if (ev->id && ev->id[0] && accept_event(c, r, ev->id, msg) != 0) {
-        json_decref(msg);
-        return 1;
+    if (strcmp(ev->type, "tidemark-durable") == 0) {
+        json_t *d = json_loadb(ev->data, ev->data_len, 0, NULL);
+        json_t *head = json_object_get(d, "durable_head");
+        if (json_is_integer(head) && json_integer_value(head) >= 0) {
+            r->early = 1;
+            if ((uint64_t)json_integer_value(head) > r->durable)
+                r->durable = (uint64_t)json_integer_value(head);
+        }
+        json_decref(d);
+        return release_held(r);
     }
-    if (msg)
-        handle_message(c, r, msg);
+    if (strcmp(ev->type, "message") != 0)
+        return 0;
+    json_t *msg = ev->data_len ? json_loadb(ev->data, ev->data_len, 0, NULL) : NULL;
+    tm_event_id eid;
+    if (r->early && ev->id && tm_event_id_parse(ev->id, &eid) == 0 && eid.seq > r->durable) {
+        /* Not durable yet: a crash of the server could still lose it. */
+        if (r->nheld >= HELD_MAX) {
+            TM_WARN("client: %zu events wait for the server's durable head; resuming later",
+                    r->nheld);
+            json_decref(msg);
+            return 1;
+        }
+        held *h = calloc(1, sizeof *h);
+        if (!h || !(h->id = strdup(ev->id))) {
+            free(h);
+            json_decref(msg);
+            return 1;
+        }
+        h->msg = msg;
+        h->seq = eid.seq;
+        if (r->held_tail)
+            r->held_tail->next = h;
+        else
+            r->held_head = h;
+        r->held_tail = h;
+        r->nheld++;
+        return 0;
+    }
+    int stop = process_event(r, ev->id, msg);
     json_decref(msg);
-    pthread_mutex_lock(&c->mu);
-    int stop = r->phase == RQ_DONE;
-    pthread_mutex_unlock(&c->mu);
-    /* A foreign server may keep a resumed stream open after the response:
-     * stop reading once we have it. */
-    return stop ? 1 : 0;
+    return stop;
 }
 
 static void on_sse_retry(void *ud, unsigned long ms)
@@ -500,6 +590,9 @@ static void x_headers(void *ud, long status, const char *ctype, const char *sid)
         } else {
             tm_sse_parser_reset(r->parser);
         }
+        held_clear(r); /* a new connection says again what is durable */
+        r->early = 0;
+        r->durable = 0;
     }
 }
 

@@ -421,6 +421,12 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
         goto nomem;
     if (o->retry_ms && tm_sse_frame_retry(&s->out, o->retry_ms))
         goto nomem;
+    if (s->announce) { /* first thing: this stream emits early; durable so far: after_seq */
+        char txt[64];
+        int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)o->after_seq);
+        if (tm_sse_frame(&s->out, "tidemark-durable", NULL, txt, (size_t)n))
+            goto nomem;
+    }
     if (o->prelude && tm_buf_add(&s->out, o->prelude, o->prelude_len))
         goto nomem;
 

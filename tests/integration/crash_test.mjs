@@ -15,6 +15,7 @@
 // CRASH_DURABILITY (power|process, default power), CRASH_SERVER_ARGS (extra flags).
 // The long variant: CRASH_KILLS=200 CRASH_CLIENTS=8 (see docs/design.md).
 import { spawn } from "node:child_process";
+import { reaped } from "./reap.mjs";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -50,9 +51,9 @@ let upWaiters = [];
 
 function startServer() {
   return new Promise((resolve, reject) => {
-    const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--store", "sqlite:" + db,
+    const proc = reaped(spawn(bin, ["--listen", "127.0.0.1:0", "--store", "sqlite:" + db,
       "--durability", DURABILITY, "--log-level", "warn", "--keepalive-ms", "1000", ...EXTRA],
-      { stdio: ["ignore", "pipe", "inherit"] });
+      { stdio: ["ignore", "pipe", "inherit"] }));
     let buf = "";
     const timer = setTimeout(() => reject(new Error("server did not start")), 15000);
     proc.stdout.on("data", (d) => {

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { reaped } from "./reap.mjs";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -84,10 +85,10 @@ export class Cluster {
   async startRedis() {
     if (!this.redisPort) this.redisPort = await freePort();
     spawnSync("mkdir", ["-p", this.redisDir]);
-    const proc = spawn("redis-server", ["--port", String(this.redisPort), "--bind", "127.0.0.1",
+    const proc = reaped(spawn("redis-server", ["--port", String(this.redisPort), "--bind", "127.0.0.1",
       "--dir", this.redisDir, "--appendonly", "yes", "--appendfsync", "always",
       "--save", "", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"],
-      { stdio: ["ignore", "ignore", "inherit"] });
+      { stdio: ["ignore", "ignore", "inherit"] }));
     this.redis = proc;
     await waitTcp(this.redisPort);
     const end = Date.now() + 10000;
@@ -107,9 +108,9 @@ export class Cluster {
     if (!this.nodePorts) this.nodePorts = [];
     if (!this.nodePorts[i]) this.nodePorts[i] = await freePort();
     const port = this.nodePorts[i];
-    const proc = spawn(this.bin, ["--listen", `127.0.0.1:${port}`, "--store", this.storeUri,
+    const proc = reaped(spawn(this.bin, ["--listen", `127.0.0.1:${port}`, "--store", this.storeUri,
       "--log-level", this.quiet ? "warn" : "info", "--keepalive-ms", "1000", ...this.nodeArgs],
-      { stdio: ["ignore", "pipe", "inherit"] });
+      { stdio: ["ignore", "pipe", "inherit"] }));
     let buf = "";
     const url = await new Promise((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`node ${i} did not start`)), 15000);
@@ -163,7 +164,7 @@ ${servers}
     writeFileSync(cfgPath, cfg);
     const chk = spawnSync("haproxy", ["-c", "-q", "-f", cfgPath], { encoding: "utf8" });
     if (chk.status !== 0) throw new Error("haproxy config: " + chk.stderr + chk.stdout);
-    this.lb = spawn("haproxy", ["-db", "-f", cfgPath], { stdio: ["ignore", "ignore", "pipe"] });
+    this.lb = reaped(spawn("haproxy", ["-db", "-f", cfgPath], { stdio: ["ignore", "ignore", "pipe"] }));
     this.lb.stderr.on("data", (d) => {
       const s = String(d);
       if (!/Server be\/n\d+ is (DOWN|UP)|backend be has no server available|^\s*$/m.test(s) && !this.quiet)

@@ -17,6 +17,7 @@
 //                 [--clients K] [--kill-every-ms MS]
 // make soak runs the long variant; CTest `soak_short` the short one.
 import { spawn } from "node:child_process";
+import { reaped } from "../integration/reap.mjs";
 import { mkdtempSync, rmSync, readFileSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -55,7 +56,7 @@ function freePort() {
 
 function startProc(bin, args, env = {}, onExit) {
   return new Promise((resolve, reject) => {
-    const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+    const p = reaped(spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } }));
     let out = "", err = "";
     const t = setTimeout(() => reject(new Error(`${bin} did not start: ${err}`)), 15000);
     p.stdout.on("data", (d) => {
@@ -108,7 +109,7 @@ const URL = proxy.url.replace(/\/?$/, "") + "/mcp";
 // ---- clients ------------------------------------------------------------------------
 function runClient(args, env, killAfterMs) {
   return new Promise((resolve) => {
-    const p = spawn(CLIENT, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+    const p = reaped(spawn(CLIENT, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } }));
     let out = "", err = "";
     p.stdout.on("data", (d) => (out += d));
     p.stderr.on("data", (d) => (err += d));
