@@ -5,8 +5,9 @@
  *   tidemark-check [--json] [--tool NAME] [--args JSON] [--restart-cmd CMD]
  *                  [--timeout-ms N] URL
  *
- * It speaks raw HTTP (libcurl multi) and parses SSE itself, so it sees exactly
- * what the server sends: which blocks carry an id: field, where retry: is,
+ * It speaks raw HTTP (libcurl multi) and reads SSE with the library's parser
+ * at block level (own_id, on_id_only), so it sees exactly what the server
+ * sends: which blocks carry an id: field, where retry: is,
  * whether a stream ends or is held open. All it needs from the server is a
  * tool that streams progress notifications (default: Tidemark's demo tool
  * `stream` with {"n":20,"delay_ms":20}); every call carries a progressToken
@@ -18,6 +19,9 @@
  *
  * Exit status: 0 when no check FAILed, 1 otherwise, 2 on usage errors.
  */
+#include "base/buf.h"
+#include "transport/sse_parser.h"
+#include "tidemark/tidemark.h"
 #include <curl/curl.h>
 #include <jansson.h>
 #include <ctype.h>
@@ -107,45 +111,6 @@ static char *xstrdup(const char *s)
 
 /* ---- growable byte buffer (always NUL-terminated) ---------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-/* Append n bytes unless the result would exceed limit: then -1. */
-static int sb_add(sbuf *b, const char *s, size_t n, size_t limit)
-{
-    if (b->len + n > limit)
-        return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-static void sb_reset(sbuf *b)
-{
-    b->len = 0;
-    if (b->p)
-        b->p[0] = '\0';
-}
-
-static void sb_free(sbuf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
 
 /* ---- events ---------------------------------------------------------------------- */
 
@@ -169,15 +134,10 @@ typedef struct xfer {
     char sid[256];
     int headers_done;
     int is_sse;
-    sbuf body;
+    tm_buf body;   /* non-SSE response body, at most MAX_BODY */
     json_t *json; /* parsed non-SSE body */
     long long t_start, t_headers, t_last_event, t_final;
-    /* SSE parser */
-    sbuf line;
-    int skip_lf;
-    sbuf b_data;
-    char *b_id, *b_type;
-    int b_has_data, b_has_id;
+    tm_sse_parser *parser; /* src/transport/sse_parser.c, with raw block info */
     event *ev;
     size_t nev, cap;
     size_t nids; /* events with an id: field */
@@ -222,149 +182,92 @@ static int is_response(json_t *m)
            (json_object_get(m, "result") || json_object_get(m, "error"));
 }
 
-/* A blank line: record the block if it carried an id or data. Returns 1 to stop. */
-static int sse_dispatch(xfer *x)
+/* Record one block that carried an id: field and/or data (id NULL: the
+ * block had no id: field of its own; data NULL: an id-only block, which SSE
+ * does not dispatch). Returns 1 to stop the transfer. */
+static int record_block(xfer *x, const char *id, const char *type, const char *data, size_t len)
 {
-    int rc = 0;
-    if (x->b_has_id || x->b_has_data) {
-        if (x->nev == x->cap) {
-            size_t cap = x->cap ? x->cap * 2 : 32;
-            event *v = realloc(x->ev, cap * sizeof *v);
-            if (!v) {
-                x->overflow = 1;
-                return 1;
-            }
-            x->ev = v;
-            x->cap = cap;
-        }
-        event *e = &x->ev[x->nev++];
-        memset(e, 0, sizeof *e);
-        e->id = x->b_has_id ? x->b_id : NULL;
-        if (!x->b_has_id)
-            free(x->b_id);
-        x->b_id = NULL;
-        e->type = x->b_type;
-        x->b_type = NULL;
-        if (x->b_has_data) {
-            size_t n = x->b_data.len;
-            if (n && x->b_data.p[n - 1] == '\n')
-                n--;
-            e->data = xstrndup(x->b_data.p ? x->b_data.p : "", n);
-            if (n)
-                e->msg = json_loadb(e->data, n, JSON_DECODE_ANY, NULL);
-        }
-        x->t_last_event = now_ms();
-        if (e->id)
-            x->nids++;
-        if (x->final_id && is_response(e->msg) &&
-            json_id_equal(json_object_get(e->msg, "id"), x->final_id) && !x->got_final) {
-            x->got_final = 1;
-            x->t_final = x->t_last_event;
-        }
-        if (x->stop_after_ids && x->nids >= x->stop_after_ids) {
-            x->cut = 1;
-            rc = 1;
-        }
-        if (x->nev >= MAX_EVENTS) {
-            x->overflow = 1;
-            rc = 1;
-        }
-    }
-    free(x->b_id);
-    x->b_id = NULL;
-    free(x->b_type);
-    x->b_type = NULL;
-    x->b_has_id = x->b_has_data = 0;
-    sb_reset(&x->b_data);
-    return rc;
-}
-
-static int sse_line(xfer *x, const char *l, size_t n)
-{
-    if (n == 0)
-        return sse_dispatch(x);
-    if (l[0] == ':') {
-        x->comments++;
-        return 0;
-    }
-    const char *colon = memchr(l, ':', n);
-    size_t flen = colon ? (size_t)(colon - l) : n;
-    const char *v = colon ? colon + 1 : l + n;
-    size_t vlen = colon ? n - flen - 1 : 0;
-    if (vlen && v[0] == ' ') {
-        v++;
-        vlen--;
-    }
-    if (flen == 4 && !memcmp(l, "data", 4)) {
-        if (sb_add(&x->b_data, v, vlen, MAX_DATA) || sb_add(&x->b_data, "\n", 1, MAX_DATA + 1)) {
+    if (x->nev == x->cap) {
+        size_t cap = x->cap ? x->cap * 2 : 32;
+        event *v = realloc(x->ev, cap * sizeof *v);
+        if (!v) {
             x->overflow = 1;
             return 1;
         }
-        x->b_has_data = 1;
-    } else if (flen == 2 && !memcmp(l, "id", 2)) {
-        if (!memchr(v, '\0', vlen)) {
-            free(x->b_id);
-            x->b_id = xstrndup(v, vlen);
-            x->b_has_id = 1;
-        }
-    } else if (flen == 5 && !memcmp(l, "event", 5)) {
-        free(x->b_type);
-        x->b_type = xstrndup(v, vlen);
-    } else if (flen == 5 && !memcmp(l, "retry", 5)) {
-        size_t i = 0;
-        long ms = 0;
-        while (i < vlen && isdigit((unsigned char)v[i]) && ms < 100000000L)
-            ms = ms * 10 + (v[i++] - '0');
-        if (vlen && i == vlen) {
-            x->retry = ms;
-            if (!x->retry_seen && x->nev == 0)
-                x->retry_before_first = 1;
-            x->retry_seen = 1;
-        }
+        x->ev = v;
+        x->cap = cap;
+    }
+    event *e = &x->ev[x->nev++];
+    memset(e, 0, sizeof *e);
+    e->id = id ? xstrndup(id, strlen(id)) : NULL;
+    e->type = type && strcmp(type, "message") != 0 ? xstrndup(type, strlen(type)) : NULL;
+    if (data) {
+        e->data = xstrndup(data, len);
+        if (len)
+            e->msg = json_loadb(e->data, len, JSON_DECODE_ANY, NULL);
+    }
+    x->t_last_event = now_ms();
+    if (e->id)
+        x->nids++;
+    if (x->final_id && is_response(e->msg) &&
+        json_id_equal(json_object_get(e->msg, "id"), x->final_id) && !x->got_final) {
+        x->got_final = 1;
+        x->t_final = x->t_last_event;
+    }
+    if (x->stop_after_ids && x->nids >= x->stop_after_ids) {
+        x->cut = 1;
+        return 1;
+    }
+    if (x->nev >= MAX_EVENTS) {
+        x->overflow = 1;
+        return 1;
     }
     return 0;
 }
 
-/* Split into lines (LF, CR or CRLF). Returns 1 to stop the transfer. */
+static int on_sse_event(void *ud, const tm_sse_event *ev)
+{
+    return record_block(ud, ev->own_id ? ev->id : NULL, ev->type, ev->data, ev->data_len);
+}
+
+static void on_sse_id_only(void *ud, const char *id)
+{
+    xfer *x = ud;
+    if (record_block(x, id, NULL, NULL, 0))
+        x->stop = 1;
+}
+
+static void on_sse_retry(void *ud, unsigned long ms)
+{
+    xfer *x = ud;
+    x->retry = ms > 100000000UL ? 100000000L : (long)ms;
+    if (!x->retry_seen && x->nev == 0)
+        x->retry_before_first = 1;
+    x->retry_seen = 1;
+}
+
+static void on_sse_comment(void *ud, const char *text, size_t len)
+{
+    (void)text;
+    (void)len;
+    ((xfer *)ud)->comments++;
+}
+
+/* Feed SSE bytes. Returns 1 to stop the transfer. */
 static int sse_feed(xfer *x, const char *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        if (x->skip_lf) {
-            x->skip_lf = 0;
-            if (s[i] == '\n') {
-                i++;
-                continue;
-            }
+    if (!x->parser) {
+        tm_sse_callbacks cb = {.on_event = on_sse_event, .on_retry = on_sse_retry,
+                               .on_comment = on_sse_comment, .on_id_only = on_sse_id_only};
+        if (tm_sse_parser_new(MAX_LINE, MAX_DATA, &cb, x, &x->parser) != 0) {
+            x->overflow = 1;
+            return 1;
         }
-        size_t j = i;
-        while (j < n && s[j] != '\n' && s[j] != '\r')
-            j++;
-        if (j == n) {
-            if (sb_add(&x->line, s + i, j - i, MAX_LINE)) {
-                x->overflow = 1;
-                return 1;
-            }
-            return 0;
-        }
-        int rc;
-        if (x->line.len) {
-            if (sb_add(&x->line, s + i, j - i, MAX_LINE)) {
-                x->overflow = 1;
-                return 1;
-            }
-            rc = sse_line(x, x->line.p, x->line.len);
-            sb_reset(&x->line);
-        } else {
-            rc = sse_line(x, s + i, j - i);
-        }
-        if (s[j] == '\r')
-            x->skip_lf = 1;
-        i = j + 1;
-        if (rc)
-            return rc;
     }
-    return 0;
+    int rc = tm_sse_parser_feed(x->parser, s, n);
+    if (rc == TIDEMARK_ERANGE || rc == TIDEMARK_ENOMEM)
+        x->overflow = 1;
+    return rc != 0 || x->stop;
 }
 
 static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
@@ -378,7 +281,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
             x->stop = 1;
             return 0;
         }
-    } else if (sb_add(&x->body, p, n, MAX_BODY)) {
+    } else if (tm_buf_add(&x->body, p, n)) {
         x->overflow = 1;
         x->stop = 1;
         return 0;
@@ -449,6 +352,7 @@ static xfer *xfer_new(const char *method, const session *s, const char *body, co
         fputs("tidemark-check: cannot create a transfer\n", stderr);
         exit(3);
     }
+    tm_buf_init(&x->body, MAX_BODY);
     CURL *h = x->h;
     curl_easy_setopt(h, CURLOPT_URL, opt_url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -497,11 +401,8 @@ static void xfer_free(xfer *x)
     if (x->h)
         curl_easy_cleanup(x->h);
     curl_slist_free_all(x->hdrs);
-    sb_free(&x->body);
-    sb_free(&x->line);
-    sb_free(&x->b_data);
-    free(x->b_id);
-    free(x->b_type);
+    tm_buf_free(&x->body);
+    tm_sse_parser_free(x->parser);
     for (size_t i = 0; i < x->nev; i++)
         event_free(&x->ev[i]);
     free(x->ev);
@@ -579,7 +480,7 @@ static void run_xfers(xfer **xs, size_t n)
     for (size_t i = 0; i < n; i++) {
         xfer *x = xs[i];
         if (!x->is_sse && x->body.len)
-            x->json = json_loadb(x->body.p, x->body.len, JSON_DECODE_ANY, NULL);
+            x->json = json_loadb(x->body.data, x->body.len, JSON_DECODE_ANY, NULL);
     }
 }
 

@@ -42,6 +42,8 @@ typedef struct tm_sse_event {
                         * "" when the server cleared it with an empty id: */
     const char *data;  /* data, NUL-terminated (may also contain NUL bytes) */
     size_t data_len;   /* bytes of data, at most max_data */
+    int own_id;        /* 1: this event's block had its own id: field; 0: id is
+                        * inherited from an earlier block */
 } tm_sse_event;
 
 /* Callbacks; every member may be NULL, and so may the struct itself. */
@@ -58,6 +60,9 @@ typedef struct tm_sse_callbacks {
      * id: is committed, also for blocks that dispatch no event, such as
      * "id: 7\n\n"). Called before on_event of the same block. */
     void (*on_id)(void *ud, const char *id);
+    /* A block with an id: field and no data: line ("id: 7\n\n"): committed,
+     * not dispatched. For tools that must see every block (tidemark-check). */
+    void (*on_id_only)(void *ud, const char *id);
 } tm_sse_callbacks;
 
 typedef struct tm_sse_parser tm_sse_parser;

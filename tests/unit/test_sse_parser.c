@@ -109,7 +109,7 @@ static void on_comment(void *ud, const char *text, size_t len)
     assert_int_equal(tm_buf_adds(&r->log, "]\n"), 0);
 }
 
-static const tm_sse_callbacks CBS = {on_event, on_retry, on_comment, on_id};
+static const tm_sse_callbacks CBS = {on_event, on_retry, on_comment, on_id, NULL};
 
 static void rec_open(rec *r, size_t max_line, size_t max_data)
 {
@@ -714,6 +714,54 @@ static void test_round_trip_with_framer(void **state)
     tm_buf_free(&w);
 }
 
+/* own_id and on_id_only: what tidemark-check needs to see of each block. */
+typedef struct blocks {
+    tm_buf log;
+} blocks;
+
+static int own_event(void *ud, const tm_sse_event *ev)
+{
+    blocks *b = ud;
+    return tm_buf_printf(&b->log, "E own=%d id=%s data=%s\n", ev->own_id, ev->id ? ev->id : "NULL",
+                         ev->data);
+}
+
+static void own_id_only(void *ud, const char *id)
+{
+    blocks *b = ud;
+    assert_int_equal(tm_buf_printf(&b->log, "O id=%s\n", id), 0);
+}
+
+static void test_own_id_and_id_only(void **state)
+{
+    (void)state;
+    static const char in[] = "id: 1\ndata: a\n\n"  /* own id */
+                             "data: b\n\n"           /* inherits 1 */
+                             "id: 2\n\n"             /* id only: committed, not dispatched */
+                             "id: 2\ndata: c\n\n"   /* own id, same value */
+                             "id\n\n"                /* empty id only */
+                             "event: x\n\n";         /* nothing */
+    static const char want[] = "E own=1 id=1 data=a\n"
+                               "E own=0 id=1 data=b\n"
+                               "O id=2\n"
+                               "E own=1 id=2 data=c\n"
+                               "O id=\n";
+    const tm_sse_callbacks cb = {.on_event = own_event, .on_id_only = own_id_only};
+    for (size_t chunk = 1; chunk <= sizeof in; chunk++) {
+        blocks b;
+        tm_buf_init(&b.log, 4096);
+        tm_sse_parser *p;
+        assert_int_equal(tm_sse_parser_new(0, 0, &cb, &b, &p), 0);
+        for (size_t off = 0; off < sizeof in - 1; off += chunk)
+            assert_int_equal(tm_sse_parser_feed(p, in + off, off + chunk > sizeof in - 1
+                                                                ? sizeof in - 1 - off : chunk), 0);
+        assert_int_equal(tm_sse_parser_finish(p), 0);
+        assert_string_equal(b.log.data, want);
+        tm_sse_parser_free(p);
+        tm_buf_free(&b.log);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -740,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_no_callbacks),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_round_trip_with_framer),
+        cmocka_unit_test(test_own_id_and_id_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
