@@ -23,10 +23,7 @@
 //                             <16 hex>-r<k>-<seq>, dense seq, and priming events
 //   SDK_CLIENT_VERBOSE=1      log HTTP exchanges and transport errors to stderr
 
-import { createRequire } from 'node:module';
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { sdkImport, sdkRoot, sdkVersion } from './sdk_resolve.mjs';
 
 const DEADLINE_MS = Number(process.env.SDK_CLIENT_DEADLINE_MS ?? 30000);
 const STRICT_IDS = process.env.SDK_CLIENT_STRICT_IDS === '1';
@@ -71,42 +68,6 @@ process.on('unhandledRejection', err => {
     finish(1, `FAIL ${currentStep}: unhandled rejection: ${err?.stack ?? err}`);
 });
 
-// ---------------------------------------------------------------------------
-// Locate and load the pinned SDK from peers/node_modules (ESM build, resolved
-// through the package's own "exports" map).
-// ---------------------------------------------------------------------------
-const scriptDir = path.dirname(fileURLToPath(import.meta.url));
-const peersDir = path.resolve(process.env.TIDEMARK_PEERS_DIR ?? path.join(scriptDir, '..', '..', 'peers'));
-
-function locateSdk() {
-    const req = createRequire(path.join(peersDir, 'package.json'));
-    let resolved;
-    try {
-        resolved = req.resolve('@modelcontextprotocol/sdk/client');
-    } catch (e) {
-        throw new Error(`cannot resolve @modelcontextprotocol/sdk from ${peersDir} (run npm ci in peers/): ${e.message}`);
-    }
-    // Walk up to the package root.
-    let dir = path.dirname(resolved);
-    for (;;) {
-        try {
-            const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
-            if (pkg.name === '@modelcontextprotocol/sdk') return { root: dir, pkg };
-        } catch {
-            /* keep walking */
-        }
-        const up = path.dirname(dir);
-        if (up === dir) throw new Error(`no @modelcontextprotocol/sdk package.json above ${resolved}`);
-        dir = up;
-    }
-}
-
-const sdk = locateSdk();
-async function sdkImport(subpath) {
-    const pattern = sdk.pkg.exports?.['./*']?.import;
-    if (typeof pattern !== 'string') throw new Error('unexpected SDK exports map (no "./*" import pattern)');
-    return import(pathToFileURL(path.join(sdk.root, pattern.replace('*', subpath))).href);
-}
 
 const { Client } = await sdkImport('client/index.js');
 const { StreamableHTTPClientTransport } = await sdkImport('client/streamableHttp.js');
@@ -556,13 +517,13 @@ async function step4() {
 }
 
 try {
-    vlog(`SDK ${sdk.pkg.version} from ${sdk.root}`);
+    vlog(`SDK ${sdkVersion()} from ${sdkRoot()}`);
     await step1();
     await step2();
     await step3();
     await step4();
     clearTimeout(globalTimer);
-    finish(0, `OK all steps passed (SDK ${sdk.pkg.version}, ${serverUrl.href})`);
+    finish(0, `OK all steps passed (SDK ${sdkVersion()}, ${serverUrl.href})`);
 } catch (err) {
     const msg = err instanceof AssertionFailure
         ? err.message

@@ -62,7 +62,8 @@ import { createRequire } from 'node:module';
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
+import { sdkImport, sdkRoot, sdkVersion } from './sdk_resolve.mjs';
 
 const VERBOSE = process.env.SDK_SERVER_VERBOSE === '1';
 const vlog = (...args) => {
@@ -104,45 +105,10 @@ const RETRY_MS =
         ? parseNonNegInt(process.env.SDK_SERVER_RETRY_MS, 'SDK_SERVER_RETRY_MS')
         : undefined;
 
-// ---------------------------------------------------------------------------
-// Locate and load the pinned SDK from peers/node_modules (ESM build, resolved
-// through the package's own "exports" map), as sdk_client.mjs does.
-// ---------------------------------------------------------------------------
-const scriptDir = path.dirname(fileURLToPath(import.meta.url));
-const peersDir = path.resolve(process.env.TIDEMARK_PEERS_DIR ?? path.join(scriptDir, '..', '..', 'peers'));
-
-function locateSdk() {
-    const req = createRequire(path.join(peersDir, 'package.json'));
-    let resolved;
-    try {
-        resolved = req.resolve('@modelcontextprotocol/sdk/server');
-    } catch (e) {
-        throw new Error(`cannot resolve @modelcontextprotocol/sdk from ${peersDir} (run npm ci in peers/): ${e.message}`);
-    }
-    let dir = path.dirname(resolved);
-    for (;;) {
-        try {
-            const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
-            if (pkg.name === '@modelcontextprotocol/sdk') return { root: dir, pkg };
-        } catch {
-            /* keep walking */
-        }
-        const up = path.dirname(dir);
-        if (up === dir) throw new Error(`no @modelcontextprotocol/sdk package.json above ${resolved}`);
-        dir = up;
-    }
-}
-
-const sdk = locateSdk();
-async function sdkImport(subpath) {
-    const pattern = sdk.pkg.exports?.['./*']?.import;
-    if (typeof pattern !== 'string') throw new Error('unexpected SDK exports map (no "./*" import pattern)');
-    return import(pathToFileURL(path.join(sdk.root, pattern.replace('*', subpath))).href);
-}
 
 // zod, as the SDK itself resolves it (ESM entry from zod's exports map).
 async function importZod() {
-    const req = createRequire(path.join(sdk.root, 'package.json'));
+    const req = createRequire(path.join(sdkRoot(), 'package.json'));
     const pkgPath = req.resolve('zod/package.json');
     const pkg = JSON.parse(readFileSync(pkgPath, 'utf8'));
     const entry = pkg.exports?.['.']?.import;
@@ -171,7 +137,7 @@ async function pastMillisecond(ms) {
 const text = t => ({ content: [{ type: 'text', text: t }] });
 
 function buildServer(transport) {
-    const mcp = new McpServer({ name: 'tidemark-sdk-peer-server', version: sdk.pkg.version });
+    const mcp = new McpServer({ name: 'tidemark-sdk-peer-server', version: sdkVersion() });
     const srv = mcp.server;
 
     mcp.registerTool(
