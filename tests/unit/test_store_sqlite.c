@@ -14,6 +14,7 @@
 
 #include "log/store.h"
 #include "tidemark/tidemark.h"
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,73 @@ static int contract_open(const char *uri, const tm_store_options *opt, tm_store 
 }
 
 #include "store_contract.h"
+
+/* ---- what only a file-backed store has ---------------------------------------------- */
+
+static tm_store *open_path(const char *path)
+{
+    tm_store_options o = {.durability = TM_DURABILITY_PROCESS};
+    tm_store *st = NULL;
+    assert_int_equal(tm_store_sqlite_open(path, &o, &st), 0);
+    return st;
+}
+
+/* Session attributes and application rows are in the file: a restart keeps them. */
+static void test_attrs_and_rows_survive_reopen(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/reopen.db", g_dir);
+    tm_store *st = open_path(path);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    assert_int_equal(tm_store_session_set_attr(st, "a", "log_level", "\"error\""), 0);
+    tm_append_req q = {.session = "a", .stream = "r1", .data = "ok", .len = 2, .effect = fx_row,
+                       .effect_ud = "kept"};
+    assert_int_equal(tm_store_append_ex(st, &q), 0);
+    assert_int_equal(tm_store_sync(st), 0);
+    tm_store_close(st);
+
+    st = open_path(path);
+    tm_session_rec rec;
+    assert_int_equal(tm_store_session_get(st, "a", &rec), 0);
+    assert_string_equal(rec.attrs, "{\"log_level\":\"error\"}");
+    tm_session_rec_clear(&rec);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(st, "t.rows", &rows), 0);
+    assert_int_equal(json_array_size(rows), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "k")), "kept");
+    json_decref(rows);
+    tm_store_close(st);
+}
+
+/* A database made before sessions had attributes gets the column at open. */
+static void test_old_database_gains_attrs(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/old.db", g_dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE tm_sessions(id TEXT PRIMARY KEY, version TEXT, client TEXT,"
+                                  " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL"
+                                  " DEFAULT 1) WITHOUT ROWID;"
+                                  "INSERT INTO tm_sessions VALUES('old', '2025-06-18', '{}', 1, 1, 1);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    tm_store *st = open_path(path);
+    tm_session_rec rec;
+    assert_int_equal(tm_store_session_get(st, "old", &rec), 0);
+    assert_null(rec.attrs);
+    tm_session_rec_clear(&rec);
+    assert_int_equal(tm_store_session_set_attr(st, "old", "get", "true"), 0);
+    assert_int_equal(tm_store_session_get(st, "old", &rec), 0);
+    assert_string_equal(rec.attrs, "{\"get\":true}");
+    tm_session_rec_clear(&rec);
+    tm_store_close(st);
+}
 
 static int remove_dir(void)
 {
@@ -62,6 +130,8 @@ int main(void)
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_attrs_and_rows_survive_reopen),
+        cmocka_unit_test(test_old_database_gains_attrs),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     remove_dir();
