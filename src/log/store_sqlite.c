@@ -1168,10 +1168,12 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
                 }
             }
             pthread_mutex_unlock(&q->c_mu);
-            if (o)
-                enqueue(q, o);
-            snprintf(out, TM_STREAM_MAX, "%s", nm);
-            return 0;
+            /* Wait for the reopen: until it commits, bounds() still says
+             * closed, and a reader would end the stream it just opened. */
+            int rc = o ? run_sync(q, o, 0) : 0;
+            if (rc == 0)
+                snprintf(out, TM_STREAM_MAX, "%s", nm);
+            return rc;
         }
     } else {
         snprintf(nm, sizeof nm, "r%llu", (unsigned long long)ss->next_r++);
