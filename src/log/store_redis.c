@@ -78,10 +78,11 @@
  *    the first to close it). Bus messages are fire-and-forget (PUBLISH).
  *  - One Redis (primary); Redis Cluster is not supported (global keys).
  *
- * Lock order: c_mu before q_mu; e_mu and p_mu are leaves. Callbacks and the
+ * Lock order: c_mu before the queue's lock; e_mu and p_mu are leaves. Callbacks and the
  * commit listener run with no store lock held.
  */
 #include "store.h"
+#include "opqueue.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
@@ -345,14 +346,13 @@ enum op_kind {
 enum op_state { ST_TODO, ST_SENT, ST_DONE };
 
 typedef struct rop {
+    tm_qop link;           /* first: the writer queue's part (opqueue.h); its
+                              ctr is the op's token counter */
     enum op_kind kind;
-    struct rop *next;
-    int sync, done, status;
     enum op_state state;
     int retry;             /* resend after a lost reply: the token decides */
     int fx_done;           /* the effect ran (first attempt only) */
     int wake;              /* append: the last of its stream in the batch sent */
-    uint64_t ctr;          /* token counter */
     char *session, *name;  /* name: stream, or NULL (next POST stream) */
     uint64_t seq;          /* append: predicted, then durable. open: n */
     uint64_t expect;       /* emit_early: the seq readers may have seen */
@@ -398,11 +398,7 @@ typedef struct rstore {
     tm_map *streams;       /* "<len>:<session>/<name>" -> rstream */
     tm_map *touched;       /* session -> int64_t last touch written */
 
-    pthread_mutex_t q_mu;
-    pthread_cond_t q_cv, done_cv;
-    rop *q_head, *q_tail;
-    uint64_t next_ctr;
-    int stopping;
+    tm_opqueue queue;      /* callers -> the writer thread */
     pthread_t writer;
     redisContext *wc;
     int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
@@ -533,7 +529,7 @@ static void arg_eval(rstore *r, args *a, enum script sc, int nkeys)
 static void arg_token(rstore *r, args *a, const rop *o)
 {
     arg_str(a, r->wkey);
-    arg_fmt(a, "%" PRIu64, o->ctr);
+    arg_fmt(a, "%" PRIu64, o->link.ctr);
     arg_str(a, o->retry ? "1" : "0");
 }
 
@@ -958,34 +954,20 @@ static void op_free(rop *o)
     free(o);
 }
 
-static void enqueue(rstore *r, rop *o)
-{
-    pthread_mutex_lock(&r->q_mu);
-    o->ctr = ++r->next_ctr;
-    if (r->q_tail)
-        r->q_tail->next = o;
-    else
-        r->q_head = o;
-    r->q_tail = o;
-    pthread_cond_signal(&r->q_cv);
-    pthread_mutex_unlock(&r->q_mu);
-}
+static rop *op_next(const rop *o) { return (rop *)o->link.next; }
+
+static void release_op(tm_qop *o) { op_free((rop *)o); }
+
+static void enqueue(rstore *r, rop *o) { tm_opqueue_push(&r->queue, &o->link); }
 
 /* Wait until the writer finished o (queued by the caller). Returns its
  * status; o stays the caller's. */
-static int wait_op(rstore *r, rop *o)
-{
-    pthread_mutex_lock(&r->q_mu);
-    while (!o->done)
-        pthread_cond_wait(&r->done_cv, &r->q_mu);
-    pthread_mutex_unlock(&r->q_mu);
-    return o->status;
-}
+static int wait_op(rstore *r, rop *o) { return tm_opqueue_wait(&r->queue, &o->link); }
 
 /* Queue o, wait for it, free it. */
 static int run_sync(rstore *r, rop *o)
 {
-    o->sync = 1;
+    o->link.sync = 1;
     enqueue(r, o);
     int rc = wait_op(r, o);
     op_free(o);
@@ -1158,12 +1140,12 @@ static int take_reply(rop *o, redisReply *x)
     o->state = ST_DONE;
     if (x->type == REDIS_REPLY_ERROR) {
         TM_ERROR("redis: script failed: %s", x->str);
-        o->status = TIDEMARK_EIO;
+        o->link.status = TIDEMARK_EIO;
         return 0;
     }
     if (o->kind == OP_EXPIRE) {
         if (!is_array(x, 0)) {
-            o->status = TIDEMARK_EIO;
+            o->link.status = TIDEMARK_EIO;
             return 0;
         }
         o->ids = calloc(x->elements + 1, sizeof *o->ids);
@@ -1174,14 +1156,14 @@ static int take_reply(rop *o, redisReply *x)
         return 0;
     }
     if (!is_array(x, 1) || x->element[0]->type != REDIS_REPLY_INTEGER) {
-        o->status = TIDEMARK_EIO;
+        o->link.status = TIDEMARK_EIO;
         return 0;
     }
-    o->status = (int)x->element[0]->integer;
+    o->link.status = (int)x->element[0]->integer;
     if (x->elements >= 2)
         o->seq = (uint64_t)int_of(x->element[1]);
-    if (o->kind == OP_SESS_DELETE && o->retry && o->status == TIDEMARK_ENOTFOUND)
-        o->status = 0; /* applied before the reply was lost, token already gone */
+    if (o->kind == OP_SESS_DELETE && o->retry && o->link.status == TIDEMARK_ENOTFOUND)
+        o->link.status = 0; /* applied before the reply was lost, token already gone */
     return x->elements >= 3 && int_of(x->element[2]) == 1;
 }
 
@@ -1193,7 +1175,7 @@ enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
 static void mark_wakes(rop *batch)
 {
     tm_map *last = tm_map_new();
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->kind != OP_APPEND || o->state != ST_TODO)
             continue;
         o->wake = 1;
@@ -1228,7 +1210,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         pre = 1;
         r->wkey_dirty = 0;
     }
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->state != ST_TODO)
             continue;
         args a = {0};
@@ -1236,7 +1218,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
             o->state = ST_DONE;
         } else if (a.oom || redisAppendCommandArgv(c, a.n, a.v, a.len) != REDIS_OK) {
             o->state = ST_DONE;
-            o->status = TIDEMARK_ENOMEM;
+            o->link.status = TIDEMARK_ENOMEM;
         } else {
             o->state = ST_SENT;
             post = 1;
@@ -1253,7 +1235,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
     redisReply *rep;
     /* MULTI, then one QUEUED (or a refusal, which aborts the EXEC) per command. */
     int nqueued = 1 + pre + post;
-    for (rop *o = batch; o; o = o->next)
+    for (rop *o = batch; o; o = op_next(o))
         nqueued += o->state == ST_SENT;
     rop *o = batch;
     for (int i = 0; i < nqueued; i++) {
@@ -1263,7 +1245,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         int is_op = i >= 1 + pre && i < nqueued - post;
         if (is_op)
             while (o->state != ST_SENT)
-                o = o->next;
+                o = op_next(o);
         if (rep->type == REDIS_REPLY_ERROR) {
             aborted = 1;
             if (is_noscript(rep)) {
@@ -1272,12 +1254,12 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
                 TM_ERROR("redis: command refused: %s", rep->str);
                 if (is_op) {
                     o->state = ST_DONE;
-                    o->status = TIDEMARK_EIO;
+                    o->link.status = TIDEMARK_EIO;
                 }
             }
         }
         if (is_op && o->state == ST_SENT)
-            o = o->next;
+            o = op_next(o);
         freeReplyObject(x);
     }
     if (redisGetReply(c, &x) != REDIS_OK)
@@ -1288,7 +1270,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         if (!aborted)
             TM_ERROR("redis: EXEC failed (%s)", rep->type == REDIS_REPLY_ERROR ? rep->str : "no result");
         freeReplyObject(x);
-        for (rop *q = batch; q; q = q->next)
+        for (rop *q = batch; q; q = op_next(q))
             if (q->state == ST_SENT)
                 q->state = ST_TODO;
         if (pre)
@@ -1296,7 +1278,7 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
         return reload ? SENT_RELOAD : aborted ? SENT_OK : SENT_LOST;
     }
     size_t k = (size_t)pre;
-    for (rop *q = batch; q; q = q->next) {
+    for (rop *q = batch; q; q = op_next(q)) {
         if (q->state != ST_SENT)
             continue;
         redisReply *e = rep->element[k++];
@@ -1311,12 +1293,12 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
     return reload ? SENT_RELOAD : SENT_OK;
 lost:
     TM_WARN("redis: connection lost during a commit (%s); retrying", c->errstr);
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->state != ST_SENT)
             continue;
         if (o->kind == OP_EXPIRE) { /* its list of deleted ids would be lost */
             o->state = ST_DONE;
-            o->status = TIDEMARK_EIO;
+            o->link.status = TIDEMARK_EIO;
         } else {
             o->state = ST_TODO;
             o->retry = 1;
@@ -1358,12 +1340,12 @@ static void commit_batch(rstore *r, rop *batch)
     if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
         deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
     int first = 1, reloads = 0, recovered = 0, backoff = BACKOFF_MIN_MS;
-    for (rop *o = batch; o; o = o->next)
+    for (rop *o = batch; o; o = op_next(o))
         if (o->kind == OP_BARRIER) /* settled in finish_batch, in queue order */
             o->state = ST_DONE;
     for (;;) {
         int todo = 0;
-        for (rop *o = batch; o; o = o->next)
+        for (rop *o = batch; o; o = op_next(o))
             todo += o->state == ST_TODO;
         if (!todo) {
             if (recovered)
@@ -1393,10 +1375,10 @@ static void commit_batch(rstore *r, rop *batch)
     }
     TM_ERROR("redis: %s:%d unreachable for %d ms: failing queued operations", r->host, r->port,
              OUTAGE_MS);
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->state == ST_TODO) {
             o->state = ST_DONE;
-            o->status = TIDEMARK_EIO;
+            o->link.status = TIDEMARK_EIO;
         }
     }
 }
@@ -1434,7 +1416,7 @@ static void wake_add(wake_set *w, const char *session, const char *name, uint64_
  * settled in queue order, so the thread's earlier ops are known here. */
 static void settle_unreported(rstore *r, rop *o)
 {
-    if (o->kind == OP_REQ_BEGIN && !o->sync && o->status != 0 && o->status != TIDEMARK_EEXIST) {
+    if (o->kind == OP_REQ_BEGIN && !o->link.sync && o->link.status != 0 && o->link.status != TIDEMARK_EEXIST) {
         pthread_t *v = realloc(r->unreported, (r->nunreported + 1) * sizeof *v);
         if (v) {
             r->unreported = v;
@@ -1446,7 +1428,7 @@ static void settle_unreported(rstore *r, rop *o)
         return;
     for (size_t i = 0; i < r->nunreported; i++) {
         if (pthread_equal(r->unreported[i], o->thread)) {
-            o->status = TIDEMARK_EIO;
+            o->link.status = TIDEMARK_EIO;
             r->unreported[i--] = r->unreported[--r->nunreported];
         }
     }
@@ -1457,12 +1439,12 @@ static void settle_unreported(rstore *r, rop *o)
 static void finish_batch(rstore *r, rop *batch, size_t nops)
 {
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
-    for (rop *o = batch; o; o = o->next)
+    for (rop *o = batch; o; o = op_next(o))
         settle_unreported(r, o);
     wake_set w = {tm_map_new(), calloc(nops + 1, sizeof(wake_item)), 0};
     int failed = 0;
     pthread_mutex_lock(&r->c_mu);
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->kind != OP_APPEND && o->kind != OP_CLOSE)
             continue;
         char *k = cache_key(o->session, o->name);
@@ -1471,9 +1453,9 @@ static void finish_batch(rstore *r, rop *batch, size_t nops)
         /* (a guard: the session may have been deleted and made again) */
         if (s && o->kind == OP_APPEND && s->pending) {
             s->pending--;
-            if (o->status == 0 && o->seq > s->known)
+            if (o->link.status == 0 && o->seq > s->known)
                 s->known = o->seq;
-            if (o->status == TIDEMARK_EBUSY && o->seq > s->known)
+            if (o->link.status == TIDEMARK_EBUSY && o->seq > s->known)
                 s->known = o->seq; /* the script said where the head is */
             early *e = s->early_head;
             if (e && e->seq == o->expect) {
@@ -1486,20 +1468,20 @@ static void finish_batch(rstore *r, rop *batch, size_t nops)
         }
         if (s && s->close_pending && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
             s->close_pending--;
-        if (o->status == 0 && w.index && w.v)
+        if (o->link.status == 0 && w.index && w.v)
             wake_add(&w, o->session, o->name, o->seq);
-        failed |= o->status == TIDEMARK_EIO;
+        failed |= o->link.status == TIDEMARK_EIO;
     }
     pthread_mutex_unlock(&r->c_mu);
 
     int64_t now_us = tm_now_us();
-    for (rop *o = batch; o; o = o->next) {
+    for (rop *o = batch; o; o = op_next(o)) {
         if (o->kind != OP_APPEND)
             continue;
-        if (o->status == 0)
+        if (o->link.status == 0)
             tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
         if (o->cb)
-            o->cb(o->cb_ud, o->status, o->status ? 0 : o->seq);
+            o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
     }
     tm_metric_inc(failed ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
     tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
@@ -1511,17 +1493,7 @@ static void finish_batch(rstore *r, rop *batch, size_t nops)
     free(w.v);
     tm_map_free(w.index);
 
-    pthread_mutex_lock(&r->q_mu);
-    for (rop *o = batch, *next; o; o = next) {
-        next = o->next;
-        o->next = NULL;
-        if (o->sync)
-            o->done = 1; /* the waiter frees it */
-        else
-            op_free(o);
-    }
-    pthread_cond_broadcast(&r->done_cv);
-    pthread_mutex_unlock(&r->q_mu);
+    tm_opqueue_settle(&r->queue, &batch->link, release_op);
 }
 
 /* Age retention for streams nobody appends to: every stream's meta key. */
@@ -1589,31 +1561,10 @@ static void *writer_main(void *arg)
     rstore *r = arg;
     int64_t next_sweep = tm_now_ms() + 1000;
     for (;;) {
-        pthread_mutex_lock(&r->q_mu);
-        while (!r->q_head && !r->stopping) {
-            if (r->opt.retain_ms <= 0) {
-                pthread_cond_wait(&r->q_cv, &r->q_mu);
-                continue;
-            }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&r->q_cv, &r->q_mu, &ts);
-            if (tm_now_ms() >= next_sweep)
-                break;
-        }
-        rop *batch = r->q_head, *last = NULL;
-        size_t n = 0;
-        for (rop *o = batch; o && n < BATCH_MAX; o = o->next, n++)
-            last = o;
-        if (last) {
-            r->q_head = last->next;
-            if (!r->q_head)
-                r->q_tail = NULL;
-            last->next = NULL;
-        }
-        int stop = r->stopping && !batch;
-        pthread_mutex_unlock(&r->q_mu);
+        size_t n;
+        int stop;
+        rop *batch = (rop *)tm_opqueue_take(&r->queue, BATCH_MAX,
+                                            r->opt.retain_ms > 0 ? next_sweep : 0, &n, &stop);
         if (r->opt.retain_ms > 0 && tm_now_ms() >= next_sweep) {
             sweep(r);
             next_sweep = tm_now_ms() + 1000;
@@ -1988,7 +1939,7 @@ static int r_stream_open(tm_store *st, const char *session, const char *name,
             op_free(o);
         return TIDEMARK_ENOMEM;
     }
-    o->sync = 1;
+    o->link.sync = 1;
     enqueue(r, o);
     int rc = wait_op(r, o);
     char nm[TM_STREAM_MAX];
@@ -2716,7 +2667,7 @@ static int r_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
         if (!o)
             return TIDEMARK_ENOMEM;
         o->ms = before;
-        o->sync = 1;
+        o->link.sync = 1;
         enqueue(r, o);
         int rc = wait_op(r, o);
         for (size_t i = 0; rc == 0 && i < o->nids; i++) {
@@ -2767,10 +2718,8 @@ static void r_free(rstore *r)
         close(r->wake[1]);
     pthread_mutex_destroy(&r->e_mu);
     pthread_mutex_destroy(&r->c_mu);
-    pthread_mutex_destroy(&r->q_mu);
+    tm_opqueue_destroy(&r->queue);
     pthread_mutex_destroy(&r->p_mu);
-    pthread_cond_destroy(&r->q_cv);
-    pthread_cond_destroy(&r->done_cv);
     pthread_cond_destroy(&r->p_cv);
     free(r->unreported);
     free(r->host);
@@ -2782,10 +2731,7 @@ static void r_close(tm_store *st)
     rstore *r = (rstore *)st;
     /* The writer finishes what is queued (bounded by OUTAGE_MS if Redis is
      * gone), then the subscriber is told to stop. */
-    pthread_mutex_lock(&r->q_mu);
-    r->stopping = 1;
-    pthread_cond_signal(&r->q_cv);
-    pthread_mutex_unlock(&r->q_mu);
+    tm_opqueue_stop(&r->queue);
     pthread_join(r->writer, NULL);
     if (r->sub_started || r->leaser_started) {
         ssize_t n;
@@ -2902,12 +2848,11 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     r->wake[0] = r->wake[1] = -1;
     pthread_mutex_init(&r->e_mu, NULL);
     pthread_mutex_init(&r->c_mu, NULL);
-    pthread_mutex_init(&r->q_mu, NULL);
+    int rc = tm_opqueue_init(&r->queue);
     pthread_mutex_init(&r->p_mu, NULL);
-    pthread_cond_init(&r->q_cv, NULL);
-    pthread_cond_init(&r->done_cv, NULL);
     pthread_cond_init(&r->p_cv, NULL);
-    int rc = tm_store_init_base(&r->base, &redis_ops);
+    if (rc == 0)
+        rc = tm_store_init_base(&r->base, &redis_ops);
     if (rc == 0)
         rc = parse_uri(uri, &r->host, &r->port, &r->db);
     if (rc == 0)

@@ -12,10 +12,11 @@
  * the writer) plus an in-memory tail of each stream's recent events, so a
  * live stream is served without touching SQLite.
  *
- * Lock order: q_mu and c_mu are never held together; the commit listener and
+ * Lock order: the queue's lock and c_mu are never held together; the commit listener and
  * append callbacks run with no store lock held.
  */
 #include "store.h"
+#include "opqueue.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
@@ -100,9 +101,8 @@ enum op_kind {
 };
 
 typedef struct op {
+    tm_qop link;      /* first: the writer queue's part (opqueue.h) */
     enum op_kind kind;
-    struct op *next;
-    int sync, done, status;
     sstream *ss;
     uint64_t seq;
     blob *b;          /* OP_APPEND: the event bytes */
@@ -142,11 +142,7 @@ typedef struct sqstore {
     int failed;       /* a commit failed: refuse further writes */
 
     /* queue */
-    pthread_mutex_t q_mu;
-    pthread_cond_t q_cv;    /* writer waits for work */
-    pthread_cond_t done_cv; /* sync callers wait for their op */
-    op *q_head, *q_tail;
-    int stopping;
+    tm_opqueue queue;       /* callers -> the writer thread */
     pthread_t writer;
     sqlite3 *wdb;
     sqlite3_stmt *ins_event, *upd_stream, *ins_stream;
@@ -354,29 +350,19 @@ static void op_free(op *o)
     free(o);
 }
 
-static void enqueue(sqstore *q, op *o)
-{
-    pthread_mutex_lock(&q->q_mu);
-    if (q->q_tail)
-        q->q_tail->next = o;
-    else
-        q->q_head = o;
-    q->q_tail = o;
-    pthread_cond_signal(&q->q_cv);
-    pthread_mutex_unlock(&q->q_mu);
-}
+static op *op_next(const op *o) { return (op *)o->link.next; }
+
+static void release_op(tm_qop *o) { op_free((op *)o); }
+
+static void enqueue(sqstore *q, op *o) { tm_opqueue_push(&q->queue, &o->link); }
 
 /* Queue o and wait until the writer committed it. Returns its status; o is
  * freed unless keep is set. */
 static int run_sync(sqstore *q, op *o, int keep)
 {
-    o->sync = 1;
+    o->link.sync = 1;
     enqueue(q, o);
-    pthread_mutex_lock(&q->q_mu);
-    while (!o->done)
-        pthread_cond_wait(&q->done_cv, &q->q_mu);
-    pthread_mutex_unlock(&q->q_mu);
-    int rc = o->status;
+    int rc = tm_opqueue_wait(&q->queue, &o->link);
     if (!keep)
         op_free(o);
     return rc;
@@ -800,7 +786,7 @@ static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *up
     }
     if (commit_rc != 0)
         q->failed = 1;
-    for (op *o = batch; o; o = o->next) {
+    for (op *o = batch; o; o = op_next(o)) {
         if (o->kind == OP_SESSION_DELETE && commit_rc == 0) {
             ssess *ss = tm_map_del(q->sessions, o->srec.id);
             free(ss);
@@ -812,15 +798,15 @@ static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *up
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     uint64_t nops = 0;
-    for (op *o = batch; o; o = o->next) {
+    for (op *o = batch; o; o = op_next(o)) {
         nops++;
         if (commit_rc)
-            o->status = commit_rc;
+            o->link.status = commit_rc;
         if (o->kind == OP_APPEND) {
             if (commit_rc == 0)
                 tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
             if (o->cb)
-                o->cb(o->cb_ud, o->status, o->status ? 0 : o->seq);
+                o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
         }
     }
     tm_metric_inc(commit_rc ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
@@ -829,20 +815,7 @@ static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *up
         for (size_t i = 0; i < nups; i++)
             tm_store_notify_commit(&q->base, ups[i].s->session, ups[i].s->name, ups[i].head);
 
-    pthread_mutex_lock(&q->q_mu);
-    op *o = batch;
-    while (o) {
-        op *next = o->next;
-        o->next = NULL;
-        if (o->sync) {
-            o->done = 1; /* the waiter frees it */
-        } else {
-            op_free(o);
-        }
-        o = next;
-    }
-    pthread_cond_broadcast(&q->done_cv);
-    pthread_mutex_unlock(&q->q_mu);
+    tm_opqueue_settle(&q->queue, &batch->link, release_op);
 }
 
 static void *writer_main(void *arg)
@@ -850,23 +823,10 @@ static void *writer_main(void *arg)
     sqstore *q = arg;
     int64_t next_maint = tm_now_ms() + 1000;
     for (;;) {
-        pthread_mutex_lock(&q->q_mu);
-        while (!q->q_head && !q->stopping) {
-            if (q->opt.retain_ms > 0) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_sec += 1;
-                pthread_cond_timedwait(&q->q_cv, &q->q_mu, &ts);
-                if (tm_now_ms() >= next_maint)
-                    break;
-            } else {
-                pthread_cond_wait(&q->q_cv, &q->q_mu);
-            }
-        }
-        op *batch = q->q_head;
-        q->q_head = q->q_tail = NULL;
-        int stop = q->stopping && !batch;
-        pthread_mutex_unlock(&q->q_mu);
+        size_t n;
+        int stop;
+        op *batch = (op *)tm_opqueue_take(&q->queue, 0, q->opt.retain_ms > 0 ? next_maint : 0, &n,
+                                          &stop);
         if (q->opt.retain_ms > 0 && tm_now_ms() >= next_maint) {
             age_trim(q);
             next_maint = tm_now_ms() + 1000;
@@ -883,8 +843,8 @@ static void *writer_main(void *arg)
         if (rc == 0) {
             /* A failed statement undoes only itself (SQLite statement
              * atomicity); effects have their own savepoint. */
-            for (op *o = batch; o; o = o->next)
-                o->status = apply_op(q, o, &touched);
+            for (op *o = batch; o; o = op_next(o))
+                o->link.status = apply_op(q, o, &touched);
             rc = flush_streams(q, touched, &ups, &nups);
             TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
             TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS");
@@ -1644,10 +1604,7 @@ static void free_plain(const char *k, void *v, void *ud)
 static void q_close(tm_store *st)
 {
     sqstore *q = (sqstore *)st;
-    pthread_mutex_lock(&q->q_mu);
-    q->stopping = 1;
-    pthread_cond_signal(&q->q_cv);
-    pthread_mutex_unlock(&q->q_mu);
+    tm_opqueue_stop(&q->queue);
     pthread_join(q->writer, NULL);
     pthread_mutex_lock(&q->k_mu);
     q->k_running = 0;
@@ -1670,10 +1627,8 @@ static void q_close(tm_store *st)
     tm_map_each(q->sessions, free_plain, NULL);
     tm_map_free(q->sessions);
     pthread_mutex_destroy(&q->c_mu);
-    pthread_mutex_destroy(&q->q_mu);
+    tm_opqueue_destroy(&q->queue);
     pthread_mutex_destroy(&q->r_mu);
-    pthread_cond_destroy(&q->q_cv);
-    pthread_cond_destroy(&q->done_cv);
     pthread_cond_destroy(&q->r_cv);
     free(q->epochs);
     free(q->path);
@@ -1791,14 +1746,12 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
     q->streams = tm_map_new();
     q->sessions = tm_map_new();
     pthread_mutex_init(&q->c_mu, NULL);
-    pthread_mutex_init(&q->q_mu, NULL);
+    int qrc = tm_opqueue_init(&q->queue);
     pthread_mutex_init(&q->r_mu, NULL);
-    pthread_cond_init(&q->q_cv, NULL);
-    pthread_cond_init(&q->done_cv, NULL);
     pthread_cond_init(&q->r_cv, NULL);
     pthread_mutex_init(&q->k_mu, NULL);
     pthread_cond_init(&q->k_cv, NULL);
-    if (!q->path || !q->streams || !q->sessions) {
+    if (qrc || !q->path || !q->streams || !q->sessions) {
         rc = TIDEMARK_ENOMEM;
     } else {
         rc = setup(q);

@@ -1,0 +1,105 @@
+/* opqueue.c - see opqueue.h. */
+#include "opqueue.h"
+#include "../base/clock.h"
+#include "tidemark/tidemark.h"
+#include <time.h>
+
+int tm_opqueue_init(tm_opqueue *q)
+{
+    *q = (tm_opqueue){0};
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return TIDEMARK_ENOMEM;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_mutex_init(&q->mu, NULL) || pthread_cond_init(&q->work_cv, &ca) ||
+             pthread_cond_init(&q->done_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    return rc ? TIDEMARK_ENOMEM : 0;
+}
+
+void tm_opqueue_destroy(tm_opqueue *q)
+{
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->work_cv);
+    pthread_cond_destroy(&q->done_cv);
+}
+
+void tm_opqueue_push(tm_opqueue *q, tm_qop *o)
+{
+    o->next = NULL;
+    pthread_mutex_lock(&q->mu);
+    o->ctr = ++q->next_ctr;
+    if (q->tail)
+        q->tail->next = o;
+    else
+        q->head = o;
+    q->tail = o;
+    pthread_cond_signal(&q->work_cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+int tm_opqueue_wait(tm_opqueue *q, tm_qop *o)
+{
+    pthread_mutex_lock(&q->mu);
+    while (!o->done)
+        pthread_cond_wait(&q->done_cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+    return o->status;
+}
+
+tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, int *stop)
+{
+    pthread_mutex_lock(&q->mu);
+    while (!q->head && !q->stopping) {
+        if (wake_ms <= 0) {
+            pthread_cond_wait(&q->work_cv, &q->mu);
+            continue;
+        }
+        int64_t now = tm_now_ms();
+        if (now >= wake_ms)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (wake_ms - now) * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&q->work_cv, &q->mu, &ts);
+    }
+    tm_qop *batch = q->head, *last = NULL;
+    size_t k = 0;
+    for (tm_qop *o = batch; o && (max == 0 || k < max); o = o->next, k++)
+        last = o;
+    if (last) {
+        q->head = last->next;
+        if (!q->head)
+            q->tail = NULL;
+        last->next = NULL;
+    }
+    *n = k;
+    *stop = q->stopping && !batch;
+    pthread_mutex_unlock(&q->mu);
+    return batch;
+}
+
+void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o))
+{
+    pthread_mutex_lock(&q->mu);
+    for (tm_qop *o = batch, *next; o; o = next) {
+        next = o->next;
+        o->next = NULL;
+        if (o->sync)
+            o->done = 1; /* the waiter frees it */
+        else
+            release(o);
+    }
+    pthread_cond_broadcast(&q->done_cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void tm_opqueue_stop(tm_opqueue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->stopping = 1;
+    pthread_cond_signal(&q->work_cv);
+    pthread_mutex_unlock(&q->mu);
+}
