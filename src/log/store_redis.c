@@ -1824,40 +1824,53 @@ static int r_session_set_attr(tm_store *st, const char *id, const char *name, co
     return run_sync(r, o);
 }
 
-/* Every session of the shared store (tm:sessions), READ_CHUNK ids per
- * ZRANGE, each record read as fn needs it. */
+/* Every session of the shared store (tm:sessions), by ZSCAN: a session that
+ * exists for the whole visit is visited (SCAN's guarantee, whatever is added
+ * or removed meanwhile), and exactly once (SCAN may repeat ids: a set drops
+ * the repeats). Each record is read as fn needs it. */
 static int r_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
 {
     rstore *r = (rstore *)st;
-    for (long from = 0;; from += READ_CHUNK) {
+    tm_map *seen = tm_map_new();
+    if (!seen)
+        return TIDEMARK_ENOMEM;
+    char cursor[32] = "0";
+    int rc = 0, stop = 0;
+    do {
         args a = {0};
-        arg_str(&a, "ZRANGE");
+        arg_str(&a, "ZSCAN");
         arg_str(&a, "tm:sessions");
-        arg_fmt(&a, "%ld", from);
-        arg_fmt(&a, "%ld", from + READ_CHUNK - 1);
+        arg_str(&a, cursor);
+        arg_str(&a, "COUNT");
+        arg_fmt(&a, "%d", READ_CHUNK);
         redisReply *x = NULL;
-        int rc = pool_one(r, &a, &x);
+        rc = pool_one(r, &a, &x);
         args_free(&a);
         if (rc)
-            return rc;
-        if (x->type != REDIS_REPLY_ARRAY) {
+            break;
+        if (!is_array(x, 2) || x->element[0]->type != REDIS_REPLY_STRING ||
+            x->element[1]->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(x);
-            return TIDEMARK_EIO;
+            rc = TIDEMARK_EIO;
+            break;
         }
-        int stop = 0;
-        for (size_t i = 0; i < x->elements && !stop; i++) {
-            tm_session_rec rec;
-            if (x->element[i]->type != REDIS_REPLY_STRING ||
-                r_session_get(st, x->element[i]->str, &rec) != 0)
+        snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
+        const redisReply *items = x->element[1];
+        for (size_t i = 0; i + 1 < items->elements && !stop; i += 2) { /* member, score */
+            const redisReply *id = items->element[i];
+            if (id->type != REDIS_REPLY_STRING || tm_map_get(seen, id->str) ||
+                tm_map_put(seen, id->str, (void *)1) != 0)
                 continue;
+            tm_session_rec rec;
+            if (r_session_get(st, id->str, &rec) != 0)
+                continue; /* deleted meanwhile */
             stop = fn(ud, &rec);
             tm_session_rec_clear(&rec);
         }
-        size_t got = x->elements;
         freeReplyObject(x);
-        if (stop || got < READ_CHUNK)
-            return 0;
-    }
+    } while (!stop && strcmp(cursor, "0") != 0);
+    tm_map_free(seen);
+    return rc;
 }
 
 static void free_value(const char *k, void *v, void *ud)

@@ -448,6 +448,58 @@ static void test_effect_once_across_nodes(void **state)
     }
 }
 
+/* sessions_each pages through tm:sessions: every session once, whatever the
+ * page size, while sessions are being deleted meanwhile. */
+typedef struct visit {
+    tm_store *st;
+    int n, deleted;
+    char seen[700];
+} visit;
+
+static int visit_one(void *ud, const tm_session_rec *rec)
+{
+    visit *v = ud;
+    int k = atoi(rec->id + 1);
+    assert_true(k >= 0 && k < 700);
+    assert_int_equal(v->seen[k], 0); /* never twice */
+    v->seen[k] = 1;
+    v->n++;
+    if (v->n % 50 == 0) { /* delete another session mid-visit (visited or not) */
+        char id[16];
+        snprintf(id, sizeof id, "s%d", (k * 7 + 3) % 700);
+        if (tm_store_session_delete(v->st, id) == 0)
+            v->deleted++;
+    }
+    return 0;
+}
+
+static void test_sessions_each_pages(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    for (int k = 0; k < 700; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "s%d", k);
+        mk_session(st, id);
+    }
+    visit v = {.st = st};
+    assert_int_equal(tm_store_sessions_each(st, visit_one, &v), 0);
+    assert_true(v.deleted > 0);
+    int left = 0;
+    for (int k = 0; k < 700; k++) { /* every session that outlived the visit was visited */
+        char id[16];
+        snprintf(id, sizeof id, "s%d", k);
+        tm_session_rec rec;
+        if (tm_store_session_get(st, id, &rec) == 0) {
+            left++;
+            assert_int_equal(v.seen[k], 1);
+            tm_session_rec_clear(&rec);
+        }
+    }
+    assert_int_equal(left, 700 - v.deleted);
+    tm_store_close(st);
+}
+
 /* ---- expiry ------------------------------------------------------------------------ */
 
 typedef struct id_list {
@@ -908,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_session_attrs),
         cmocka_unit_test(test_effects),
         cmocka_unit_test(test_effect_once_across_nodes),
+        cmocka_unit_test(test_sessions_each_pages),
         cmocka_unit_test(test_sessions_expire),
         cmocka_unit_test(test_concurrent_pipelined),
         cmocka_unit_test(test_lost_replies_no_duplicates),
