@@ -707,6 +707,23 @@ static int pool_one(rstore *r, args *a, redisReply **x)
     return rc;
 }
 
+/* One page of a paged read: "<cmd> <key> <from> [<to>] COUNT READ_CHUNK"
+ * (XRANGE, ZSCAN). OUT x (caller frees). */
+static int pool_page(rstore *r, redisReply **x, const char *cmd, const char *key, const char *from,
+                     const char *to)
+{
+    args a = {0};
+    arg_str(&a, cmd);
+    arg_str(&a, key);
+    arg_str(&a, from);
+    if (to)
+        arg_str(&a, to);
+    arg_str(&a, "COUNT");
+    arg_fmt(&a, "%d", READ_CHUNK);
+    *x = NULL;
+    return pool_one(r, &a, x);
+}
+
 /* HGETALL of a formatted key. OUT x: the field/value array (caller frees).
  * TIDEMARK_ENOTFOUND when the hash does not exist. */
 static int hgetall(rstore *r, redisReply **x, const char *f, ...) __attribute__((format(printf, 3, 4)));
@@ -1837,15 +1854,8 @@ static int r_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec 
     char cursor[32] = "0";
     int rc = 0, stop = 0;
     do {
-        args a = {0};
-        arg_str(&a, "ZSCAN");
-        arg_str(&a, "tm:sessions");
-        arg_str(&a, cursor);
-        arg_str(&a, "COUNT");
-        arg_fmt(&a, "%d", READ_CHUNK);
-        redisReply *x = NULL;
-        rc = pool_one(r, &a, &x);
-        args_free(&a);
+        redisReply *x;
+        rc = pool_page(r, &x, "ZSCAN", "tm:sessions", cursor, NULL);
         if (rc)
             break;
         if (!is_array(x, 2) || x->element[0]->type != REDIS_REPLY_STRING ||
@@ -2627,16 +2637,10 @@ static int r_rows(tm_store *st, const char *table, json_t **rows)
     uint64_t after = 0;
     int rc = key ? 0 : TIDEMARK_ENOMEM;
     while (rc == 0) {
-        args a = {0};
-        arg_str(&a, "XRANGE");
-        arg_str(&a, key);
-        arg_fmt(&a, "(%" PRIu64 "-0", after);
-        arg_str(&a, "+");
-        arg_str(&a, "COUNT");
-        arg_fmt(&a, "%d", READ_CHUNK);
-        redisReply *x = NULL;
-        rc = pool_one(r, &a, &x);
-        args_free(&a);
+        char from[32];
+        snprintf(from, sizeof from, "(%" PRIu64 "-0", after);
+        redisReply *x;
+        rc = pool_page(r, &x, "XRANGE", key, from, "+");
         if (rc)
             break;
         if (x->type != REDIS_REPLY_ARRAY) {
