@@ -221,10 +221,23 @@ const results = await Promise.all(Array.from({ length: CLIENTS }, (_, k) => clie
 await killer;
 
 // ---- verdict ----------------------------------------------------------------------------
+// The verdict reads the truth: from a server with no crash point armed,
+// directly, not through the fault-injecting proxy (both could fail the read).
 while (!server && Date.now() < HARD_DEADLINE) await sleep(50);
-const ledgerRes = await runClient(["--json", URL, "call", "ledger_read"], {}, 0);
+serverWanted = false;
+if (server) {
+  const s = server;
+  s.p.killedByTest = true;
+  const gone = new Promise((r) => s.p.once("exit", r));
+  s.p.kill("SIGTERM");
+  await gone;
+}
+server = await startProc(SERVER, ["--listen", "127.0.0.1:0", "--store", "sqlite:" + db, "--log-level", "error"]);
+const ledgerRes = await runClient(["--json", server.url, "call", "ledger_read"], {}, 0); // url ends in /mcp
 let rows = [];
-try { rows = JSON.parse(ledgerRes.out).structuredContent.entries; } catch { violate("ledger_read failed: " + ledgerRes.out + ledgerRes.err); }
+try { rows = JSON.parse(ledgerRes.out).structuredContent.entries; } catch {
+  violate(`ledger_read failed (exit ${ledgerRes.code} ${ledgerRes.sig ?? ""}): ${ledgerRes.out}${ledgerRes.err}`);
+}
 const count = new Map();
 for (const r of rows) count.set(r.entry, (count.get(r.entry) ?? 0) + 1);
 let ledgerOk = 0, ledgerDup = 0, ledgerLost = 0;
