@@ -62,6 +62,7 @@ typedef struct sconn {
     int close_requested;
     uint64_t close_after; /* with close_requested: end once delivered >= this */
     int superseded;
+    int ended;             /* the reader ended the stream: everything is handed to MHD */
     int ka_due;
     int attached;
 } sconn;
@@ -175,6 +176,7 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_unlock(&s->mu);
         return 0;
     }
+    s->ended = 1; /* no longer live: a resume may take the stream over at once */
     pthread_mutex_unlock(&s->mu);
     return MHD_CONTENT_READER_END_OF_STREAM;
 }
@@ -434,7 +436,7 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     sconn *old = tm_map_get(h->hub, s->key);
     if (old) {
         pthread_mutex_lock(&old->mu);
-        int dead = old->superseded || old->close_requested ||
+        int dead = old->superseded || old->close_requested || old->ended ||
                    (old->suspended && peer_gone(old->conn));
         if (!dead) {
             pthread_mutex_unlock(&old->mu);

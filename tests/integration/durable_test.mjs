@@ -173,7 +173,7 @@ async function gapEvent() {
   const head = seqOf(ev.at(-1).id);
   check("--on-gap=event: 'event: gap' with the missing range first",
     res.status === 200 && evs[0]?.event === "gap" && JSON.stringify(JSON.parse(evs[0].data).missing) === JSON.stringify([3, head - 5]),
-    JSON.stringify(evs[0]));
+    `HTTP ${res.status}, first event ${JSON.stringify(evs[0])}`);
   check("--on-gap=event: then exactly the retained events",
     evs.slice(1).map((e) => seqOf(e.id)).join() === [head - 4, head - 3, head - 2, head - 1, head].join(),
     evs.slice(1).map((e) => e.id).join());
