@@ -100,6 +100,15 @@ async function startServer() {
     }
   }
 }
+// Stop the current server by its PID and wait until it has exited.
+async function stopServer(sig) {
+  const s = server;
+  if (!s) return;
+  s.p.killedByTest = true;
+  const gone = new Promise((r) => s.p.once("exit", r));
+  s.p.kill(sig);
+  await gone;
+}
 await startServer();
 const proxyLog = join(dir, "proxy.log");
 const proxy = await startProc(PROXY, ["--listen", "127.0.0.1:0", "--target", `127.0.0.1:${port}`,
@@ -205,11 +214,7 @@ const killer = (async () => {
   while (Date.now() - t0 < SECONDS * 1000) {
     await sleep(KILL_EVERY / 2 + Math.floor(krand() * KILL_EVERY));
     if (server) {
-      const s = server;
-      s.p.killedByTest = true;
-      const gone = new Promise((r) => s.p.once("exit", r));
-      s.p.kill("SIGKILL");
-      await gone;
+      await stopServer("SIGKILL");
       stats.serverKills++;
       await startServer();
     }
@@ -225,13 +230,7 @@ await killer;
 // directly, not through the fault-injecting proxy (both could fail the read).
 while (!server && Date.now() < HARD_DEADLINE) await sleep(50);
 serverWanted = false;
-if (server) {
-  const s = server;
-  s.p.killedByTest = true;
-  const gone = new Promise((r) => s.p.once("exit", r));
-  s.p.kill("SIGTERM");
-  await gone;
-}
+await stopServer("SIGTERM");
 server = await startProc(SERVER, ["--listen", "127.0.0.1:0", "--store", "sqlite:" + db, "--log-level", "error"]);
 const ledgerRes = await runClient(["--json", server.url, "call", "ledger_read"], {}, 0); // url ends in /mcp
 let rows = [];
