@@ -1,6 +1,7 @@
 /* clock.h - monotonic and wall time helpers. */
 #ifndef TM_CLOCK_H
 #define TM_CLOCK_H
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -12,5 +13,8 @@ int64_t tm_now_us(void);
 int64_t tm_wall_ms(void);
 /* Absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */
 struct timespec tm_deadline_ms(int64_t ms);
+/* Initialise cv to time its waits on CLOCK_MONOTONIC (the clock of
+ * tm_deadline_ms). Returns 0 or an errno value. */
+int tm_cond_init_monotonic(pthread_cond_t *cv);
 
 #endif

@@ -2,18 +2,12 @@
 #include "opqueue.h"
 #include "../base/clock.h"
 #include "tidemark/tidemark.h"
-#include <time.h>
 
 int tm_opqueue_init(tm_opqueue *q)
 {
     *q = (tm_opqueue){0};
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        return TIDEMARK_ENOMEM;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_mutex_init(&q->mu, NULL) || pthread_cond_init(&q->work_cv, &ca) ||
+    int rc = pthread_mutex_init(&q->mu, NULL) || tm_cond_init_monotonic(&q->work_cv) ||
              pthread_cond_init(&q->done_cv, NULL);
-    pthread_condattr_destroy(&ca);
     return rc ? TIDEMARK_ENOMEM : 0;
 }
 
@@ -58,11 +52,7 @@ tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, i
         int64_t now = tm_now_ms();
         if (now >= wake_ms)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t ns = (int64_t)ts.tv_nsec + (wake_ms - now) * 1000000;
-        ts.tv_sec += (time_t)(ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
+        struct timespec ts = tm_deadline_ms(wake_ms - now);
         pthread_cond_timedwait(&q->work_cv, &q->mu, &ts);
     }
     tm_qop *batch = q->head, *last = NULL;

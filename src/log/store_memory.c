@@ -4,6 +4,7 @@
  * callback and the commit listener run on the caller's thread, unlocked.
  */
 #include "store.h"
+#include "../base/str.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/map.h"
@@ -42,8 +43,6 @@ typedef struct mstore {
     tm_store_options opt;
     sqlite3 *fx; /* effect database (application tables), in memory */
 } mstore;
-
-static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 
 static void free_stream(const char *k, void *v, void *ud)
 {
@@ -98,9 +97,9 @@ static int m_session_create(tm_store *st, const tm_session_rec *rec)
     msession *s = calloc(1, sizeof *s);
     if (!s)
         return TIDEMARK_ENOMEM;
-    s->rec.id = dupstr(rec->id);
-    s->rec.protocol_version = dupstr(rec->protocol_version);
-    s->rec.client = dupstr(rec->client);
+    s->rec.id = tm_strdup(rec->id);
+    s->rec.protocol_version = tm_strdup(rec->protocol_version);
+    s->rec.client = tm_strdup(rec->client);
     s->rec.created_ms = rec->created_ms;
     s->rec.last_seen_ms = rec->last_seen_ms;
     s->streams = tm_map_new();
@@ -128,12 +127,12 @@ static int m_session_get(tm_store *st, const char *id, tm_session_rec *out)
     if (!s) {
         rc = TIDEMARK_ENOTFOUND;
     } else {
-        out->id = dupstr(s->rec.id);
-        out->protocol_version = dupstr(s->rec.protocol_version);
-        out->client = dupstr(s->rec.client);
+        out->id = tm_strdup(s->rec.id);
+        out->protocol_version = tm_strdup(s->rec.protocol_version);
+        out->client = tm_strdup(s->rec.client);
         out->created_ms = s->rec.created_ms;
         out->last_seen_ms = s->rec.last_seen_ms;
-        out->attrs = s->rec.attrs ? dupstr(s->rec.attrs) : NULL;
+        out->attrs = s->rec.attrs ? tm_strdup(s->rec.attrs) : NULL;
         if (!out->id || (s->rec.attrs && !out->attrs))
             rc = TIDEMARK_ENOMEM;
     }
@@ -183,7 +182,7 @@ static void collect_id(const char *k, void *v, void *ud)
 {
     (void)v;
     ids_ctx *c = ud;
-    c->v[c->n] = dupstr(k);
+    c->v[c->n] = tm_strdup(k);
     if (c->v[c->n])
         c->n++;
 }
@@ -326,14 +325,11 @@ static int m_append_ex(tm_store *st, const tm_append_req *r)
         data = r->fallback;
         len = r->fallback_len;
     }
-    copy = malloc(len + 1);
+    copy = tm_memdup(data, len);
     if (!copy) {
         rc = TIDEMARK_ENOMEM;
         goto out;
     }
-    if (len)
-        memcpy(copy, data, len);
-    copy[len] = '\0';
     if (s->off + s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
         mevent *ev = realloc(s->ev, cap * sizeof *ev);
@@ -353,11 +349,9 @@ static int m_append_ex(tm_store *st, const tm_append_req *r)
         tm_request_rec *q = tm_map_get(ses->requests, r->request_key);
         if (q) {
             free(q->response);
-            q->response = malloc(len + 1);
-            if (q->response) {
-                memcpy(q->response, copy, len + 1);
+            q->response = tm_memdup(copy, len);
+            if (q->response)
                 q->response_len = len;
-            }
             q->state = TM_REQ_COMPLETED;
             q->updated_ms = tm_wall_ms();
         }
@@ -455,25 +449,14 @@ static int m_event_epoch(tm_store *st, const char *session, const char *stream, 
     return rc;
 }
 
-static char *dupn(const char *p, size_t n)
-{
-    char *o = malloc(n + 1);
-    if (o) {
-        if (n)
-            memcpy(o, p, n);
-        o[n] = '\0';
-    }
-    return o;
-}
-
 static void rec_copy(const tm_request_rec *in, tm_request_rec *o)
 {
-    o->session = dupstr(in->session);
-    o->key = dupstr(in->key);
-    o->tool = dupstr(in->tool);
-    o->stream = dupstr(in->stream);
-    o->message = dupstr(in->message);
-    o->response = in->response ? dupn(in->response, in->response_len) : NULL;
+    o->session = tm_strdup(in->session);
+    o->key = tm_strdup(in->key);
+    o->tool = tm_strdup(in->tool);
+    o->stream = tm_strdup(in->stream);
+    o->message = tm_strdup(in->message);
+    o->response = in->response ? tm_memdup(in->response, in->response_len) : NULL;
     o->response_len = in->response_len;
     o->state = in->state;
     o->updated_ms = in->updated_ms;

@@ -87,6 +87,7 @@
 #include "../base/clock.h"
 #include "../base/crash.h"
 #include "../base/log.h"
+#include "../base/str.h"
 #include "../base/map.h"
 #include "../base/metrics.h"
 #include "../base/random.h"
@@ -415,19 +416,6 @@ typedef struct rstore {
     int sub_started;
     int wake[2];           /* pipe: tells the subscriber to stop */
 } rstore;
-
-static char *dupn(const void *p, size_t n)
-{
-    char *o = malloc(n + 1);
-    if (o) {
-        if (n)
-            memcpy(o, p, n);
-        o[n] = '\0';
-    }
-    return o;
-}
-
-static char *dups(const char *s) { return s ? strdup(s) : NULL; }
 
 static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 static char *fmt(const char *f, ...)
@@ -787,7 +775,7 @@ static const redisReply *kv_get(const redisReply *kv, const char *name)
 static char *kv_dup(const redisReply *kv, const char *name)
 {
     const redisReply *v = kv_get(kv, name);
-    return v && v->type == REDIS_REPLY_STRING ? dupn(v->str, v->len) : NULL;
+    return v && v->type == REDIS_REPLY_STRING ? tm_memdup(v->str, v->len) : NULL;
 }
 
 /* ---- local hints -------------------------------------------------------------- */
@@ -1168,7 +1156,7 @@ static int take_reply(rop *o, redisReply *x)
         o->ids = calloc(x->elements + 1, sizeof *o->ids);
         for (size_t i = 0; o->ids && i < x->elements; i++)
             if (x->element[i]->type == REDIS_REPLY_STRING)
-                o->ids[o->nids++] = dupn(x->element[i]->str, x->element[i]->len);
+                o->ids[o->nids++] = tm_memdup(x->element[i]->str, x->element[i]->len);
         o->seq = x->elements;
         return 0;
     }
@@ -1602,7 +1590,7 @@ static void *writer_main(void *arg)
  * readers. */
 static void on_message(rstore *r, const char *msg, size_t len)
 {
-    char *m = dupn(msg, len), *f[5] = {m};
+    char *m = tm_memdup(msg, len), *f[5] = {m};
     if (!m)
         return;
     int n = 1;
@@ -1637,7 +1625,7 @@ static void on_bus(rstore *r, const char *msg, size_t len)
     size_t wl = (size_t)(sp1 - msg);
     if (wl == strlen(r->wid) && memcmp(msg, r->wid, wl) == 0)
         return; /* ours: store.c told this node already */
-    char *channel = dupn(rest, (size_t)(sp2 - rest));
+    char *channel = tm_memdup(rest, (size_t)(sp2 - rest));
     if (channel)
         tm_store_notify_bus(&r->base, channel, sp2 + 1, len - (size_t)(sp2 + 1 - msg));
     free(channel);
@@ -1764,9 +1752,9 @@ static int r_session_create(tm_store *st, const tm_session_rec *rec)
     rop *o = op_new(OP_SESS_CREATE);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->session = dups(rec->id);
-    o->srec.protocol_version = dups(rec->protocol_version);
-    o->srec.client = dups(rec->client);
+    o->session = tm_strdup(rec->id);
+    o->srec.protocol_version = tm_strdup(rec->protocol_version);
+    o->srec.client = tm_strdup(rec->client);
     o->srec.created_ms = rec->created_ms;
     o->srec.last_seen_ms = rec->last_seen_ms;
     if (!o->session) {
@@ -1786,7 +1774,7 @@ static char *attrs_of(const redisReply *kv)
             v->type != REDIS_REPLY_STRING)
             continue;
         json_t *val = json_loadb(v->str, v->len, JSON_DECODE_ANY, NULL);
-        char *name = dupn(k->str + 2, k->len - 2);
+        char *name = tm_memdup(k->str + 2, k->len - 2);
         if (val && name)
             json_object_set_new(o, name, val);
         else
@@ -1831,9 +1819,9 @@ static int r_session_set_attr(tm_store *st, const char *id, const char *name, co
     rop *o = op_new(OP_SESS_ATTRS);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->session = dups(id);
-    o->srec.client = dups(name);
-    o->srec.attrs = dups(value);
+    o->session = tm_strdup(id);
+    o->srec.client = tm_strdup(name);
+    o->srec.attrs = tm_strdup(value);
     if (!o->session || !o->srec.client || (value && !o->srec.attrs)) {
         op_free(o);
         return TIDEMARK_ENOMEM;
@@ -2018,15 +2006,15 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
     rop *o = op_new(OP_APPEND);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->session = dups(q->session);
-    o->name = dups(q->stream);
-    o->data = dupn(q->data, q->len);
+    o->session = tm_strdup(q->session);
+    o->name = tm_strdup(q->stream);
+    o->data = tm_memdup(q->data, q->len);
     o->len = q->len;
     o->flags = q->flags;
-    o->request_key = dups(q->request_key);
+    o->request_key = tm_strdup(q->request_key);
     o->effect = q->effect;
     o->effect_ud = q->effect_ud;
-    o->fallback = q->fallback ? dupn(q->fallback, q->fallback_len) : dupn("", 0);
+    o->fallback = q->fallback ? tm_memdup(q->fallback, q->fallback_len) : tm_memdup("", 0);
     o->fallback_len = q->fallback ? q->fallback_len : 0;
     o->cb = q->cb;
     o->cb_ud = q->cb_ud;
@@ -2060,7 +2048,7 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
         o->expect = o->seq;
         e->seq = o->seq;
         e->len = q->len;
-        e->data = q->effect ? NULL : dupn(q->data, q->len); /* an effect may swap the bytes */
+        e->data = q->effect ? NULL : tm_memdup(q->data, q->len); /* an effect may swap the bytes */
         if (s->early_tail)
             s->early_tail->next = e;
         else
@@ -2180,7 +2168,7 @@ static early *early_copy(rstore *r, const char *session, const char *stream)
     rstream *s = k ? tm_map_get(r->streams, k) : NULL;
     for (early *e = s ? s->early_head : NULL; e; e = e->next) {
         early *c = calloc(1, sizeof *c);
-        if (!c || (e->data && !(c->data = dupn(e->data, e->len)))) {
+        if (!c || (e->data && !(c->data = tm_memdup(e->data, e->len)))) {
             free(c);
             break;
         }
@@ -2330,15 +2318,15 @@ static int r_event_epoch(tm_store *st, const char *session, const char *stream, 
 static void rec_from_hash(const redisReply *x, const char *session, const char *key,
                           tm_request_rec *o)
 {
-    o->session = dups(session);
-    o->key = dups(key);
+    o->session = tm_strdup(session);
+    o->key = tm_strdup(key);
     o->state = (int)int_of(kv_get(x, "state"));
     o->tool = kv_dup(x, "tool");
     o->stream = kv_dup(x, "stream");
     o->message = kv_dup(x, "message");
     const redisReply *resp = kv_get(x, "response");
     if (resp && resp->type == REDIS_REPLY_STRING) {
-        o->response = dupn(resp->str, resp->len);
+        o->response = tm_memdup(resp->str, resp->len);
         o->response_len = resp->len;
     }
     o->updated_ms = int_of(kv_get(x, "updated_ms"));
@@ -2363,11 +2351,11 @@ static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
     rop *o = op_new(OP_REQ_BEGIN);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->session = dups(rec->session);
-    o->rrec.key = dups(rec->key);
-    o->rrec.tool = dups(rec->tool);
-    o->rrec.stream = dups(rec->stream);
-    o->rrec.message = dups(rec->message);
+    o->session = tm_strdup(rec->session);
+    o->rrec.key = tm_strdup(rec->key);
+    o->rrec.tool = tm_strdup(rec->tool);
+    o->rrec.stream = tm_strdup(rec->stream);
+    o->rrec.message = tm_strdup(rec->message);
     if (!o->session || !o->rrec.key) {
         op_free(o);
         return TIDEMARK_ENOMEM;
@@ -2419,7 +2407,7 @@ static int load_started(rstore *r, const redisReply *members, rec_vec *out)
             arg_str(&c[i], "PING"); /* keeps replies aligned */
             continue;
         }
-        sess[i] = dupn(m->str + off, slen);
+        sess[i] = tm_memdup(m->str + off, slen);
         keys[i] = m->str + off + slen;
         arg_str(&c[i], "HGETALL");
         if (sess[i])
@@ -2830,7 +2818,7 @@ static int parse_uri(const char *uri, char **host, int *port, int *db)
     }
     if (*p)
         return TIDEMARK_EINVAL;
-    *host = dupn(hs, (size_t)(he - hs));
+    *host = tm_memdup(hs, (size_t)(he - hs));
     return *host ? 0 : TIDEMARK_ENOMEM;
 }
 

@@ -21,6 +21,7 @@
 #include "../base/clock.h"
 #include "../base/crash.h"
 #include "../base/log.h"
+#include "../base/str.h"
 #include "../base/map.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
@@ -159,19 +160,6 @@ typedef struct sqstore {
     sqlite3 *rfree[READ_CONNS];
     int nrfree, nropen;
 } sqstore;
-
-static char *dupn(const void *p, size_t n)
-{
-    char *o = malloc(n + 1);
-    if (o) {
-        if (n)
-            memcpy(o, p, n);
-        o[n] = '\0';
-    }
-    return o;
-}
-
-static char *dups(const char *s) { return s ? strdup(s) : NULL; }
 
 static blob *blob_new(const void *p, size_t n)
 {
@@ -794,9 +782,7 @@ static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *up
     }
     pthread_mutex_unlock(&q->c_mu);
 
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    int64_t now_us = tm_now_us();
     uint64_t nops = 0;
     for (op *o = batch; o; o = op_next(o)) {
         nops++;
@@ -880,9 +866,7 @@ static op *op_new(enum op_kind k)
     if (o) {
         o->kind = k;
         o->ms = tm_wall_ms();
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        o->enq_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        o->enq_us = tm_now_us();
     }
     return o;
 }
@@ -893,9 +877,9 @@ static int q_session_create(tm_store *st, const tm_session_rec *rec)
     op *o = op_new(OP_SESSION_CREATE);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->srec.id = dups(rec->id);
-    o->srec.protocol_version = dups(rec->protocol_version);
-    o->srec.client = dups(rec->client);
+    o->srec.id = tm_strdup(rec->id);
+    o->srec.protocol_version = tm_strdup(rec->protocol_version);
+    o->srec.client = tm_strdup(rec->client);
     o->srec.created_ms = rec->created_ms;
     o->srec.last_seen_ms = rec->last_seen_ms;
     int rc = run_sync(q, o, 0);
@@ -930,12 +914,12 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
         sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
         int r = sqlite3_step(s);
         if (r == SQLITE_ROW) {
-            out->id = dups((const char *)sqlite3_column_text(s, 0));
-            out->protocol_version = dups((const char *)sqlite3_column_text(s, 1));
-            out->client = dups((const char *)sqlite3_column_text(s, 2));
+            out->id = tm_strdup((const char *)sqlite3_column_text(s, 0));
+            out->protocol_version = tm_strdup((const char *)sqlite3_column_text(s, 1));
+            out->client = tm_strdup((const char *)sqlite3_column_text(s, 2));
             out->created_ms = sqlite3_column_int64(s, 3);
             out->last_seen_ms = sqlite3_column_int64(s, 4);
-            out->attrs = dups((const char *)sqlite3_column_text(s, 5));
+            out->attrs = tm_strdup((const char *)sqlite3_column_text(s, 5));
             rc = out->id ? 0 : TIDEMARK_ENOMEM;
         } else if (r == SQLITE_DONE) {
             rc = TIDEMARK_ENOTFOUND;
@@ -966,7 +950,7 @@ static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
     op *o = op_new(OP_SESSION_TOUCH);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->srec.id = dups(id);
+    o->srec.id = tm_strdup(id);
     o->ms = now_ms;
     enqueue(q, o);
     return 0;
@@ -978,9 +962,9 @@ static int q_session_set_attr(tm_store *st, const char *id, const char *name, co
     op *o = op_new(OP_SESSION_ATTRS);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->srec.id = dups(id);
-    o->srec.client = dups(name);
-    o->srec.attrs = dups(value);
+    o->srec.id = tm_strdup(id);
+    o->srec.client = tm_strdup(name);
+    o->srec.attrs = tm_strdup(value);
     if (!o->srec.id || !o->srec.client || (value && !o->srec.attrs)) {
         op_free(o);
         return TIDEMARK_ENOMEM;
@@ -1064,7 +1048,7 @@ static int q_session_delete(tm_store *st, const char *id)
     op *o = op_new(OP_SESSION_DELETE);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->srec.id = dups(id);
+    o->srec.id = tm_strdup(id);
     pthread_mutex_lock(&q->c_mu);
     doom_session_streams(q, id, o);
     pthread_mutex_unlock(&q->c_mu);
@@ -1174,11 +1158,11 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
         return TIDEMARK_ENOMEM;
     o->b = blob_new(r->data, r->len);
     o->flags = r->flags;
-    o->request_key = dups(r->request_key);
+    o->request_key = tm_strdup(r->request_key);
     o->effect = r->effect;
     o->effect_ud = r->effect_ud;
     if (r->effect) {
-        o->fallback = r->fallback ? dupn(r->fallback, r->fallback_len) : dupn("", 0);
+        o->fallback = r->fallback ? tm_memdup(r->fallback, r->fallback_len) : tm_memdup("", 0);
         o->fallback_len = r->fallback ? r->fallback_len : 0;
     }
     o->cb = r->cb;
@@ -1383,15 +1367,15 @@ static int q_event_epoch(tm_store *st, const char *session, const char *stream, 
 
 static void rec_from_row(sqlite3_stmt *ps, tm_request_rec *o)
 {
-    o->session = dups((const char *)sqlite3_column_text(ps, 0));
-    o->key = dups((const char *)sqlite3_column_text(ps, 1));
+    o->session = tm_strdup((const char *)sqlite3_column_text(ps, 0));
+    o->key = tm_strdup((const char *)sqlite3_column_text(ps, 1));
     o->state = sqlite3_column_int(ps, 2);
-    o->tool = dups((const char *)sqlite3_column_text(ps, 3));
-    o->stream = dups((const char *)sqlite3_column_text(ps, 4));
-    o->message = dups((const char *)sqlite3_column_text(ps, 5));
+    o->tool = tm_strdup((const char *)sqlite3_column_text(ps, 3));
+    o->stream = tm_strdup((const char *)sqlite3_column_text(ps, 4));
+    o->message = tm_strdup((const char *)sqlite3_column_text(ps, 5));
     if (sqlite3_column_type(ps, 6) != SQLITE_NULL) {
         o->response_len = (size_t)sqlite3_column_bytes(ps, 6);
-        o->response = dupn(sqlite3_column_blob(ps, 6), o->response_len);
+        o->response = tm_memdup(sqlite3_column_blob(ps, 6), o->response_len);
     }
     o->updated_ms = sqlite3_column_int64(ps, 7);
 }
@@ -1430,11 +1414,11 @@ static int q_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
     op *o = op_new(OP_REQ_BEGIN);
     if (!o)
         return TIDEMARK_ENOMEM;
-    o->rrec.session = dups(rec->session);
-    o->rrec.key = dups(rec->key);
-    o->rrec.tool = dups(rec->tool);
-    o->rrec.stream = dups(rec->stream);
-    o->rrec.message = dups(rec->message);
+    o->rrec.session = tm_strdup(rec->session);
+    o->rrec.key = tm_strdup(rec->key);
+    o->rrec.tool = tm_strdup(rec->tool);
+    o->rrec.stream = tm_strdup(rec->stream);
+    o->rrec.message = tm_strdup(rec->message);
     if (!wait_durable) {
         enqueue(q, o);
         return 0;
@@ -1567,13 +1551,7 @@ static void *ckpt_main(void *arg)
         return NULL;
     pthread_mutex_lock(&q->k_mu);
     while (q->k_running) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = tm_deadline_ms(200);
         pthread_cond_timedwait(&q->k_cv, &q->k_mu, &ts);
         if (!q->k_running)
             break;
@@ -1750,7 +1728,7 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
     pthread_mutex_init(&q->r_mu, NULL);
     pthread_cond_init(&q->r_cv, NULL);
     pthread_mutex_init(&q->k_mu, NULL);
-    pthread_cond_init(&q->k_cv, NULL);
+    tm_cond_init_monotonic(&q->k_cv);
     if (qrc || !q->path || !q->streams || !q->sessions) {
         rc = TIDEMARK_ENOMEM;
     } else {

@@ -17,6 +17,7 @@
 #include "../base/log.h"
 #include "../base/map.h"
 #include "../base/pool.h"
+#include "../base/str.h"
 #include "../base/random.h"
 #include "../log/client_state.h"
 #include "../log/event_id.h"
@@ -133,7 +134,6 @@ void tidemark_client_config_init(tidemark_client_config_t *c)
     c->timeout_ms = 60000;
 }
 
-static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
 
 int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **out)
 {
@@ -143,11 +143,11 @@ int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t *
     if (!c)
         return TIDEMARK_ENOMEM;
     c->cfg = *cfg;
-    c->url = sdup(cfg->url);
-    c->state_path = sdup(cfg->state_path);
-    c->name = sdup(cfg->name ? cfg->name : "tidemark-client");
-    c->version = sdup(cfg->version ? cfg->version : TIDEMARK_VERSION);
-    c->offer = sdup(cfg->protocol_version ? cfg->protocol_version : TIDEMARK_PROTOCOL_LATEST);
+    c->url = tm_strdup(cfg->url);
+    c->state_path = tm_strdup(cfg->state_path);
+    c->name = tm_strdup(cfg->name ? cfg->name : "tidemark-client");
+    c->version = tm_strdup(cfg->version ? cfg->version : TIDEMARK_VERSION);
+    c->offer = tm_strdup(cfg->protocol_version ? cfg->protocol_version : TIDEMARK_PROTOCOL_LATEST);
     c->caps = cfg->capabilities ? json_deep_copy(cfg->capabilities) : NULL;
     c->roots = cfg->roots ? json_deep_copy(cfg->roots) : NULL;
     if (!c->cfg.max_attempts)
@@ -159,11 +159,7 @@ int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t *
     if (c->cfg.timeout_ms <= 0)
         c->cfg.timeout_ms = 60000;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    tm_cond_init_monotonic(&c->cv);
     c->pending = tm_map_new();
     int rc = (!c->url || !c->name || !c->version || !c->offer || !c->pending) ? TIDEMARK_ENOMEM : 0;
     if (!rc)

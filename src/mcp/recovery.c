@@ -10,6 +10,7 @@
 #include "server_int.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
+#include "../base/str.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,8 @@ static int collect(void *ud, const tm_request_rec *r)
     }
     tm_request_rec *o = &p->v[p->n++];
     memset(o, 0, sizeof *o);
-    o->session = r->session ? strdup(r->session) : NULL;
-    o->key = r->key ? strdup(r->key) : NULL;
+    o->session = tm_strdup(r->session);
+    o->key = tm_strdup(r->key);
     o->tool = r->tool ? strdup(r->tool) : NULL;
     o->stream = r->stream ? strdup(r->stream) : NULL;
     o->message = r->message ? strdup(r->message) : NULL;

@@ -6,6 +6,7 @@
 #include "server_int.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
+#include "../base/str.h"
 #include "../base/random.h"
 #include "../base/clock.h"
 #include "../log/resume.h"
@@ -82,7 +83,7 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     s->store_uri = dup_or(s->cfg.store, def.store);
     s->name = dup_or(s->cfg.name, def.name);
     s->version = dup_or(s->cfg.version, def.version);
-    s->instructions = s->cfg.instructions ? strdup(s->cfg.instructions) : NULL;
+    s->instructions = tm_strdup(s->cfg.instructions);
     s->origins = dup_list(s->cfg.allowed_origins);
     s->hosts = dup_list(s->cfg.allowed_hosts);
     if (!s->cfg.workers)
@@ -95,11 +96,7 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     s->sessions = tm_map_new();
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->jan_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    tm_cond_init_monotonic(&s->jan_cv);
     if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
         !s->sessions) {
         tidemark_server_free(s);

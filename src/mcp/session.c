@@ -2,6 +2,7 @@
  * requests waiting for answers, the logging level (a copy of the stored
  * attribute; subscriptions live only in the store). */
 #include "server_int.h"
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/random.h"
@@ -38,11 +39,7 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     snprintf(s->version, sizeof s->version, "%s", version);
     s->client = client ? json_incref(client) : json_object();
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    tm_cond_init_monotonic(&s->cv);
     s->log_level = 0;
     s->calls = tm_map_new();
     s->pending = tm_map_new();
@@ -311,15 +308,7 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     json_t *msg = tm_jsonrpc_request(id, method, params ? json_incref(params) : json_object());
     rc = tm_sess_append(srv, s, stream, msg, 0);
     json_decref(msg);
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    int64_t ms = timeout_ms > 0 ? timeout_ms : 60000;
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = tm_deadline_ms(timeout_ms > 0 ? timeout_ms : 60000);
     pthread_mutex_lock(&s->mu);
     while (!rc && !w.done && !s->closed && !atomic_load(&call->cancelled)) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) {

@@ -8,6 +8,7 @@
 #include "http_server.h"
 #include "sse.h"
 #include "../base/buf.h"
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/map.h"
 #include "../base/metrics.h"
@@ -311,14 +312,7 @@ static void *ka_loop(void *arg)
     tm_http *h = arg;
     pthread_mutex_lock(&h->ka_mu);
     while (h->ka_running) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += h->cfg.keepalive_ms / 1000;
-        ts.tv_nsec += (long)(h->cfg.keepalive_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = tm_deadline_ms(h->cfg.keepalive_ms);
         pthread_cond_timedwait(&h->ka_cv, &h->ka_mu, &ts);
         if (!h->ka_running)
             break;
@@ -600,7 +594,7 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
     h->hub = tm_map_new();
     pthread_mutex_init(&h->hub_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
-    pthread_cond_init(&h->ka_cv, NULL);
+    tm_cond_init_monotonic(&h->ka_cv);
     if (!h->hub) {
         free(h);
         return TIDEMARK_ENOMEM;

@@ -266,10 +266,7 @@ void tm_sse_parser_free(tm_sse_parser *p)
 {
     if (!p)
         return;
-    tm_buf_free(&p->line);
-    tm_buf_free(&p->data);
-    tm_buf_free(&p->type);
-    tm_buf_free(&p->pend_id);
+    tm_sse_parser_reset(p); /* frees every buffer but the last event id */
     tm_buf_free(&p->last_id);
     free(p);
 }
