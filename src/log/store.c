@@ -109,6 +109,8 @@ void tm_session_rec_clear(tm_session_rec *rec)
 int tm_store_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
+    if (name && strcmp(name, "g") != 0) /* POST streams are only ever created */
+        return TIDEMARK_EINVAL;
     return st->ops->stream_open(st, session, name, out);
 }
 

@@ -242,10 +242,6 @@ static int m_stream_open(tm_store *st, const char *session, const char *name,
         goto out;
     }
     char nm[TM_STREAM_MAX];
-    if (name && strcmp(name, "g") != 0) { /* POST streams are only ever created */
-        rc = TIDEMARK_EINVAL;
-        goto out;
-    }
     if (name)
         snprintf(nm, sizeof nm, "%s", name);
     else

@@ -1942,8 +1942,6 @@ static int r_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
     rstore *r = (rstore *)st;
-    if (name && strcmp(name, "g") != 0) /* POST streams are only ever created */
-        return TIDEMARK_EINVAL;
     rop *o = op_new(OP_OPEN);
     if (!o || !(o->session = strdup(session)) || (name && !(o->name = strdup(name)))) {
         if (o)

@@ -1059,8 +1059,6 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
     sqstore *q = (sqstore *)st;
-    if (name && strcmp(name, "g") != 0) /* POST streams are only ever created */
-        return TIDEMARK_EINVAL;
     pthread_mutex_lock(&q->c_mu);
     if (q->failed) {
         pthread_mutex_unlock(&q->c_mu);

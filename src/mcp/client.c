@@ -1045,8 +1045,7 @@ static int do_initialize(tidemark_client_t *c, json_t **err)
         return rc;
     }
     const char *v = json_string_value(json_object_get(r->result, "protocolVersion"));
-    if (!v || (strcmp(v, TIDEMARK_PROTOCOL_2025_11_25) && strcmp(v, TIDEMARK_PROTOCOL_2025_06_18) &&
-               strcmp(v, TIDEMARK_PROTOCOL_2025_03_26))) {
+    if (!tm_protocol_version_supported(v)) {
         set_error(err, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
                   "the server chose a protocol version this client does not speak",
                   json_pack("{s:s}", "protocolVersion", v ? v : ""));

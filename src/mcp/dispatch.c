@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const versions[] = {TIDEMARK_PROTOCOL_2025_11_25, TIDEMARK_PROTOCOL_2025_06_18,
-                                       TIDEMARK_PROTOCOL_2025_03_26, NULL};
 
 static json_t *err(json_t *id, int code, const char *reason, const char *msg)
 {
@@ -27,10 +25,8 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess 
     if (!json_is_object(params) || !json_is_string(pv))
         return err(m->id, TM_RPC_INVALID_PARAMS, "invalid_params",
                    "initialize needs params.protocolVersion");
-    const char *want = json_string_value(pv), *chosen = versions[0];
-    for (int i = 0; versions[i]; i++)
-        if (strcmp(want, versions[i]) == 0)
-            chosen = versions[i];
+    const char *want = json_string_value(pv);
+    const char *chosen = tm_protocol_version_supported(want) ? want : tm_protocol_versions[0];
     char id[TM_SESSION_ID_LEN + 1];
     if (tm_random_hex(id, TM_SESSION_ID_LEN / 2) != 0)
         return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "no randomness");

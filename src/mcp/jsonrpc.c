@@ -202,3 +202,14 @@ char *tm_jsonrpc_dump(const json_t *v, size_t *len)
         *len = strlen(s);
     return s;
 }
+
+const char *const tm_protocol_versions[] = {TIDEMARK_PROTOCOL_2025_11_25, TIDEMARK_PROTOCOL_2025_06_18,
+                                            TIDEMARK_PROTOCOL_2025_03_26, NULL};
+
+int tm_protocol_version_supported(const char *v)
+{
+    for (int i = 0; v && tm_protocol_versions[i]; i++)
+        if (strcmp(v, tm_protocol_versions[i]) == 0)
+            return 1;
+    return 0;
+}

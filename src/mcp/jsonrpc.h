@@ -60,4 +60,9 @@ json_t *tm_jsonrpc_request(json_t *id /* stolen */, const char *method, json_t *
 /* Serialise compactly. OUT len. Caller frees. */
 char *tm_jsonrpc_dump(const json_t *v, size_t *len);
 
+/* The MCP protocol versions this library speaks, newest first, NULL-ended. */
+extern const char *const tm_protocol_versions[];
+/* 1 if v is one of them. */
+int tm_protocol_version_supported(const char *v);
+
 #endif

@@ -133,7 +133,6 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         c->id = json_incref(m.id);
         c->method = m.method;
         c->params = m.params;
-        c->message = r->message ? strdup(r->message) : NULL;
         c->recorded = 1;
         c->recovering = 1;
         snprintf(c->reqkey, sizeof c->reqkey, "%s", r->key);

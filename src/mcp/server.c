@@ -18,16 +18,6 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const supported_versions[] = {
-    TIDEMARK_PROTOCOL_2025_11_25, TIDEMARK_PROTOCOL_2025_06_18, TIDEMARK_PROTOCOL_2025_03_26, NULL};
-
-static int version_supported(const char *v)
-{
-    for (int i = 0; supported_versions[i]; i++)
-        if (strcmp(v, supported_versions[i]) == 0)
-            return 1;
-    return 0;
-}
 
 void tidemark_server_config_init(tidemark_server_config_t *c)
 {
@@ -122,6 +112,22 @@ static void reply_error(tm_http_req *r, unsigned status, int code, const char *r
                         const char *message, json_t *extra)
 {
     reply_json(r, status, tm_jsonrpc_error(NULL, code, message, reason, extra));
+}
+
+/* An MCP-Protocol-Version header naming a version we do not speak: answer
+ * 400 unsupported_protocol_version (with the versions we do) and return 1. */
+static int refuse_version(tm_http_req *r)
+{
+    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    if (!pv || tm_protocol_version_supported(pv))
+        return 0;
+    json_t *supported = json_array();
+    for (int i = 0; tm_protocol_versions[i]; i++)
+        json_array_append_new(supported, json_string(tm_protocol_versions[i]));
+    reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
+                "Bad Request: unsupported MCP-Protocol-Version",
+                json_pack("{s:s,s:o}", "received", pv, "supported", supported));
+    return 1;
 }
 
 /* Does the Accept header admit this media type (wildcards included)? */
@@ -320,7 +326,6 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 void tm_call_free(tidemark_call_t *c)
 {
     json_decref(c->id);
-    free(c->message);
     free(c);
 }
 
@@ -514,13 +519,8 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         return reply_error(r, 413, TM_RPC_INVALID_REQUEST, "body_too_large",
                            "Payload Too Large", x);
     }
-    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
-    if (pv && !version_supported(pv)) {
-        json_t *x = json_pack("{s:s,s:[sss]}", "received", pv, "supported",
-                              supported_versions[0], supported_versions[1], supported_versions[2]);
-        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
-                           "Bad Request: unsupported MCP-Protocol-Version", x);
-    }
+    if (refuse_version(r))
+        return;
     size_t len;
     const char *body = tm_http_req_body(r, &len);
     json_t *root;
@@ -691,10 +691,8 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
         tm_request_key(&msgs[i], c->idkey, c->reqkey, sizeof c->reqkey);
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
-        if (is_call(&msgs[i]) && j->sse) {
-            c->message = tm_jsonrpc_dump(msgs[i].raw, NULL);
-            c->recorded = 1;
-        }
+        if (is_call(&msgs[i]) && j->sse)
+            c->recorded = 1; /* its record was begun above */
         pthread_mutex_lock(&sess->mu);
         if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
             c->registered = 1;
@@ -725,10 +723,8 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
     if (!accepts(accept, "text/event-stream"))
         return reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
                            "Not Acceptable: Accept must list text/event-stream", NULL);
-    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
-    if (pv && !version_supported(pv))
-        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
-                           "Bad Request: unsupported MCP-Protocol-Version", NULL);
+    if (refuse_version(r))
+        return;
     tm_sess *sess = require_session(srv, r);
     if (!sess)
         return;

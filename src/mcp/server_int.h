@@ -51,7 +51,6 @@ struct tidemark_call {
     json_t *id;
     char idkey[160];
     char reqkey[200];         /* record key: idkey, or "k:" + idempotency key */
-    char *message;            /* the request as JSON text (request record) */
     unsigned hints;           /* the tool's TIDEMARK_TOOL_* */
     int recorded;             /* a request record exists: completing it is due */
     int recovering;           /* re-run after a crash */

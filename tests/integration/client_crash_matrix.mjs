@@ -13,6 +13,7 @@
 //
 //   node client_crash_matrix.mjs CLIENT_WITH_CRASHPOINTS SERVER_BINARY
 import { spawn, spawnSync } from "node:child_process";
+import { reaped } from "./reap.mjs";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,8 +28,8 @@ const N = 12;          // progress events of the call
 const CRASH_AT = 5;    // the n-th time the crash point is reached
 
 const server = await new Promise((resolve, reject) => {
-  const p = spawn(serverBin, ["--listen", "127.0.0.1:0", "--store", "memory", "--log-level", "warn",
-    "--retry-ms", "100"], { stdio: ["ignore", "pipe", "inherit"] });
+  const p = reaped(spawn(serverBin, ["--listen", "127.0.0.1:0", "--store", "memory", "--log-level", "warn",
+    "--retry-ms", "100"], { stdio: ["ignore", "pipe", "inherit"] }));
   let out = "";
   const t = setTimeout(() => reject(new Error("server did not start")), 10000);
   p.stdout.on("data", (d) => {

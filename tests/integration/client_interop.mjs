@@ -7,6 +7,7 @@
 //
 //   node client_interop.mjs CLIENT TIDEMARK_SERVER SDK_SERVER_SCRIPT
 import { spawn, spawnSync } from "node:child_process";
+import { reaped } from "./reap.mjs";
 
 const [client, tmServer, sdkScript] = process.argv.slice(2);
 if (!client || !tmServer || !sdkScript) {
@@ -22,7 +23,7 @@ function check(name, cond, detail) {
 
 function startServer(cmd, args, env = {}) {
   return new Promise((resolve, reject) => {
-    const p = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
+    const p = reaped(spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } }));
     procs.push(p);
     let out = "";
     const t = setTimeout(() => reject(new Error(`${cmd} did not start`)), 15000);

@@ -85,9 +85,12 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
       for await (const ev of sseEvents(res.body)) {
         const st = checkEvent(sid, ev);
         if (st) streamName = st;
-        cursor = ev.id;
-        if (!ev.data) continue;
-        const msg = JSON.parse(ev.data);
+        let msg = null;
+        if (ev.data) {
+          try { msg = JSON.parse(ev.data); } catch { violate(`request ${id}: event ${ev.id} is not JSON: ${ev.data.slice(0, 100)}`); }
+        }
+        cursor = ev.id; /* only once the event is taken */
+        if (!msg) continue;
         if (msg.method === "notifications/progress") progress.push(msg.params.progress);
         else if (msg.id === id) {
           if (response) violate(`request ${id}: second response`);
@@ -127,6 +130,9 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
         await consume(res);
       } catch (e) {
         if (e.message === "deadline") throw e;
+        // A harness bug is not a cut connection: report it.
+        if (e instanceof TypeError && !/fetch failed|terminated|network|socket/i.test(e.message))
+          violate(`request ${id}: ${e.stack ?? e}`);
         // cut by a kill: resume (or re-POST if nothing arrived yet)
         await sleep(10);
       }

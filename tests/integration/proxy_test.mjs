@@ -14,6 +14,7 @@
 //
 //   node proxy_test.mjs PATH/TO/tm-proxy
 import { spawn } from "node:child_process";
+import { reaped } from "./reap.mjs";
 import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -157,9 +158,9 @@ let proxyCount = 0;
 const allLogs = [];
 async function startProxy(serverPort, args) {
   const log = join(dir, `proxy-${++proxyCount}.log`);
-  const proc = spawn(PROXY, ["--listen", "127.0.0.1:0", "--target", `127.0.0.1:${serverPort}`, "--log", log, ...args], {
+  const proc = reaped(spawn(PROXY, ["--listen", "127.0.0.1:0", "--target", `127.0.0.1:${serverPort}`, "--log", log, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
-  });
+  }));
   let out = "";
   let err = "";
   let exited = null;
@@ -427,7 +428,9 @@ try {
       verify(name, results[i], jobs[i], rec, 200);
     }
     const stalls = [...px.parse().conns.values()].filter((c) => c.close?.fault === "stall").length;
-    if (stalls >= 3) check(`${name}: ${stalls} stalls overlap (one poll loop, no serialisation)`, wall < stalls * 200, `${wall} ms`);
+    if (name === "concurrent mixed") /* seed 5 stalls several connections at once */
+      check(`${name}: ${stalls} stalls overlap (one poll loop, no serialisation)`, stalls >= 3 && wall < stalls * 200,
+        `${stalls} stalls, ${wall} ms`);
     const st = await px.stop();
     const conns = px.parse().conns.size;
     check(`${name}: SIGTERM summary on stderr`, st.code === 0 && new RegExp(`summary connections=${conns} faults=\\d+`).test(st.stderr), st.stderr);

@@ -79,6 +79,7 @@ const serverPoints = ["append_before_commit", "commit_before_emit", "effect_befo
 
 async function startServer() {
   for (;;) {
+    if (!serverWanted || Date.now() > HARD_DEADLINE) return;
     const env = {};
     if (srand() < 0.35) {
       env.TIDEMARK_SERVER_CRASH = `${serverPoints[Math.floor(srand() * serverPoints.length)]}:${1 + Math.floor(srand() * 40)}`;
@@ -190,8 +191,8 @@ async function client(k, mode) {
       if (r.code === 0) break;
       await sleep(50);
     }
-    if (r.code === 1 && isLedger)
-      violate(`client ${k}: ledger_append ${entry} answered with an error: ${r.out.slice(0, 300)}`);
+    if (r.code === 1) /* both tools are atomic or idempotent: no error is ever due */
+      violate(`client ${k}: ${args.slice(0, 2).join(" ")} ${entry} answered with an error: ${r.out.slice(0, 300)}`);
     if (r.code === 4) {
       const reason = (/"reason":\s*"([a-z_]+)"/.exec(r.out) ?? [])[1] ?? "?";
       stats.typed[reason] = (stats.typed[reason] ?? 0) + 1;
@@ -276,15 +277,21 @@ for (const info of results) {
   }
 }
 serverWanted = false;
-if (server) { server.p.killedByTest = true; server.p.kill("SIGTERM"); }
-proxy.p.kill("SIGTERM");
-await sleep(200);
+await stopServer("SIGTERM");
+await new Promise((r) => { if (proxy.p.exitCode !== null) r(); else { proxy.p.once("exit", r); proxy.p.kill("SIGTERM"); } });
+let faultsInjected = 0;
 try {
   const lines = readFileSync(proxyLog, "utf8").split("\n");
   const kinds = {};
   for (const l of lines) { const m = /mode=(\S+)/.exec(l); if (m && /fault|cut|reset|stall/.test(l)) kinds[m[1]] = (kinds[m[1]] ?? 0) + 1; }
+  faultsInjected = Object.entries(kinds).filter(([k]) => k !== "none").reduce((a, [, v]) => a + v, 0);
   stats.proxyFaults = Object.entries(kinds).map(([k, v]) => `${k} ${v}`).join(", ") || "(see proxy log)";
 } catch { stats.proxyFaults = "(no proxy log)"; }
+// A run that did too little proves nothing: it fails.
+if (stats.calls < CLIENTS * 2) violate(`too little work: ${stats.calls} calls`);
+if (stats.serverKills === 0) violate("no server was killed");
+if (faultsInjected === 0) violate("the proxy injected no fault");
+if (streamsChecked === 0) violate("no client stream was checked");
 
 const row = (a, b) => console.log(String(a).padEnd(44) + b);
 console.log(`\nsoak: seed ${SEED}, ${SECONDS} s, ${CLIENTS} clients (${results.map((r) => r.mode).join(", ")})`);
