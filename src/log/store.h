@@ -223,7 +223,9 @@ int tm_store_request_get(tm_store *st, const char *session, const char *key, tm_
 /* Record rec (state started). With wait_durable, return only once durable.
  * TIDEMARK_EEXIST if a record with that key exists. */
 int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable);
-/* Visit every record still "started" (work a dead process left behind). */
+/* Visit every record still "started" that no live process owns (work a dead
+ * process left behind; on a shared store, records of nodes whose lease
+ * lapsed). */
 int tm_store_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud);
 void tm_request_rec_clear(tm_request_rec *rec);
 

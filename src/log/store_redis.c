@@ -69,10 +69,11 @@
  *    exact when one node writes a stream (a request's POST stream). Under
  *    emit_early the script refuses an append whose seq is not the predicted
  *    one (TIDEMARK_EBUSY) rather than store it under another seq.
- *  - requests_unfinished() lists every started record, live or not;
- *    request_claim() moves one whose node's lease lapsed to this node
- *    atomically (a script), so one survivor finishes it (one EVAL per
- *    started record per recovery pass). A node cut off from Redis longer than its lease
+ *  - requests_unfinished() lists the started records no live node owns
+ *    (not this node's, and not of a node whose lease is still held: one
+ *    pipelined EXISTS per owning node per page); request_claim() then moves
+ *    one to this node atomically (a script), so one survivor finishes it.
+ *    A node cut off from Redis longer than its lease
  *    is taken for dead while it may still run its calls: a re-run tool's
  *    effect may then happen twice (its stream still ends in one response,
  *    the first to close it). Bus messages are fire-and-forget (PUBLISH).
@@ -387,6 +388,7 @@ typedef struct rstore {
     char channel[48];
     char bus[48];          /* tm:<db>:bus */
     char lease[32];        /* tm:node:<wid> */
+    redisContext *lease_conn; /* the first lease's connection, handed to the lease thread */
     pthread_t leaser;
     int leaser_started;
     atomic_int sub_ready;  /* subscribed at least once */
@@ -2383,6 +2385,52 @@ static int rec_cmp(const void *a, const void *b)
 }
 
 /* Load the records named by started-set members; keep those still started. */
+/* For the records of one page (HGETALL replies), which owning nodes still
+ * hold their lease: one pipelined EXISTS per distinct node. OUT live: node
+ * id -> (void *)1 when its lease is held, (void *)2 when not. */
+static int live_nodes(rstore *r, redisReply **rep, size_t n, tm_map **live)
+{
+    tm_map *m = tm_map_new();
+    args *c = calloc(n + 1, sizeof *c);
+    const char **ids = calloc(n + 1, sizeof *ids);
+    redisReply **x = calloc(n + 1, sizeof *x);
+    int rc = m && c && ids && x ? 0 : TIDEMARK_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const redisReply *node = is_array(rep[i], 2) ? kv_get(rep[i], "node") : NULL;
+        if (!node || node->type != REDIS_REPLY_STRING || strcmp(node->str, r->wid) == 0 ||
+            tm_map_get(m, node->str))
+            continue;
+        if (tm_map_put(m, node->str, (void *)2) != 0) {
+            rc = TIDEMARK_ENOMEM;
+            break;
+        }
+        ids[k] = node->str;
+        arg_str(&c[k], "EXISTS");
+        arg_fmt(&c[k], "tm:node:%s", node->str);
+        k++;
+    }
+    if (rc == 0 && k)
+        rc = pool_run(r, c, (int)k, x);
+    for (size_t i = 0; i < k; i++) {
+        if (rc == 0) {
+            if (x[i]->type == REDIS_REPLY_INTEGER && x[i]->integer == 1)
+                tm_map_put(m, ids[i], (void *)1);
+            freeReplyObject(x[i]);
+        }
+        args_free(&c[i]);
+    }
+    free(c);
+    free(ids);
+    free(x);
+    if (rc) {
+        tm_map_free(m);
+        m = NULL;
+    }
+    *live = m;
+    return rc;
+}
+
 static int load_started(rstore *r, const redisReply *members, rec_vec *out)
 {
     size_t n = members->elements;
@@ -2415,9 +2463,16 @@ static int load_started(rstore *r, const redisReply *members, rec_vec *out)
     }
     if (rc == 0)
         rc = pool_run(r, c, (int)n, rep);
+    tm_map *live = NULL; /* node -> lease held (1) or not (2), for this page */
+    if (rc == 0)
+        rc = live_nodes(r, rep, n, &live);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!sess[i] || !is_array(rep[i], 2) || int_of(kv_get(rep[i], "state")) != TM_REQ_STARTED)
             continue; /* gone or completed since the scan */
+        const redisReply *node = kv_get(rep[i], "node");
+        if (node && node->type == REDIS_REPLY_STRING &&
+            (strcmp(node->str, r->wid) == 0 || tm_map_get(live, node->str) == (void *)1))
+            continue; /* running here, or on a node that holds its lease */
         if (out->n == out->cap) {
             size_t cap = out->cap ? out->cap * 2 : 16;
             tm_request_rec *v = realloc(out->v, cap * sizeof *v);
@@ -2439,6 +2494,7 @@ static int load_started(rstore *r, const redisReply *members, rec_vec *out)
         if (sess)
             free(sess[i]);
     }
+    tm_map_free(live);
     free(c);
     free(rep);
     free(sess);
@@ -2453,14 +2509,8 @@ static int r_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
     char cursor[32] = "0";
     int rc = 0;
     do {
-        args a = {0};
-        arg_str(&a, "SSCAN");
-        arg_str(&a, "tm:started");
-        arg_str(&a, cursor);
-        arg_str(&a, "COUNT");
-        arg_str(&a, "256");
-        redisReply *x = NULL;
-        rc = pool_one(r, &a, &x);
+        redisReply *x;
+        rc = pool_page(r, &x, "SSCAN", "tm:started", cursor, NULL);
         if (rc)
             break;
         if (!is_array(x, 2) || x->element[0]->type != REDIS_REPLY_STRING ||
@@ -2572,7 +2622,8 @@ static int lease_renew(rstore *r, redisContext **c)
 static void *lease_main(void *arg)
 {
     rstore *r = arg;
-    redisContext *c = NULL;
+    redisContext *c = r->lease_conn; /* the thread's from now on */
+    r->lease_conn = NULL;
     int64_t ok_at = tm_now_ms();
     int warned = 0;
     while (!sub_pause(r, LEASE_RENEW_MS)) {
@@ -2896,11 +2947,12 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
      * bus message (bounded: the subscriber keeps trying on its own). */
     for (int i = 0; i < 400 && !atomic_load(&r->sub_ready); i++)
         sleep_ms(5);
-    /* The lease before anything is recorded under this node's name. */
-    redisContext *lc = NULL;
-    int lrc = lease_renew(r, &lc);
-    redisFree(lc);
+    /* The lease before anything is recorded under this node's name; its
+     * connection goes on to the lease thread. */
+    int lrc = lease_renew(r, &r->lease_conn);
     if (lrc != 0 || pthread_create(&r->leaser, NULL, lease_main, r) != 0) {
+        redisFree(r->lease_conn);
+        r->lease_conn = NULL;
         r_close(&r->base);
         return TIDEMARK_EIO;
     }

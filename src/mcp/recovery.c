@@ -172,9 +172,10 @@ int tm_recover(tidemark_server_t *srv)
 {
     pending p = {0};
     int rc = tm_store_requests_unfinished(srv->store, collect, &p);
-    /* Nodes sharing the store: the listed records' nodes are dead, but every
-     * survivor sees them; finish only those this node claims (atomically in
-     * the store), so exactly one node does. */
+    /* Nodes sharing the store: the listed records' nodes had lost their
+     * lease, but every survivor sees them; finish only those this node
+     * claims (atomically in the store, which checks the lease again), so
+     * exactly one node does. */
     if (rc == 0 && tm_store_shared(srv->store)) {
         size_t k = 0;
         for (size_t i = 0; i < p.n; i++) {
