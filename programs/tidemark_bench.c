@@ -23,6 +23,7 @@
  * (events counted, all durable, resumes complete and continuous).
  */
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "log/event_id.h"
@@ -102,13 +103,6 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(long ms)
@@ -259,7 +253,7 @@ static int raw_insert(sqlite3 *db, sqlite3_stmt *ins, int64_t sid, int64_t seq, 
     sqlite3_bind_int64(ins, 1, sid);
     sqlite3_bind_int64(ins, 2, seq);
     sqlite3_bind_int64(ins, 3, 1);
-    sqlite3_bind_int64(ins, 4, wall_ms());
+    sqlite3_bind_int64(ins, 4, tm_wall_ms());
     sqlite3_bind_blob(ins, 5, payload, PAYLOAD_LEN, SQLITE_STATIC);
     if (sqlite3_step(ins) != SQLITE_DONE) {
         fprintf(stderr, "tidemark-bench: insert: %s\n", sqlite3_errmsg(db));
@@ -619,9 +613,9 @@ static int load_prepare(node_load *l, tm_store *st, unsigned nthreads, unsigned 
     memset(l, 0, sizeof *l);
     l->st = st;
     /* Unique across the node processes sharing one Redis. */
-    snprintf(l->sid, sizeof l->sid, "bench-%ld-%lld", (long)getpid(), (long long)wall_ms());
+    snprintf(l->sid, sizeof l->sid, "bench-%ld-%lld", (long)getpid(), (long long)tm_wall_ms());
     tm_session_rec rec = {.id = l->sid, .protocol_version = TIDEMARK_PROTOCOL_LATEST,
-                          .client = "{}", .created_ms = wall_ms(), .last_seen_ms = wall_ms()};
+                          .client = "{}", .created_ms = tm_wall_ms(), .last_seen_ms = tm_wall_ms()};
     l->as = calloc(nthreads, sizeof *l->as);
     l->slots = calloc(n, sizeof *l->slots);
     if (!l->as || !l->slots)

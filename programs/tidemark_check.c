@@ -20,6 +20,8 @@
  * Exit status: 0 when no check FAILed, 1 otherwise, 2 on usage errors.
  */
 #include "base/buf.h"
+#include "base/clock.h"
+#include "base/random.h"
 #include "transport/sse_parser.h"
 #include "tidemark/tidemark.h"
 #include <curl/curl.h>
@@ -70,12 +72,6 @@ static long long grace_ms(void)
     return opt_timeout_ms / 2 < 1000 ? opt_timeout_ms / 2 : 1000;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(long long ms)
 {
@@ -206,7 +202,7 @@ static int record_block(xfer *x, const char *id, const char *type, const char *d
         if (len)
             e->msg = json_loadb(e->data, len, JSON_DECODE_ANY, NULL);
     }
-    x->t_last_event = now_ms();
+    x->t_last_event = tm_now_ms();
     if (e->id)
         x->nids++;
     if (x->final_id && is_response(e->msg) &&
@@ -314,7 +310,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud)
         x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
     } else if (n <= 2 && x->status >= 200) {
         x->headers_done = 1;
-        x->t_headers = now_ms();
+        x->t_headers = tm_now_ms();
         x->is_sse = strncasecmp(x->ctype, "text/event-stream", 17) == 0;
     } else if (n > 13 && !strncasecmp(p, "content-type:", 13)) {
         copy_header_value(x->ctype, sizeof x->ctype, p + 13, n - 13);
@@ -420,7 +416,7 @@ static void run_xfers(xfer **xs, size_t n)
         fputs("tidemark-check: cannot create a multi handle\n", stderr);
         exit(3);
     }
-    long long t0 = now_ms();
+    long long t0 = tm_now_ms();
     for (size_t i = 0; i < n; i++) {
         xs[i]->t_start = t0;
         if (xs[i]->deadline < 0)
@@ -448,7 +444,7 @@ static void run_xfers(xfer **xs, size_t n)
                 left--;
             }
         }
-        long long now = now_ms();
+        long long now = tm_now_ms();
         for (size_t i = 0; i < n; i++) {
             xfer *x = xs[i];
             if (x->done)
@@ -847,20 +843,6 @@ static int parse_tmid(const char *s, tmid *t)
     return 0;
 }
 
-static void random_hex(char *out, size_t nhex)
-{
-    unsigned char b[64];
-    size_t nb = (nhex + 1) / 2;
-    if (nb > sizeof b)
-        nb = sizeof b;
-    if (getrandom(b, nb, 0) != (ssize_t)nb)
-        for (size_t i = 0; i < nb; i++)
-            b[i] = (unsigned char)(rand() & 0xff);
-    for (size_t i = 0; i < nhex && i / 2 < nb; i++)
-        out[i] = "0123456789abcdef"[(b[i / 2] >> ((i & 1) ? 0 : 4)) & 0xf];
-    out[nhex] = '\0';
-}
-
 /* ---- the probe ---------------------------------------------------------------------------- */
 
 typedef struct ctx {
@@ -915,14 +897,14 @@ static xfer *new_resume(session *s, const char *lei, json_t *final_id)
  * attached (409) or is not reachable yet, until the timeout. */
 static xfer *resume_retry(session *s, const char *lei, json_t *final_id, long long quiet, int *n409)
 {
-    long long end = now_ms() + opt_timeout_ms;
+    long long end = tm_now_ms() + opt_timeout_ms;
     int conflicts = 0;
     for (;;) {
         xfer *x = new_resume(s, lei, final_id);
         x->quiet = quiet;
         x->deadline = end;
         run1(x);
-        int again = (x->status == 409 || (conn_failed(x) && !x->timed_out)) && now_ms() + 100 < end;
+        int again = (x->status == 409 || (conn_failed(x) && !x->timed_out)) && tm_now_ms() + 100 < end;
         if (x->status == 409)
             conflicts++;
         if (!again) {
@@ -1016,7 +998,7 @@ static void check_priming(ctx *c)
     free(token);
     run1(x);
     c->ref = x;
-    c->ref_ms = (x->got_final ? x->t_final : now_ms()) - x->t_start;
+    c->ref_ms = (x->got_final ? x->t_final : tm_now_ms()) - x->t_start;
     char st[400];
     status_text(x, st, sizeof st);
     if (conn_failed(x) || x->status != 200) {
@@ -1403,7 +1385,7 @@ static char *mutate_unknown(const char *id, char **extra)
         snprintf(buf, sizeof buf, "%s-%s-%llu", t.epoch, t.stream, 9000000000000ULL + t.seq);
         char ep[17];
         do
-            random_hex(ep, 16);
+            tm_random_hex(ep, 8);
         while (!strcmp(ep, t.epoch));
         char other[600];
         snprintf(other, sizeof other, "%s-%s-%llu", ep, t.stream, t.seq);
@@ -1486,7 +1468,7 @@ static void check_unknown(ctx *c)
     char *extra = NULL;
     char *mut = mutate_unknown(c->cursor4, &extra);
     char rnd[40] = "tidemark-check-";
-    random_hex(rnd + strlen(rnd), 16);
+    tm_random_hex(rnd + strlen(rnd), 8);
     const char *probes[3] = {mut, rnd, extra};
     const char *labels[3] = {"mutated", "random", "other epoch"};
     result_t r = R_NA;
@@ -1745,7 +1727,7 @@ static int run_restart_cmd(const char *cmd, long long timeout, char *obs, size_t
         _exit(127);
     }
     setpgid(pid, pid);
-    long long end = now_ms() + timeout;
+    long long end = tm_now_ms() + timeout;
     int st;
     for (;;) {
         pid_t w = waitpid(pid, &st, WNOHANG);
@@ -1755,7 +1737,7 @@ static int run_restart_cmd(const char *cmd, long long timeout, char *obs, size_t
             snprintf(obs, n, "waitpid: %s", strerror(errno));
             return -1;
         }
-        if (now_ms() >= end) {
+        if (tm_now_ms() >= end) {
             kill(-pid, SIGKILL);
             waitpid(pid, &st, 0);
             snprintf(obs, n, "--restart-cmd did not return within %lld ms", timeout);

@@ -150,9 +150,10 @@ static const char lua_helpers[] =
     "  if keep > 0 and head - nf + 1 > keep then nf = head - keep + 1 end\n"
     "  if maxage > 0 then\n"
     "    local cutoff = now_ms() - maxage\n"
-    "    local more = true\n"
+    "    local more, count = true, 1\n" /* the oldest first: usually not expired */
     "    while more and nf <= head do\n"
-    "      local es = redis.call('XRANGE', sk, eid(nf), '+', 'COUNT', 128)\n"
+    "      local es = redis.call('XRANGE', sk, eid(nf), '+', 'COUNT', count)\n"
+    "      count = 128\n"
     "      if #es == 0 then break end\n"
     "      for _, e in ipairs(es) do\n"
     "        if tonumber(field(e[2], 't')) >= cutoff then more = false break end\n"

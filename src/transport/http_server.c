@@ -111,6 +111,14 @@ static int frame_event(void *ud, const tm_event *ev)
     return 0;
 }
 
+/* "event: tidemark-durable" (no id: not an event of the stream). */
+static int frame_durable(tm_buf *out, uint64_t head)
+{
+    char txt[64];
+    int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)head);
+    return tm_sse_frame(out, "tidemark-durable", NULL, txt, (size_t)n);
+}
+
 static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -157,9 +165,7 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
              * keeps a cursor above this (DESIGN §8). No id: not an event
              * of the stream. */
             uint64_t d = b.head < s->delivered ? b.head : s->delivered;
-            char txt[64];
-            int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)d);
-            tm_sse_frame(&s->out, "tidemark-durable", NULL, txt, (size_t)n);
+            frame_durable(&s->out, d);
             s->announced = d;
             continue;
         }
@@ -417,12 +423,9 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
         goto nomem;
     if (o->retry_ms && tm_sse_frame_retry(&s->out, o->retry_ms))
         goto nomem;
-    if (s->announce) { /* first thing: this stream emits early; durable so far: after_seq */
-        char txt[64];
-        int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)o->after_seq);
-        if (tm_sse_frame(&s->out, "tidemark-durable", NULL, txt, (size_t)n))
-            goto nomem;
-    }
+    /* first thing on an early stream: durable so far, after_seq */
+    if (s->announce && frame_durable(&s->out, o->after_seq))
+        goto nomem;
     if (o->prelude && tm_buf_add(&s->out, o->prelude, o->prelude_len))
         goto nomem;
 
