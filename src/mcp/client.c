@@ -791,43 +791,29 @@ static int start_get(tidemark_client_t *c, rq *r)
     return start_exchange(c, r, &req);
 }
 
-/* Fire-and-forget POST of a message (responses to server requests). */
-typedef struct fire {
-    long status;
-} fire;
-static void f_headers(void *ud, long status, const char *ct, const char *sid)
-{
-    (void)ct, (void)sid;
-    ((fire *)ud)->status = status;
-}
-static int f_data(void *ud, const char *b, size_t n) { (void)ud, (void)b, (void)n; return 0; }
+/* Fire-and-forget POST of a message (responses to server requests): only
+ * its outcome is logged. */
 static void f_done(void *ud, int rc, long status)
 {
+    (void)ud;
     if (rc || status >= 300)
         TM_WARN("posting a response to the server failed (status %ld)", status);
-    free(ud);
 }
 
 static int post_message(tidemark_client_t *c, json_t *msg)
 {
     size_t len;
     char *body = tm_jsonrpc_dump(msg, &len);
-    fire *f = calloc(1, sizeof *f);
-    if (!body || !f) {
-        free(body);
-        free(f);
+    if (!body)
         return TIDEMARK_ENOMEM;
-    }
     const char *h[8];
     char buf[4][512];
     make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
     tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
                      .timeout_ms = c->cfg.timeout_ms};
-    static const tm_hx_cb cb = {NULL, f_headers, f_data, f_done};
-    int rc = tm_hc_start(c->hc, &req, &cb, f, NULL);
+    static const tm_hx_cb cb = {.on_done = f_done};
+    int rc = tm_hc_start(c->hc, &req, &cb, NULL, NULL);
     free(body);
-    if (rc)
-        free(f);
     return rc;
 }
 
@@ -1317,11 +1303,6 @@ typedef struct del_ctx {
     int done;
     tidemark_client_t *c;
 } del_ctx;
-static void d_headers(void *ud, long status, const char *ct, const char *sid)
-{
-    (void)ct, (void)sid;
-    ((del_ctx *)ud)->status = status;
-}
 static void d_done(void *ud, int rc, long status)
 {
     (void)rc;
@@ -1342,7 +1323,7 @@ int tidemark_client_end_session(tidemark_client_t *c)
     make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
     tm_hx_req req = {.method = "DELETE", .url = c->url, .headers = h, .timeout_ms = c->cfg.timeout_ms};
     del_ctx d = {0, 0, c};
-    static const tm_hx_cb cb = {NULL, d_headers, f_data, d_done};
+    static const tm_hx_cb cb = {.on_done = d_done};
     int rc = tm_hc_start(c->hc, &req, &cb, &d, NULL);
     if (rc)
         return rc;

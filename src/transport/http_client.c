@@ -10,7 +10,6 @@
 #include <strings.h>
 
 struct tm_hx {
-    tm_hc *hc;
     uint64_t xid;
     CURL *easy;
     struct curl_slist *headers;
@@ -204,13 +203,11 @@ static void *io_main(void *arg)
     tm_hx *x = hc->live;
     pthread_mutex_unlock(&hc->mu);
     while (x) {
-        tm_hx *next = x->next;
         x->cancelled = 1;
         hx_finish(hc, x, TIDEMARK_ECANCELED);
         pthread_mutex_lock(&hc->mu);
         x = hc->live;
         pthread_mutex_unlock(&hc->mu);
-        (void)next;
     }
     return NULL;
 }
@@ -254,7 +251,6 @@ int tm_hc_start(tm_hc *hc, const tm_hx_req *req, const tm_hx_cb *cb, void *ud, u
         free(c);
         return TIDEMARK_ENOMEM;
     }
-    x->hc = hc;
     x->cb = *cb;
     x->ud = ud;
     x->easy = curl_easy_init();
