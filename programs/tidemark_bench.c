@@ -28,6 +28,7 @@
 #include "base/metrics.h"
 #include "log/event_id.h"
 #include "log/store.h"
+#include "transport/sse_parser.h"
 #include "tidemark/tidemark.h"
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -836,12 +837,11 @@ static int server_start(const char *bin, const char *dir, const char *store, ser
     return TIDEMARK_EIO;
 }
 
-/* Counts the events (blocks with an id) of an SSE body as it arrives and
- * checks their continuity: seqs consecutive, the last one the response. */
+/* Counts the events (blocks with their own id) of an SSE body as it
+ * arrives, read with the library's parser, and checks their continuity:
+ * seqs consecutive, the last one the response. */
 typedef struct sse_count {
-    tm_buf line;                  /* a line split across write callbacks */
-    int has_id, has_result;       /* the block being read */
-    char id[TM_EVENT_ID_MAX];
+    tm_sse_parser *parser;
     uint64_t events;
     char first_id[TM_EVENT_ID_MAX];
     uint64_t first_seq, last_seq;
@@ -849,72 +849,37 @@ typedef struct sse_count {
     int last_is_result;
 } sse_count;
 
+static void sse_block(sse_count *c, const char *id, const char *data, size_t len)
+{
+    tm_event_id eid;
+    uint64_t seq = tm_event_id_parse(id, &eid) == 0 ? eid.seq : 0;
+    if (c->events == 0) {
+        snprintf(c->first_id, sizeof c->first_id, "%s", id);
+        c->first_seq = seq;
+    } else if (seq != c->last_seq + 1) {
+        c->discontinuous = 1;
+    }
+    c->last_seq = seq;
+    c->events++;
+    /* The final response is the only event with a JSON-RPC result. */
+    c->last_is_result = data && memmem(data, len, "\"result\"", 8) != NULL;
+}
+
+static int sse_on_event(void *ud, const tm_sse_event *ev)
+{
+    if (ev->own_id)
+        sse_block(ud, ev->id, ev->data, ev->data_len);
+    return 0;
+}
+
+static void sse_on_id_only(void *ud, const char *id) { sse_block(ud, id, NULL, 0); }
+
 static void sse_reset(sse_count *c)
 {
-    tm_buf_reset(&c->line);
-    c->has_id = c->has_result = 0;
-    c->id[0] = c->first_id[0] = '\0';
+    tm_sse_parser_reset(c->parser);
+    c->first_id[0] = '\0';
     c->events = c->first_seq = c->last_seq = 0;
     c->discontinuous = c->last_is_result = 0;
-}
-
-static void sse_line(sse_count *c, const char *l, size_t n)
-{
-    if (n && l[n - 1] == '\r')
-        n--;
-    if (n == 0) { /* end of block: an event if it had an id */
-        if (c->has_id) {
-            const char *dash = strrchr(c->id, '-');
-            uint64_t seq = dash ? strtoull(dash + 1, NULL, 10) : 0;
-            if (c->events == 0) {
-                memcpy(c->first_id, c->id, sizeof c->id);
-                c->first_seq = seq;
-            } else if (seq != c->last_seq + 1) {
-                c->discontinuous = 1;
-            }
-            c->last_seq = seq;
-            c->events++;
-            c->last_is_result = c->has_result;
-        }
-        c->has_id = c->has_result = 0;
-        return;
-    }
-    if (n >= 3 && memcmp(l, "id:", 3) == 0) {
-        size_t o = n > 3 && l[3] == ' ' ? 4 : 3;
-        size_t k = n - o < TM_EVENT_ID_MAX - 1 ? n - o : TM_EVENT_ID_MAX - 1;
-        memcpy(c->id, l + o, k);
-        c->id[k] = '\0';
-        c->has_id = 1;
-    } else if (n >= 5 && memcmp(l, "data:", 5) == 0) {
-        /* The final response is the only event with a JSON-RPC result. */
-        static const char key[] = "\"result\"";
-        for (size_t i = 5; i + sizeof key - 1 <= n; i++)
-            if (memcmp(l + i, key, sizeof key - 1) == 0) {
-                c->has_result = 1;
-                break;
-            }
-    }
-}
-
-static int sse_feed(sse_count *c, const char *p, size_t n)
-{
-    while (n > 0) {
-        const char *nl = memchr(p, '\n', n);
-        size_t k = nl ? (size_t)(nl - p) : n;
-        if (!nl)
-            return tm_buf_add(&c->line, p, k);
-        if (c->line.len) {
-            if (tm_buf_add(&c->line, p, k) != 0)
-                return TIDEMARK_ERANGE;
-            sse_line(c, c->line.data, c->line.len);
-            tm_buf_reset(&c->line);
-        } else {
-            sse_line(c, p, k);
-        }
-        p += k + 1;
-        n -= k + 1;
-    }
-    return 0;
 }
 
 typedef struct http {
@@ -955,7 +920,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
 {
     http *c = ud;
     size_t n = size * nmemb;
-    int rc = c->is_sse ? sse_feed(&c->sse, p, n) : tm_buf_add(&c->body, p, n);
+    int rc = c->is_sse ? tm_sse_parser_feed(c->sse.parser, p, n) : tm_buf_add(&c->body, p, n);
     if (rc)
         c->overflow = 1;
     return n;
@@ -1016,10 +981,10 @@ static int http_init(http *c, const char *url)
     memset(c, 0, sizeof *c);
     snprintf(c->url, sizeof c->url, "%s", url);
     tm_buf_init(&c->body, 1u << 20);
-    tm_buf_init(&c->sse.line, 1u << 20);
     c->next_id = 1;
+    const tm_sse_callbacks cb = {.on_event = sse_on_event, .on_id_only = sse_on_id_only};
     c->h = curl_easy_init();
-    if (!c->h)
+    if (!c->h || tm_sse_parser_new(0, 0, &cb, &c->sse, &c->sse.parser) != 0)
         return TIDEMARK_ENOMEM;
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 120L);
@@ -1036,7 +1001,7 @@ static void http_free(http *c)
     if (c->h)
         curl_easy_cleanup(c->h);
     tm_buf_free(&c->body);
-    tm_buf_free(&c->sse.line);
+    tm_sse_parser_free(c->sse.parser);
 }
 
 /* initialize + notifications/initialized. */
