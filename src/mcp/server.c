@@ -4,6 +4,7 @@
  * plus DESIGN.md §5). Everything that may block runs on the worker pool.
  */
 #include "server_int.h"
+#include "http_policy.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -130,102 +131,14 @@ static int refuse_version(tm_http_req *r)
     return 1;
 }
 
-/* Does the Accept header admit this media type (wildcards included)? */
-static int accepts(const char *accept, const char *type)
-{
-    if (!accept)
-        return 0;
-    const char *slash = strchr(type, '/');
-    size_t major = (size_t)(slash - type);
-    const char *p = accept;
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        const char *e = p;
-        while (*e && *e != ',' && *e != ';')
-            e++;
-        size_t n = (size_t)(e - p);
-        while (n && p[n - 1] == ' ')
-            n--;
-        if ((n == strlen(type) && strncasecmp(p, type, n) == 0) || (n == 3 && strncmp(p, "*/*", 3) == 0) ||
-            (n == major + 2 && strncasecmp(p, type, major) == 0 && strncmp(p + major, "/*", 2) == 0))
-            return 1;
-        while (*e && *e != ',')
-            e++;
-        p = e;
-    }
-    return 0;
-}
-
-/* Is the header's media type exactly type (parameters such as charset allowed)? */
-static int media_type_is(const char *header, const char *type)
-{
-    if (!header)
-        return 0;
-    while (*header == ' ' || *header == '\t')
-        header++;
-    size_t n = strlen(type);
-    if (strncasecmp(header, type, n) != 0)
-        return 0;
-    char c = header[n];
-    return c == '\0' || c == ';' || c == ' ' || c == '\t';
-}
-
-/* Host part of a Host header or of an Origin's authority, port removed. */
-static void host_only(const char *in, char *out, size_t n)
-{
-    size_t i = 0;
-    if (*in == '[') {
-        const char *e = strchr(in, ']');
-        size_t len = e ? (size_t)(e - in + 1) : strlen(in);
-        if (len >= n)
-            len = n - 1;
-        memcpy(out, in, len);
-        out[len] = '\0';
-        return;
-    }
-    while (in[i] && in[i] != ':' && in[i] != '/' && i + 1 < n) {
-        out[i] = (char)tolower((unsigned char)in[i]);
-        i++;
-    }
-    out[i] = '\0';
-}
-
-static int is_loopback_host(const char *h)
-{
-    return strcmp(h, "localhost") == 0 || strcmp(h, "127.0.0.1") == 0 || strcmp(h, "[::1]") == 0;
-}
-
 static int host_allowed(tidemark_server_t *s, const char *host)
 {
-    if (!host)
-        return 0;
-    char h[256];
-    host_only(host, h, sizeof h);
-    if (s->hosts) {
-        for (size_t i = 0; s->hosts[i]; i++)
-            if (strcasecmp(s->hosts[i], h) == 0 || strcasecmp(s->hosts[i], host) == 0 ||
-                strcmp(s->hosts[i], "*") == 0)
-                return 1;
-        return 0;
-    }
-    return is_loopback_host(h);
+    return tm_policy_host_allowed((const char *const *)s->hosts, host);
 }
 
 static int origin_allowed(tidemark_server_t *s, const char *origin)
 {
-    if (s->origins) {
-        for (size_t i = 0; s->origins[i]; i++)
-            if (strcasecmp(s->origins[i], origin) == 0 || strcmp(s->origins[i], "*") == 0)
-                return 1;
-        return 0;
-    }
-    const char *p = strstr(origin, "://");
-    if (!p || (strncmp(origin, "http://", 7) != 0 && strncmp(origin, "https://", 8) != 0))
-        return 0;
-    char h[256];
-    host_only(p + 3, h, sizeof h);
-    return is_loopback_host(h);
+    return tm_policy_origin_allowed((const char *const *)s->origins, origin);
 }
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -506,11 +419,11 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
 static void handle_post(tidemark_server_t *srv, tm_http_req *r)
 {
     const char *ctype = tm_http_req_header(r, "Content-Type");
-    if (!media_type_is(ctype, "application/json"))
+    if (!tm_policy_media_type_is(ctype, "application/json"))
         return reply_error(r, 415, TM_RPC_INVALID_REQUEST, "unsupported_media_type",
                            "Unsupported Media Type: Content-Type must be application/json", NULL);
     const char *accept = tm_http_req_header(r, "Accept");
-    if (!accepts(accept, "application/json") || !accepts(accept, "text/event-stream"))
+    if (!tm_policy_accepts(accept, "application/json") || !tm_policy_accepts(accept, "text/event-stream"))
         return reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
                            "Not Acceptable: Accept must list application/json and text/event-stream",
                            NULL);
@@ -720,7 +633,7 @@ done:
 static void handle_get(tidemark_server_t *srv, tm_http_req *r)
 {
     const char *accept = tm_http_req_header(r, "Accept");
-    if (!accepts(accept, "text/event-stream"))
+    if (!tm_policy_accepts(accept, "text/event-stream"))
         return reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
                            "Not Acceptable: Accept must list text/event-stream", NULL);
     if (refuse_version(r))
