@@ -7,6 +7,7 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
+#define ID_TOO_LONG "\"id\" is longer than " TM_STRINGIFY(TM_ID_MAX_BYTES) " bytes"
 
 /* jansson has no depth limit on decode; refuse deep nesting before parsing so
  * hostile input cannot exhaust the stack. Strings are skipped exactly. */
@@ -55,34 +56,36 @@ int tm_jsonrpc_id_valid(const json_t *id)
     return id && (json_is_integer(id) || json_is_string(id));
 }
 
+int tm_jsonrpc_key_escape(const char *prefix, const char *s, size_t len, char *out, size_t n)
+{
+    size_t o = strlen(prefix);
+    if (o >= n)
+        return TIDEMARK_ERANGE;
+    memcpy(out, prefix, o);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == 0 || c == '%') { /* keep NUL and '%' distinct and printable */
+            if (o + 3 >= n)
+                return TIDEMARK_ERANGE;
+            o += (size_t)snprintf(out + o, n - o, "%%%02x", c);
+        } else {
+            if (o + 1 >= n)
+                return TIDEMARK_ERANGE;
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    return 0;
+}
+
 int tm_jsonrpc_id_key(const json_t *id, char *out, size_t n)
 {
     if (json_is_integer(id)) {
         int w = snprintf(out, n, "i:%" JSON_INTEGER_FORMAT, json_integer_value(id));
         return (w < 0 || (size_t)w >= n) ? TIDEMARK_ERANGE : 0;
     }
-    if (json_is_string(id)) {
-        const char *s = json_string_value(id);
-        size_t len = json_string_length(id), o = 0;
-        if (n < 3)
-            return TIDEMARK_ERANGE;
-        out[o++] = 's';
-        out[o++] = ':';
-        for (size_t i = 0; i < len; i++) {
-            unsigned char c = (unsigned char)s[i];
-            if (c == 0 || c == '%') { /* keep NUL and '%' distinct and printable */
-                if (o + 3 >= n)
-                    return TIDEMARK_ERANGE;
-                o += (size_t)snprintf(out + o, n - o, "%%%02x", c);
-            } else {
-                if (o + 1 >= n)
-                    return TIDEMARK_ERANGE;
-                out[o++] = (char)c;
-            }
-        }
-        out[o] = '\0';
-        return 0;
-    }
+    if (json_is_string(id))
+        return tm_jsonrpc_key_escape("s:", json_string_value(id), json_string_length(id), out, n);
     return TIDEMARK_EINVAL;
 }
 
@@ -127,6 +130,8 @@ void tm_jsonrpc_classify(json_t *v, tm_msg *m)
         }
         if (!tm_jsonrpc_id_valid(id))
             return invalid(m, "invalid_id", "\"id\" must be a string or an integer");
+        if (json_is_string(id) && json_string_length(id) > TM_ID_MAX_BYTES)
+            return invalid(m, "id_too_long", ID_TOO_LONG);
         m->kind = TM_MSG_REQUEST;
         return;
     }
@@ -134,6 +139,8 @@ void tm_jsonrpc_classify(json_t *v, tm_msg *m)
         return invalid(m, "invalid_request", "need exactly one of method, result, error");
     if (!tm_jsonrpc_id_valid(id))
         return invalid(m, "invalid_id", "\"id\" must be a string or an integer");
+    if (json_is_string(id) && json_string_length(id) > TM_ID_MAX_BYTES)
+        return invalid(m, "id_too_long", ID_TOO_LONG);
     if (result) {
         m->kind = TM_MSG_RESULT;
         m->result = result;

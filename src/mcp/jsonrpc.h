@@ -38,7 +38,21 @@ typedef struct tm_msg {
     json_t *error;      /* TM_MSG_ERROR */
     const char *why;    /* TM_MSG_INVALID: typed reason */
     const char *detail; /* TM_MSG_INVALID: human text */
+    int code;           /* TM_MSG_INVALID: JSON-RPC code (0: invalid request) */
 } tm_msg;
+
+/* Request ids are keyed exactly (every byte counts), so a retry is found by
+ * its id whatever the id's length; to bound what one request can make us
+ * store, a string id longer than this is refused (invalid_request,
+ * data.reason "id_too_long") before anything runs. */
+#define TM_ID_MAX_BYTES 1024
+/* The same bound for _meta["dev.tidemark/idempotency-key"]. */
+#define TM_IDEM_KEY_MAX_BYTES 512
+/* Room for the key of any id within the limit: "s:" and every byte escaped
+ * as %xx in the worst case, NUL ended. */
+#define TM_ID_KEY_MAX (2 + 3 * TM_ID_MAX_BYTES + 1)
+#define TM_STRINGIFY_(x) #x
+#define TM_STRINGIFY(x) TM_STRINGIFY_(x)
 
 /* Parse a body. OUT *root: the parsed value (caller decrefs). On a syntax
  * error returns TIDEMARK_EINVAL and writes jansson's text into err. */
@@ -47,8 +61,14 @@ int tm_jsonrpc_parse(const char *body, size_t len, json_t **root, char *err, siz
 void tm_jsonrpc_classify(json_t *v, tm_msg *out);
 /* 1 if v is a valid id: integer or string. */
 int tm_jsonrpc_id_valid(const json_t *id);
-/* Canonical key for an id, for maps: "i:<n>" or "s:<escaped bytes>". */
+/* Canonical key for an id, for maps and request records: "i:<n>" or
+ * "s:<bytes>" with NUL and '%' written as %00 / %25, so different ids never
+ * share a key. TIDEMARK_ERANGE when it does not fit in n (never truncates):
+ * TM_ID_KEY_MAX always fits a valid id (tm_jsonrpc_classify refuses longer). */
 int tm_jsonrpc_id_key(const json_t *id, char *out, size_t n);
+/* prefix followed by len bytes of s escaped as in tm_jsonrpc_id_key, into
+ * out (n bytes). TIDEMARK_ERANGE when it does not fit. */
+int tm_jsonrpc_key_escape(const char *prefix, const char *s, size_t len, char *out, size_t n);
 
 /* New response objects (new references). id may be NULL (-> null). */
 json_t *tm_jsonrpc_result(json_t *id, json_t *result /* stolen */);

@@ -54,7 +54,7 @@ static int scan_progress(void *ud, const tm_event *ev)
     floor_scan *f = ud;
     if (ev->len == 0)
         return 0;
-    json_t *m = json_loadb(ev->data, ev->len, 0, NULL);
+    json_t *m = json_loadb(ev->data, ev->len, JSON_ALLOW_NUL, NULL);
     const char *method = json_string_value(json_object_get(m, "method"));
     if (method && strcmp(method, "notifications/progress") == 0) {
         json_t *p = json_object_get(m, "params");
@@ -112,7 +112,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
     j->remaining = (int)(to - from) + 1;
     for (size_t i = from; i < to; i++) {
         tm_request_rec *r = &p->v[i];
-        json_t *msg = r->message ? json_loads(r->message, 0, NULL) : NULL;
+        json_t *msg = r->message ? json_loads(r->message, JSON_ALLOW_NUL, NULL) : NULL;
         tm_msg m;
         tm_jsonrpc_classify(msg, &m);
         json_array_append(j->root, msg ? msg : json_null());
@@ -121,7 +121,9 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         if (known)
             json_decref(e.desc);
         tidemark_call_t *c = calloc(1, sizeof *c);
-        if (!c || m.kind != TM_MSG_REQUEST) {
+        /* A key that does not fit could only come from a foreign writer:
+         * never finish a record under a truncated key. */
+        if (!c || m.kind != TM_MSG_REQUEST || !r->key || strlen(r->key) >= sizeof c->reqkey) {
             free(c);
             json_decref(msg);
             tm_job_complete(j, NULL, NULL);

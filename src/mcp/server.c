@@ -266,14 +266,41 @@ int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
     return tm_pool_submit(srv->pool, run_call, c);
 }
 
-void tm_request_key(const tm_msg *m, const char *idkey, char *out, size_t n)
+#define IDEM_KEY "dev.tidemark/idempotency-key"
+
+static json_t *idem_key_of(const tm_msg *m)
 {
-    json_t *meta = json_object_get(m->params, "_meta");
-    const char *k = json_string_value(json_object_get(meta, "dev.tidemark/idempotency-key"));
-    if (k && *k)
-        snprintf(out, n, "k:%s", k);
-    else
-        snprintf(out, n, "%s", idkey);
+    return json_object_get(json_object_get(m->params, "_meta"), IDEM_KEY);
+}
+
+int tm_call_meta_check(tm_msg *m)
+{
+    json_t *k = idem_key_of(m);
+    if (!k)
+        return 0;
+    m->kind = TM_MSG_INVALID;
+    m->code = TM_RPC_INVALID_PARAMS;
+    if (!json_is_string(k) || json_string_length(k) == 0) {
+        m->why = "invalid_idempotency_key";
+        m->detail = "_meta[\"" IDEM_KEY "\"] must be a non-empty string";
+    } else if (json_string_length(k) > TM_IDEM_KEY_MAX_BYTES) {
+        m->why = "idempotency_key_too_long";
+        m->detail = "_meta[\"" IDEM_KEY "\"] is longer than " TM_STRINGIFY(TM_IDEM_KEY_MAX_BYTES) " bytes";
+    } else {
+        m->kind = TM_MSG_REQUEST;
+        m->code = 0;
+        return 0;
+    }
+    return 1;
+}
+
+int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX])
+{
+    json_t *k = idem_key_of(m);
+    if (json_is_string(k) && json_string_length(k) > 0)
+        return tm_jsonrpc_key_escape("k:", json_string_value(k), json_string_length(k), out,
+                                     TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
+    return tm_jsonrpc_id_key(m->id, out, TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
 }
 
 typedef struct init_job {
@@ -300,6 +327,11 @@ static void run_initialize(void *arg)
 }
 
 /* ---- POST ------------------------------------------------------------------ */
+
+static int invalid_code(const tm_msg *m)
+{
+    return m->code ? m->code : TM_RPC_INVALID_REQUEST;
+}
 
 static int is_call(const tm_msg *m)
 {
@@ -364,10 +396,9 @@ static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
  */
 static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m)
 {
-    char idkey[160], key[200], stream[TM_STREAM_MAX] = "";
-    if (tm_jsonrpc_id_key(m->id, idkey, sizeof idkey) != 0)
+    char key[TM_REQ_KEY_MAX], stream[TM_STREAM_MAX] = "";
+    if (tm_request_key(m, key) != 0)
         return 0;
-    tm_request_key(m, idkey, key, sizeof key);
     int same_id = 1;
     pthread_mutex_lock(&sess->mu);
     tidemark_call_t *live = tm_map_get(sess->calls, key);
@@ -383,7 +414,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
             return 0;
         if (rec.state == TM_REQ_COMPLETED && rec.response) {
             tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
-            json_t *resp = json_loadb(rec.response, rec.response_len, 0, NULL);
+            json_t *resp = json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL);
             if (resp && !json_equal(json_object_get(resp, "id"), m->id))
                 json_object_set(resp, "id", m->id); /* re-issued under a new request id */
             tm_request_rec_clear(&rec);
@@ -397,7 +428,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
             return 1;
         }
         snprintf(stream, sizeof stream, "%s", rec.stream ? rec.stream : "");
-        json_t *orig = rec.message ? json_loads(rec.message, 0, NULL) : NULL;
+        json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
         same_id = orig && json_equal(json_object_get(orig, "id"), m->id);
         json_decref(orig);
         tm_request_rec_clear(&rec);
@@ -457,6 +488,8 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     size_t nreq = 0, ninit = 0, ninvalid = 0, ncall = 0;
     for (size_t i = 0; i < n; i++) {
         tm_jsonrpc_classify(batch ? json_array_get(root, i) : root, &msgs[i]);
+        if (is_call(&msgs[i]))
+            tm_call_meta_check(&msgs[i]);
         if (msgs[i].kind == TM_MSG_INVALID)
             ninvalid++;
         if (msgs[i].kind == TM_MSG_REQUEST) {
@@ -494,7 +527,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     }
 
     if (!batch && msgs[0].kind == TM_MSG_INVALID) {
-        reply_json(r, 400, tm_jsonrpc_error(msgs[0].id, TM_RPC_INVALID_REQUEST, msgs[0].detail,
+        reply_json(r, 400, tm_jsonrpc_error(msgs[0].id, invalid_code(&msgs[0]), msgs[0].detail,
                                             msgs[0].why, NULL));
         goto done;
     }
@@ -552,9 +585,9 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         for (size_t i = 0; rc == 0 && i < n; i++) {
             if (!is_call(&msgs[i]))
                 continue;
-            char idkey[160], key[200];
-            tm_jsonrpc_id_key(msgs[i].id, idkey, sizeof idkey);
-            tm_request_key(&msgs[i], idkey, key, sizeof key);
+            char key[TM_REQ_KEY_MAX];
+            if ((rc = tm_request_key(&msgs[i], key)) != 0)
+                break;
             char *message = tm_jsonrpc_dump(msgs[i].raw, NULL);
             const char *tool = json_string_value(json_object_get(msgs[i].params, "name"));
             tm_request_rec rec = {.session = sess->id, .key = key, .tool = (char *)(tool ? tool : ""),
@@ -581,7 +614,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     }
     for (size_t i = 0; i < n; i++) {
         if (msgs[i].kind == TM_MSG_INVALID) {
-            tm_job_complete(j, tm_jsonrpc_error(msgs[i].id, TM_RPC_INVALID_REQUEST, msgs[i].detail,
+            tm_job_complete(j, tm_jsonrpc_error(msgs[i].id, invalid_code(&msgs[i]), msgs[i].detail,
                                                 msgs[i].why, NULL), NULL);
             continue;
         }
@@ -601,8 +634,9 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         c->params = msgs[i].params;
         json_t *meta = json_object_get(c->params, "_meta");
         c->progress_token = json_object_get(meta, "progressToken");
+        /* Both fit: classify and tm_call_meta_check bounded id and key. */
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
-        tm_request_key(&msgs[i], c->idkey, c->reqkey, sizeof c->reqkey);
+        tm_request_key(&msgs[i], c->reqkey);
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
         if (is_call(&msgs[i]) && j->sse)
             c->recorded = 1; /* its record was begun above */

@@ -13,6 +13,10 @@
 
 #define TM_SESSION_ID_LEN 32 /* 128 bits as hex */
 #define TM_URI_MAX 2048      /* longest resource uri a session may subscribe to */
+/* A request record's key: an id key, or "k:" and the escaped idempotency
+ * key; either fits (jsonrpc.h bounds both before anything runs). */
+#define TM_REQ_KEY_MAX TM_ID_KEY_MAX
+_Static_assert(2 + 3 * TM_IDEM_KEY_MAX_BYTES + 1 <= TM_REQ_KEY_MAX, "idempotency key room");
 
 /* Runtime state of one session (its durable part lives in the store). */
 typedef struct tm_sess {
@@ -49,8 +53,8 @@ struct tidemark_call {
     tm_sess *sess;
     tm_job *job;
     json_t *id;
-    char idkey[160];
-    char reqkey[200];         /* record key: idkey, or "k:" + idempotency key */
+    char idkey[TM_ID_KEY_MAX];
+    char reqkey[TM_REQ_KEY_MAX]; /* record key: idkey, or "k:" + idempotency key */
     unsigned hints;           /* the tool's TIDEMARK_TOOL_* */
     int recorded;             /* a request record exists: completing it is due */
     int recovering;           /* re-run after a crash */
@@ -59,7 +63,7 @@ struct tidemark_call {
     tidemark_effect_fn effect;
     void *effect_ud;
     void (*effect_free)(void *);
-    char idem[TM_SESSION_ID_LEN + 240];
+    char idem[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
     const char *method;
     json_t *params;
     json_t *progress_token;
@@ -130,8 +134,16 @@ void tm_sess_cancel(tm_sess *s, json_t *request_id);
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
 /* recovery.c: finish the requests a dead process left started (DESIGN §6). */
 int tm_recover(tidemark_server_t *srv);
-/* Build the request key of a tools/call: "k:<idempotency key>" or idkey. */
-void tm_request_key(const tm_msg *m, const char *idkey, char *out, size_t n);
+/* Build the request key of a tools/call into out (TM_REQ_KEY_MAX bytes):
+ * "k:<idempotency key, escaped>" or its id key; exact, never truncated.
+ * TIDEMARK_EINVAL when the message's id or key is not one (see
+ * tm_call_meta_check). */
+int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX]);
+/* Check what a tools/call carries in _meta that the server keys on: the
+ * idempotency key must be a non-empty string of at most
+ * TM_IDEM_KEY_MAX_BYTES. Marks m invalid (code -32602, typed reason) and
+ * returns nonzero when not. */
+int tm_call_meta_check(tm_msg *m);
 /* Free a call (after its job completion). */
 void tm_call_free(tidemark_call_t *c);
 /* Queue a call on the worker pool. */

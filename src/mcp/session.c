@@ -105,7 +105,7 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
     tm_session_rec rec;
     if (tm_store_session_get(srv->store, id, &rec) != 0)
         return NULL;
-    json_t *client = rec.client ? json_loads(rec.client, 0, NULL) : NULL;
+    json_t *client = rec.client ? json_loads(rec.client, JSON_ALLOW_NUL, NULL) : NULL;
     tm_sess *n = tm_sess_new(rec.id, rec.protocol_version ? rec.protocol_version : "", client);
     json_decref(client);
     if (n)
@@ -193,7 +193,7 @@ void tm_sess_close(tm_sess *s)
  * when one was waiting. */
 static int deliver_local(tm_sess *s, const tm_msg *m)
 {
-    char key[160];
+    char key[TM_ID_KEY_MAX];
     if (tm_jsonrpc_id_key(m->id, key, sizeof key) != 0)
         return 0;
     pthread_mutex_lock(&s->mu);
@@ -254,7 +254,8 @@ void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len)
     pthread_mutex_unlock(&srv->mu);
     if (!s)
         return;
-    json_t *v = json_loadb(p + TM_SESSION_ID_LEN + 1, len - TM_SESSION_ID_LEN - 1, 0, NULL);
+    json_t *v = json_loadb(p + TM_SESSION_ID_LEN + 1, len - TM_SESSION_ID_LEN - 1, JSON_ALLOW_NUL,
+                           NULL);
     tm_msg m;
     tm_jsonrpc_classify(v, &m);
     if (m.kind == TM_MSG_RESULT || m.kind == TM_MSG_ERROR)
@@ -265,7 +266,7 @@ void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len)
 
 void tm_sess_cancel(tm_sess *s, json_t *request_id)
 {
-    char key[160];
+    char key[TM_ID_KEY_MAX];
     if (!tm_jsonrpc_id_valid(request_id) || tm_jsonrpc_id_key(request_id, key, sizeof key) != 0)
         return;
     pthread_mutex_lock(&s->mu);
@@ -286,7 +287,7 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     tm_sess *s = call->sess;
     *result = NULL;
     tm_waiter w = {0};
-    char idtxt[48], key[160];
+    char idtxt[48], key[TM_ID_KEY_MAX];
     pthread_mutex_lock(&s->mu);
     unsigned long long n = ++s->next_req;
     pthread_mutex_unlock(&s->mu);
