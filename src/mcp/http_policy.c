@@ -14,13 +14,15 @@ int tm_policy_accepts(const char *accept, const char *type)
     size_t major = (size_t)(slash - type);
     const char *p = accept;
     while (*p) {
-        while (*p == ' ' || *p == ',')
+        /* list elements are separated by commas with optional whitespace
+         * (RFC 9110 OWS: spaces and tabs) */
+        while (*p == ' ' || *p == '\t' || *p == ',')
             p++;
         const char *e = p;
         while (*e && *e != ',' && *e != ';')
             e++;
         size_t n = (size_t)(e - p);
-        while (n && p[n - 1] == ' ')
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
             n--;
         if ((n == strlen(type) && strncasecmp(p, type, n) == 0) || (n == 3 && strncmp(p, "*/*", 3) == 0) ||
             (n == major + 2 && strncasecmp(p, type, major) == 0 && strncmp(p + major, "/*", 2) == 0))
@@ -32,7 +34,9 @@ int tm_policy_accepts(const char *accept, const char *type)
     return 0;
 }
 
-/* Is the header's media type exactly type (parameters such as charset allowed)? */
+/* Is the header's media type exactly type (parameters such as charset allowed)?
+ * RFC 9110: media-type = type "/" subtype *( OWS ";" OWS parameter ), so
+ * after the type only whitespace and then the end or a ';' may follow. */
 int tm_policy_media_type_is(const char *header, const char *type)
 {
     if (!header)
@@ -42,8 +46,10 @@ int tm_policy_media_type_is(const char *header, const char *type)
     size_t n = strlen(type);
     if (strncasecmp(header, type, n) != 0)
         return 0;
-    char c = header[n];
-    return c == '\0' || c == ';' || c == ' ' || c == '\t';
+    header += n;
+    while (*header == ' ' || *header == '\t')
+        header++;
+    return *header == '\0' || *header == ';';
 }
 
 /* Host part of a Host header or of an Origin's authority, lower-cased and

@@ -3,10 +3,20 @@
 #include "tidemark/tidemark.h"
 #include <string.h>
 
+/* A field value that would end its line early (and could then inject an
+ * "id:" or end the event) cannot be framed: tm_sse_frame refuses an event
+ * name or id holding CR or LF with TIDEMARK_EINVAL and appends nothing. */
+static int one_line(const char *s)
+{
+    return !s || !s[strcspn(s, "\r\n")];
+}
+
 int tm_sse_frame(tm_buf *out, const char *event, const char *id, const char *data, size_t len)
 {
     size_t mark = out->len;
     int rc = 0;
+    if (!one_line(event) || !one_line(id))
+        return TIDEMARK_EINVAL;
     if (event && (rc = tm_buf_printf(out, "event: %s\n", event)))
         goto fail;
     if (id && (rc = tm_buf_printf(out, "id: %s\n", id)))
