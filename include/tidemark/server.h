@@ -59,6 +59,24 @@ typedef struct tidemark_server_config {
     const char *name;            /* serverInfo.name; default "tidemark" */
     const char *version;         /* serverInfo.version; default TIDEMARK_VERSION */
     const char *instructions;    /* optional initialize instructions */
+    /* Limits and fairness (0 = the default named). What happens at each is
+     * in the README's "Guarantees". */
+    unsigned max_connections;    /* open HTTP connections in all; default 16384 */
+    unsigned max_connections_per_address; /* from one source address; default 4096 */
+    unsigned request_deadline_ms; /* a request's header and body must arrive within
+                                     this of its first byte, else the connection is
+                                     dropped; default 30000 */
+    unsigned idle_timeout_ms;    /* a connection with no request in progress and no
+                                    stream is closed after this; default 120000 */
+    unsigned max_calls_per_session; /* handlers running at once for one session
+                                       (more wait their turn); default 4 */
+    unsigned max_calls_per_address; /* ... for one source address; default
+                                       workers - 2 (two are kept for others) */
+    unsigned max_queued_per_session; /* calls waiting beyond that; more are refused
+                                        with 429 too_many_requests; default 64 */
+    unsigned max_batch;          /* messages in one JSON-RPC batch; default 64 */
+    unsigned max_subscriptions;  /* resources/subscribe per session; default 256 */
+    unsigned max_uri_length;     /* longest resource uri subscribed to; default 2048 */
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */

@@ -45,10 +45,10 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
     (void)ud;
     json_t *jn = json_object_get(args, "n");
     json_t *jd = json_object_get(args, "delay_ms");
-    if (!json_is_integer(jn) || json_integer_value(jn) < 0 || json_integer_value(jn) > 1000000 ||
+    if (!json_is_integer(jn) || json_integer_value(jn) < 0 || json_integer_value(jn) > 10000 ||
         (jd && (!json_is_integer(jd) || json_integer_value(jd) < 0 ||
                 json_integer_value(jd) > 60000))) {
-        *result = tidemark_result_error("arguments: n (integer 0..1000000), delay_ms (0..60000)");
+        *result = tidemark_result_error("arguments: n (integer 0..10000), delay_ms (0..60000)");
         return 0;
     }
     long n = (long)json_integer_value(jn), delay = jd ? (long)json_integer_value(jd) : 0;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 static void usage(FILE *f, const char *prog, const char *about)
@@ -33,7 +35,19 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --retry-ms MS          SSE retry advertised to clients (default 1000; 0 = none)\n"
             "  --keepalive-ms MS      SSE keep-alive comment interval (default 15000)\n"
             "  --max-body BYTES       request body limit (default 4194304)\n"
-            "  --workers N            handler threads (default 16)\n"
+            "  --workers N            handler threads, started as needed (default 64)\n"
+            "Limits (what happens at each: README, Guarantees):\n"
+            "  --max-connections N    open connections in all (default 16384)\n"
+            "  --max-connections-per-address N  from one address (default 4096)\n"
+            "  --request-deadline-ms MS  a request's header and body must arrive within\n"
+            "                         this, else the connection is cut (default 30000)\n"
+            "  --idle-timeout-ms MS   close connections idle this long (default 120000)\n"
+            "  --max-calls-per-session N  handlers running at once per session (default 8)\n"
+            "  --max-calls-per-address N  ... per client address (default 32)\n"
+            "  --max-queued-per-session N  calls waiting per session before 429 (default 256)\n"
+            "  --max-batch N          messages in one JSON-RPC batch (default 64)\n"
+            "  --max-subscriptions N  resource subscriptions per session (default 256)\n"
+            "  --max-uri-length N     longest resource uri (default 2048, at most 8192)\n"
             "  --allow-origin ORIGIN  allow this Origin (repeatable; '*' allows any;\n"
             "                         default: http(s) origins on localhost/127.0.0.1/[::1])\n"
             "  --allow-host HOST      allow this Host header (repeatable; '*' allows any;\n"
@@ -54,6 +68,39 @@ static int parse_u64(const char *s, unsigned long long max, unsigned long long *
     return 0;
 }
 
+/* The numeric limits: long options from 256 up, in this order. */
+typedef struct limit_opt {
+    const char *name;
+    size_t off; /* of the unsigned field in tidemark_server_config_t */
+    unsigned long long min, max;
+} limit_opt;
+
+#define LIMIT(n, f, lo, hi) {n, offsetof(tidemark_server_config_t, f), lo, hi}
+static const limit_opt limits[] = {
+    LIMIT("max-connections", max_connections, 1, 1000000),
+    LIMIT("max-connections-per-address", max_connections_per_address, 1, 1000000),
+    LIMIT("request-deadline-ms", request_deadline_ms, 100, 3600000),
+    LIMIT("idle-timeout-ms", idle_timeout_ms, 100, 86400000),
+    LIMIT("max-calls-per-session", max_calls_per_session, 1, 100000),
+    LIMIT("max-calls-per-address", max_calls_per_address, 1, 100000),
+    LIMIT("max-queued-per-session", max_queued_per_session, 1, 1000000),
+    LIMIT("max-batch", max_batch, 1, 100000),
+    LIMIT("max-subscriptions", max_subscriptions, 1, 1000000),
+    LIMIT("max-uri-length", max_uri_length, 16, 8192),
+};
+#define NLIMITS (sizeof limits / sizeof limits[0])
+#define LIMIT_BASE 256
+
+static int set_limit(server_cli *cli, int c, const char *arg)
+{
+    const limit_opt *l = &limits[c - LIMIT_BASE];
+    unsigned long long v;
+    if (parse_u64(arg, l->max, &v) || v < l->min)
+        return -1;
+    *(unsigned *)(void *)((char *)&cli->cfg + l->off) = (unsigned)v;
+    return 0;
+}
+
 int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, const char *about)
 {
     memset(cli, 0, sizeof *cli);
@@ -61,7 +108,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
     cli->cfg.port = 8080;
     cli->cfg.store = "sqlite:./var/tidemark.db";
     cli->log_level = "info";
-    static const struct option opts[] = {
+    static const struct option base[] = {
         {"listen", required_argument, 0, 'l'},      {"path", required_argument, 0, 'p'},
         {"store", required_argument, 0, 's'},       {"retain-events", required_argument, 0, 'R'},
         {"on-gap", required_argument, 0, 'g'},      {"retry-ms", required_argument, 0, 'r'},
@@ -71,6 +118,12 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"durability", required_argument, 0, 'D'}, {"emit", required_argument, 0, 'E'},
         {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    enum { NBASE = sizeof base / sizeof base[0] - 1 };
+    struct option opts[NBASE + NLIMITS + 1];
+    memcpy(opts, base, sizeof base);
+    for (size_t i = 0; i < NLIMITS; i++)
+        opts[NBASE + i] = (struct option){limits[i].name, required_argument, 0, LIMIT_BASE + (int)i};
+    opts[NBASE + NLIMITS] = (struct option){0, 0, 0, 0};
     int c;
     unsigned long long v;
     optind = 1;
@@ -158,7 +211,13 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->cfg.session_ttl_seconds = v;
             break;
         case 'h': usage(stdout, prog, about); return 1;
-        default: usage(stderr, prog, about); return -1;
+        default:
+            if (c >= LIMIT_BASE && c < LIMIT_BASE + (int)NLIMITS) {
+                if (set_limit(cli, c, optarg)) goto bad;
+                break;
+            }
+            usage(stderr, prog, about);
+            return -1;
         }
         continue;
     bad:
@@ -188,6 +247,22 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
     return 0;
 }
 
+/* Every connection is a descriptor: lift the soft limit toward the hard one
+ * so --max-connections can be reached, and say so when it cannot. */
+static void raise_fd_limit(const server_cli *cli)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)cli->cfg.max_connections + 512;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want)
+        TM_WARN("open-file limit %llu is below --max-connections %u + 512: connections past it are "
+                "not accepted (raise ulimit -n)",
+                (unsigned long long)rl.rlim_cur, cli->cfg.max_connections);
+}
+
 int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
 {
     const char *cli_host_for_url = cli->cfg.host ? cli->cfg.host : "127.0.0.1";
@@ -198,6 +273,7 @@ int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started below inherit it */
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(cli);
     int rc = tidemark_server_start(srv);
     if (rc) {
         fprintf(stderr, "cannot start: %s\n", tidemark_strerror(rc));

@@ -25,11 +25,22 @@ static const counter_def counters[TM_M_COUNTER_COUNT] = {
     [TM_M_COMMITS] = {"tidemark_commits_total", "", "Group commits."},
     [TM_M_COMMIT_FAILURES] = {"tidemark_commit_failures_total", "", "Group commits that failed."},
     [TM_M_HTTP_REQUESTS] = {"tidemark_http_requests_total", "", "HTTP requests handled."},
+    [TM_M_CONN_REFUSED_TOTAL] = {"tidemark_connections_refused_total", "limit=\"total\"", "Connections answered 503 and closed at a limit."},
+    [TM_M_CONN_REFUSED_ADDRESS] = {"tidemark_connections_refused_total", "limit=\"address\"", NULL},
+    [TM_M_CONN_DEADLINE] = {"tidemark_connections_dropped_total", "reason=\"request_deadline\"", "Connections the server closed."},
+    [TM_M_CONN_IDLE] = {"tidemark_connections_dropped_total", "reason=\"idle\"", NULL},
+    [TM_M_HTTP_BAD_FRAMING] = {"tidemark_http_bad_framing_total", "", "Requests refused for ambiguous framing (Content-Length / Transfer-Encoding)."},
+    [TM_M_CALLS_REFUSED] = {"tidemark_calls_refused_total", "", "Calls refused with 429: the session's queue of waiting calls was full."},
+    [TM_M_CHECKPOINT_STALLS] = {"tidemark_wal_checkpoint_stalls_total", "", "WAL checkpoints that could not complete for 5 s (counted every 10 s while it lasts)."},
+    [TM_M_STORE_LOSS] = {"tidemark_store_loss_detected_total", "", "Store opens that found fewer commits than the head file recorded."},
+    [TM_M_STORE_CORRUPT] = {"tidemark_store_corruption_total", "", "Damaged database files found, at open or at run time."},
+    [TM_M_STORE_RECOVERIES] = {"tidemark_store_write_recoveries_total", "", "Times a store accepted writes again after a failed write."},
 };
 
 static const counter_def gauges[TM_G_GAUGE_COUNT] = {
     [TM_G_SESSIONS_OPEN] = {"tidemark_sessions_open", "", "Sessions held in memory."},
     [TM_G_STREAMS_OPEN] = {"tidemark_streams_open", "", "SSE connections attached to streams."},
+    [TM_G_CONNECTIONS_OPEN] = {"tidemark_connections_open", "", "Open HTTP connections."},
 };
 
 #define NBUCKETS 16

@@ -24,12 +24,23 @@ typedef enum tm_counter {
     TM_M_COMMITS,
     TM_M_COMMIT_FAILURES,
     TM_M_HTTP_REQUESTS,
+    TM_M_CONN_REFUSED_TOTAL,    /* over max_connections: 503, closed */
+    TM_M_CONN_REFUSED_ADDRESS,  /* over max_connections_per_address */
+    TM_M_CONN_DEADLINE,         /* request not in within request_deadline_ms */
+    TM_M_CONN_IDLE,             /* idle past idle_timeout_ms */
+    TM_M_HTTP_BAD_FRAMING,      /* ambiguous Content-Length / Transfer-Encoding */
+    TM_M_CALLS_REFUSED,         /* a session's call queue was full: 429 */
+    TM_M_CHECKPOINT_STALLS,     /* SQLite WAL checkpoints unable to complete */
+    TM_M_STORE_LOSS,            /* opens finding fewer commits than the head file recorded */
+    TM_M_STORE_CORRUPT,         /* damaged database files found (open or run time) */
+    TM_M_STORE_RECOVERIES,      /* writes accepted again after a failed write */
     TM_M_COUNTER_COUNT
 } tm_counter;
 
 typedef enum tm_gauge {
     TM_G_SESSIONS_OPEN = 0,
     TM_G_STREAMS_OPEN,
+    TM_G_CONNECTIONS_OPEN,
     TM_G_GAUGE_COUNT
 } tm_gauge;
 

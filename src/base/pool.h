@@ -1,12 +1,18 @@
-/* pool.h - fixed-size worker thread pool with a FIFO job queue. */
+/* pool.h - worker thread pool with a FIFO job queue. It starts with a few
+ * threads and grows, one thread per job that finds none idle, up to its
+ * maximum (handlers may block for long: a sleeping tool, a wait for the
+ * client's answer); threads idle for a while beyond the minimum exit. */
 #ifndef TM_POOL_H
 #define TM_POOL_H
 
 typedef struct tm_pool tm_pool;
 typedef void (*tm_pool_fn)(void *arg);
 
-/* Start nthreads workers. Returns 0 or a negative TIDEMARK_E* code. */
+/* Start a pool of exactly nthreads workers. Returns 0 or a negative
+ * TIDEMARK_E* code. */
 int tm_pool_new(unsigned nthreads, tm_pool **out);
+/* Start min workers, growing to at most max on demand. */
+int tm_pool_new_range(unsigned min, unsigned max, tm_pool **out);
 /* Queue fn(arg). Returns TIDEMARK_ECLOSED once shutdown began. */
 int tm_pool_submit(tm_pool *p, tm_pool_fn fn, void *arg);
 /* Finish queued jobs, join workers, free. */

@@ -169,18 +169,46 @@ static json_t *resources_read(tidemark_call_t *c)
     return tm_jsonrpc_result(c->id, json_pack("{s:o}", "contents", contents));
 }
 
+/* Room for one more subscription to uri (already subscribed: always). */
+static int subscription_room(tidemark_call_t *c, const char *uri)
+{
+    tm_sess *s = c->sess;
+    pthread_mutex_lock(&s->mu);
+    int ok = json_object_get(s->subs, uri) ||
+             json_object_size(s->subs) < c->srv->cfg.max_subscriptions;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 static json_t *subscribe(tidemark_call_t *c, int on)
 {
-    const char *uri = json_string_value(json_object_get(c->params, "uri"));
-    if (!uri)
-        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "params.uri is required");
-    if (strlen(uri) > TM_URI_MAX)
-        return err(c->id, TM_RPC_INVALID_PARAMS, "uri_too_long", "params.uri is too long");
+    json_t *juri = json_object_get(c->params, "uri");
+    const char *uri = json_string_value(juri);
+    if (!uri || strlen(uri) != json_string_length(juri))
+        return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params",
+                   "params.uri is required (a string without NUL)");
+    if (strlen(uri) > c->srv->cfg.max_uri_length) {
+        json_t *x = json_pack("{s:I}", "limit", (json_int_t)c->srv->cfg.max_uri_length);
+        return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS, "params.uri is too long",
+                                "uri_too_long", x);
+    }
+    if (on && !subscription_room(c, uri)) {
+        json_t *x = json_pack("{s:I}", "limit", (json_int_t)c->srv->cfg.max_subscriptions);
+        return tm_jsonrpc_error(c->id, TM_RPC_SERVER_ERROR,
+                                "This session has too many subscriptions", "too_many_subscriptions",
+                                x);
+    }
     /* Recorded in the store before the reply: any node sends the updates. */
     char name[TM_URI_MAX + 8];
     snprintf(name, sizeof name, "sub:%s", uri);
     if (tm_sess_set_attr(c->srv, c->sess, name, on ? "true" : NULL) != 0)
         return err(c->id, TM_RPC_INTERNAL_ERROR, "store_failed", "Could not record the subscription");
+    pthread_mutex_lock(&c->sess->mu);
+    if (on)
+        json_object_set(c->sess->subs, uri, json_true());
+    else
+        json_object_del(c->sess->subs, uri);
+    pthread_mutex_unlock(&c->sess->mu);
     return tm_jsonrpc_result(c->id, json_object());
 }
 

@@ -29,8 +29,18 @@ void tidemark_server_config_init(tidemark_server_config_t *c)
     c->retry_ms = 1000;
     c->keepalive_ms = 15000;
     c->max_body = 4u << 20;
-    c->workers = 16;
+    c->workers = 64;
     c->io_threads = 2;
+    c->max_connections = 16384;
+    c->max_connections_per_address = 4096;
+    c->request_deadline_ms = 30000;
+    c->idle_timeout_ms = 120000;
+    c->max_calls_per_session = 8;
+    c->max_calls_per_address = 32;
+    c->max_queued_per_session = 256;
+    c->max_batch = 64;
+    c->max_subscriptions = 256;
+    c->max_uri_length = 2048;
     c->page_size = 100;
     c->name = "tidemark";
     c->version = TIDEMARK_VERSION;
@@ -61,6 +71,25 @@ static void free_list(char **l)
     free(l);
 }
 
+/* Zero means "the default" for every limit. */
+static void fill_limits(tidemark_server_config_t *c, const tidemark_server_config_t *def)
+{
+    unsigned *v[] = {&c->max_connections, &c->max_connections_per_address,
+                     &c->request_deadline_ms, &c->idle_timeout_ms, &c->max_calls_per_session,
+                     &c->max_calls_per_address, &c->max_queued_per_session, &c->max_batch,
+                     &c->max_subscriptions, &c->max_uri_length};
+    const unsigned d[] = {def->max_connections, def->max_connections_per_address,
+                          def->request_deadline_ms, def->idle_timeout_ms,
+                          def->max_calls_per_session, def->max_calls_per_address,
+                          def->max_queued_per_session, def->max_batch, def->max_subscriptions,
+                          def->max_uri_length};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        if (*v[i] == 0)
+            *v[i] = d[i];
+    if (c->max_uri_length > TM_URI_MAX)
+        c->max_uri_length = TM_URI_MAX;
+}
+
 int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **out)
 {
     tidemark_server_t *s = calloc(1, sizeof *s);
@@ -83,6 +112,7 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
         s->cfg.max_body = def.max_body;
     if (!s->cfg.page_size)
         s->cfg.page_size = def.page_size;
+    fill_limits(&s->cfg, &def);
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
     pthread_mutex_init(&s->mu, NULL);
@@ -261,8 +291,23 @@ static void run_call(void *arg)
     tm_job_complete(c->job, resp, c);
 }
 
+/* Methods that run application handlers, which may block for long: they
+ * go through the fair scheduler. The rest are quick and go straight to the
+ * pool, so a session at its cap can still ping, list, initialize. */
+static int runs_handler(const char *method)
+{
+    static const char *const m[] = {"tools/call", "resources/read", "prompts/get",
+                                    "completion/complete"};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
 {
+    if (runs_handler(c->method))
+        return tm_sched_submit(srv->sched, c->sess->id, c->addr, run_call, c);
     return tm_pool_submit(srv->pool, run_call, c);
 }
 
@@ -480,12 +525,18 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
                            "Invalid Request: empty batch", NULL);
     }
+    if (n > srv->cfg.max_batch) {
+        json_decref(root);
+        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_too_large",
+                           "Invalid Request: too many messages in one batch",
+                           json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_batch));
+    }
     tm_msg *msgs = calloc(n, sizeof *msgs);
     if (!msgs) {
         json_decref(root);
         return reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
     }
-    size_t nreq = 0, ninit = 0, ninvalid = 0, ncall = 0;
+    size_t nreq = 0, ninit = 0, ninvalid = 0, ncall = 0, nhandler = 0;
     for (size_t i = 0; i < n; i++) {
         tm_jsonrpc_classify(batch ? json_array_get(root, i) : root, &msgs[i]);
         if (is_call(&msgs[i]))
@@ -498,6 +549,8 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
                 ninit++;
             if (is_call(&msgs[i]))
                 ncall++;
+            if (runs_handler(msgs[i].method))
+                nhandler++;
         }
     }
 
@@ -557,6 +610,17 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     }
 
     if (!batch && is_call(&msgs[0]) && answer_repeat(srv, r, sess, &msgs[0])) {
+        tm_sess_unref(sess);
+        goto done;
+    }
+    /* Admission before anything is recorded: a refused call never ran,
+     * so the client may send it again under the same id. */
+    if (nhandler && tm_sched_would_refuse(srv->sched, sess->id, (unsigned)nhandler)) {
+        tm_metric_inc(TM_M_CALLS_REFUSED);
+        tm_http_req_add_header(r, "Retry-After", "1");
+        reply_error(r, 429, TM_RPC_SERVER_ERROR, "too_many_requests",
+                    "Too Many Requests: this session has too many calls waiting",
+                    json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_queued_per_session));
         tm_sess_unref(sess);
         goto done;
     }
@@ -632,6 +696,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         c->id = json_incref(msgs[i].id);
         c->method = msgs[i].method;
         c->params = msgs[i].params;
+        snprintf(c->addr, sizeof c->addr, "%s", tm_http_req_peer(r));
         json_t *meta = json_object_get(c->params, "_meta");
         c->progress_token = json_object_get(meta, "progressToken");
         /* Both fit: classify and tm_call_meta_check bounded id and key. */
@@ -802,6 +867,11 @@ static void on_http(void *ud, tm_http_req *r)
     const char *method = tm_http_req_method(r);
     const char *path = tm_http_req_path(r);
     tm_metric_inc(TM_M_HTTP_REQUESTS);
+    const char *framing = tm_http_req_framing_error(r);
+    if (framing)
+        return reply_error(r, 400, TM_RPC_INVALID_REQUEST, framing,
+                           "Bad Request: ambiguous message length (Content-Length / Transfer-Encoding)",
+                           NULL);
     int metrics = strcmp(path, "/metrics") == 0 && strcmp(srv->path, "/metrics") != 0;
     if (!metrics && strcmp(path, srv->path) != 0)
         return reply_error(r, 404, TM_RPC_INVALID_REQUEST, "not_found", "Not Found", NULL);
@@ -930,6 +1000,22 @@ static void *recoverer_main(void *arg)
     return NULL;
 }
 
+/* Workers grow on demand up to cfg.workers; handler calls may take all but
+ * QUICK_RESERVE of them, so requests that run no handler always find one. */
+#define QUICK_RESERVE 4
+static int start_workers(tidemark_server_t *srv)
+{
+    unsigned w = srv->cfg.workers;
+    int rc = tm_pool_new_range(w < QUICK_RESERVE ? w : QUICK_RESERVE, w, &srv->pool);
+    if (rc)
+        return rc;
+    tm_sched_limits lim = {.per_session = srv->cfg.max_calls_per_session,
+                           .per_address = srv->cfg.max_calls_per_address,
+                           .total = w > 2 * QUICK_RESERVE ? w - QUICK_RESERVE : (w + 1) / 2,
+                           .queue = srv->cfg.max_queued_per_session};
+    return tm_sched_new(srv->pool, &lim, &srv->sched);
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
@@ -960,13 +1046,22 @@ int tidemark_server_start(tidemark_server_t *srv)
             goto fail;
         }
     }
-    rc = tm_pool_new(srv->cfg.workers, &srv->pool);
-    if (rc)
+    if ((rc = start_workers(srv)) != 0)
         goto fail;
+    json_t *busy = tm_jsonrpc_error(NULL, TM_RPC_SERVER_ERROR,
+                                    "Service Unavailable: too many connections",
+                                    "too_many_connections", NULL);
+    char *busy_body = tm_jsonrpc_dump(busy, NULL);
+    json_decref(busy);
     tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
-                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms};
+                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
+                         .max_connections = srv->cfg.max_connections,
+                         .max_per_address = srv->cfg.max_connections_per_address,
+                         .request_deadline_ms = srv->cfg.request_deadline_ms,
+                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body};
     atomic_store(&srv->stopping, 0);
     rc = tm_http_start(&hc, srv->store, on_http, srv, &srv->http);
+    free(busy_body);
     if (rc)
         goto fail;
     atomic_store(&srv->running, 1);
@@ -990,6 +1085,8 @@ int tidemark_server_start(tidemark_server_t *srv)
 fail:
     tm_pool_free(srv->pool);
     srv->pool = NULL;
+    tm_sched_free(srv->sched);
+    srv->sched = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
     return rc;
@@ -1038,6 +1135,8 @@ void tidemark_server_stop(tidemark_server_t *srv)
     pthread_mutex_unlock(&srv->mu);
     tm_pool_free(srv->pool); /* runs what is queued; blocked calls see cancellation */
     srv->pool = NULL;
+    tm_sched_free(srv->sched); /* empty: the pool ran everything it admitted */
+    srv->sched = NULL;
     tm_http_stop(srv->http);
     srv->http = NULL;
     tm_store_close(srv->store);

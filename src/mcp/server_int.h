@@ -6,13 +6,14 @@
 #include "registry.h"
 #include "../base/map.h"
 #include "../base/pool.h"
+#include "sched.h"
 #include "../log/store.h"
 #include "../transport/http_server.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
 #define TM_SESSION_ID_LEN 32 /* 128 bits as hex */
-#define TM_URI_MAX 2048      /* longest resource uri a session may subscribe to */
+#define TM_URI_MAX 8192      /* hard cap of max_uri_length (buffers are sized for it) */
 /* A request record's key: an id key, or "k:" and the escaped idempotency
  * key; either fits (jsonrpc.h bounds both before anything runs). */
 #define TM_REQ_KEY_MAX TM_ID_KEY_MAX
@@ -29,6 +30,8 @@ typedef struct tm_sess {
     int log_level;           /* index into tm_log_levels; lower = more verbose
                                 (a copy of the store's attribute "log_level") */
     int closed;              /* deleted */
+    json_t *subs;            /* uri -> true: the resources subscribed to (a copy of
+                                the store's "sub:<uri>" attributes, for the limit) */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
     uint64_t next_req;
@@ -67,6 +70,7 @@ struct tidemark_call {
     const char *method;
     json_t *params;
     json_t *progress_token;
+    char addr[64];            /* the client's address ("" for the server's own work) */
     atomic_int cancelled;
     int registered;           /* present in sess->calls */
 };
@@ -78,6 +82,7 @@ struct tidemark_server {
     tm_store *store;
     tm_http *http;
     tm_pool *pool;
+    tm_sched *sched;          /* admits handler calls to the pool fairly */
     tm_registry *reg;
     pthread_mutex_t mu;       /* guards sessions */
     tm_map *sessions;         /* id -> tm_sess */

@@ -43,7 +43,8 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     s->log_level = 0;
     s->calls = tm_map_new();
     s->pending = tm_map_new();
-    if (!s->calls || !s->pending) {
+    s->subs = json_object();
+    if (!s->calls || !s->pending || !s->subs) {
         tm_sess_unref(s);
         return NULL;
     }
@@ -61,6 +62,7 @@ void tm_sess_unref(tm_sess *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     json_decref(s->client);
+    json_decref(s->subs);
     tm_map_free(s->calls);
     tm_map_free(s->pending);
     pthread_mutex_destroy(&s->mu);
@@ -164,11 +166,22 @@ int tm_sess_set_attr(tidemark_server_t *srv, tm_sess *s, const char *name, const
 
 void tm_sess_apply_attrs(tm_sess *s, const char *attrs)
 {
-    json_t *o = attrs ? json_loads(attrs, 0, NULL) : NULL;
+    json_t *o = attrs ? json_loads(attrs, JSON_ALLOW_NUL, NULL) : NULL;
     int lvl = tm_log_level_index(json_string_value(json_object_get(o, "log_level")));
+    json_t *subs = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (strncmp(k, "sub:", 4) == 0 && json_is_true(v))
+            json_object_set(subs, k + 4, json_true());
+    }
     json_decref(o);
     pthread_mutex_lock(&s->mu);
     s->log_level = lvl < 0 ? 0 : lvl;
+    if (subs) {
+        json_decref(s->subs);
+        s->subs = subs;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

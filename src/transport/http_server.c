@@ -31,6 +31,24 @@ typedef struct hdr {
     struct hdr *next;
 } hdr;
 
+/* What one TCP connection is doing, for its deadline. */
+typedef enum cstate {
+    C_IDLE,      /* no request in progress: idle_timeout_ms applies */
+    C_RECEIVING, /* request line seen, request not complete: request_deadline_ms */
+    C_BUSY,      /* request complete, answer pending or being sent */
+    C_STREAM,    /* an SSE stream: no deadline (keep-alives find dead peers) */
+    C_REFUSED,   /* over a limit: answered 503, closing */
+    C_DROPPED,   /* shut down by the reaper */
+} cstate;
+
+typedef struct tconn {
+    int fd;
+    char addr[64];
+    cstate state;
+    int64_t since_ms;
+    struct tconn *prev, *next;
+} tconn;
+
 struct tm_http {
     struct MHD_Daemon *d;
     tm_store *store;
@@ -45,6 +63,12 @@ struct tm_http {
     pthread_mutex_t ka_mu;
     pthread_cond_t ka_cv;
     int ka_running;
+    /* connections: limits and deadlines (lock order: hub_mu, then conn_mu) */
+    pthread_mutex_t conn_mu;
+    tconn *conns;      /* every open connection */
+    unsigned nconns;
+    tm_map *per_addr;  /* address -> unsigned count, while any is open */
+    char *busy_body;   /* owned copy of cfg.busy_body */
 };
 
 /* An SSE connection attached to one store stream. */
@@ -71,10 +95,13 @@ typedef struct sconn {
 struct tm_http_req {
     tm_http *h;
     struct MHD_Connection *conn;
+    tconn *tc;
     pthread_mutex_t mu;
     char *method, *path;
     tm_buf body;
     int too_large;
+    const char *framing; /* NULL or why the framing is ambiguous */
+    char peer[64];
     int handled;
     int suspended;
     struct MHD_Response *resp; /* ready to queue */
@@ -313,23 +340,245 @@ static void ka_mark(const char *key, void *val, void *ud)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void reap(tm_http *h);
+
+#define TICK_MS 250 /* deadline granularity */
+
+/* The ticker: deadlines every TICK_MS, keep-alive comments every keepalive_ms. */
 static void *ka_loop(void *arg)
 {
     tm_http *h = arg;
+    int64_t next_ka = tm_now_ms() + h->cfg.keepalive_ms;
     pthread_mutex_lock(&h->ka_mu);
     while (h->ka_running) {
-        struct timespec ts = tm_deadline_ms(h->cfg.keepalive_ms);
+        int64_t wait = next_ka - tm_now_ms();
+        struct timespec ts = tm_deadline_ms(wait < TICK_MS ? (wait > 0 ? wait : 0) : TICK_MS);
         pthread_cond_timedwait(&h->ka_cv, &h->ka_mu, &ts);
         if (!h->ka_running)
             break;
         pthread_mutex_unlock(&h->ka_mu);
-        pthread_mutex_lock(&h->hub_mu);
-        tm_map_each(h->hub, ka_mark, NULL);
-        pthread_mutex_unlock(&h->hub_mu);
+        reap(h);
+        if (tm_now_ms() >= next_ka) {
+            next_ka = tm_now_ms() + h->cfg.keepalive_ms;
+            pthread_mutex_lock(&h->hub_mu);
+            tm_map_each(h->hub, ka_mark, NULL);
+            pthread_mutex_unlock(&h->hub_mu);
+        }
         pthread_mutex_lock(&h->ka_mu);
     }
     pthread_mutex_unlock(&h->ka_mu);
     return NULL;
+}
+
+/* ---- connections: limits and deadlines ----------------------------------- */
+
+#define REFUSED_LINGER_MS 1000 /* a refused connection is cut after this */
+
+static void set_state(tm_http *h, tconn *tc, cstate st)
+{
+    if (!tc)
+        return;
+    pthread_mutex_lock(&h->conn_mu);
+    if (tc->state != C_REFUSED && tc->state != C_DROPPED) {
+        tc->state = st;
+        tc->since_ms = tm_now_ms();
+    }
+    pthread_mutex_unlock(&h->conn_mu);
+}
+
+static tconn *tconn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void peer_address(struct MHD_Connection *c, char *out, size_t n)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    out[0] = '\0';
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
+                  (socklen_t)n);
+}
+
+/* Connections per address live in the map as counts cast to pointers. */
+static size_t addr_count_add(tm_http *h, const char *addr, int d)
+{
+    size_t n = (size_t)(uintptr_t)tm_map_get(h->per_addr, addr) + (size_t)(ssize_t)d;
+    if (n == 0)
+        tm_map_del(h->per_addr, addr);
+    else if (tm_map_put(h->per_addr, addr, (void *)(uintptr_t)n) != 0)
+        return 0;
+    return n;
+}
+
+/* Over a limit: say so with a complete 503 (the socket's send buffer is
+ * empty on a new connection, so this does not block) and stop sending; MHD
+ * never answers it, the reaper cuts it. Not a hang: a typed answer. */
+static void refuse(tm_http *h, tconn *tc)
+{
+    const char *body = h->busy_body ? h->busy_body : "";
+    size_t blen = strlen(body);
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+                     blen);
+    if (tc->fd >= 0 && send(tc->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen)
+        (void)!send(tc->fd, body, blen, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (tc->fd >= 0)
+        shutdown(tc->fd, SHUT_WR);
+}
+
+static void conn_started(tm_http *h, struct MHD_Connection *c, void **socket_context)
+{
+    tconn *tc = calloc(1, sizeof *tc);
+    if (!tc)
+        return; /* untracked: no deadline for this one */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    tc->fd = ci ? ci->connect_fd : -1;
+    peer_address(c, tc->addr, sizeof tc->addr);
+    tc->since_ms = tm_now_ms();
+    tc->state = C_IDLE;
+    pthread_mutex_lock(&h->conn_mu);
+    tc->next = h->conns;
+    if (h->conns)
+        h->conns->prev = tc;
+    h->conns = tc;
+    h->nconns++;
+    size_t from_addr = addr_count_add(h, tc->addr, 1);
+    int over_total = h->nconns > h->cfg.max_connections;
+    int over_addr = !over_total && from_addr > h->cfg.max_per_address;
+    if (over_total || over_addr)
+        tc->state = C_REFUSED;
+    pthread_mutex_unlock(&h->conn_mu);
+    tm_gauge_add(TM_G_CONNECTIONS_OPEN, 1);
+    if (over_total || over_addr) {
+        tm_metric_inc(over_total ? TM_M_CONN_REFUSED_TOTAL : TM_M_CONN_REFUSED_ADDRESS);
+        refuse(h, tc);
+    }
+    *socket_context = tc;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    tm_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        return conn_started(h, c, socket_context);
+    tconn *tc = *socket_context;
+    if (!tc)
+        return;
+    /* MHD closes the socket only after this returns: while the reaper holds
+     * conn_mu, the fd it shuts down is this connection's. */
+    pthread_mutex_lock(&h->conn_mu);
+    if (tc->prev)
+        tc->prev->next = tc->next;
+    else
+        h->conns = tc->next;
+    if (tc->next)
+        tc->next->prev = tc->prev;
+    h->nconns--;
+    addr_count_add(h, tc->addr, -1);
+    pthread_mutex_unlock(&h->conn_mu);
+    tm_gauge_add(TM_G_CONNECTIONS_OPEN, -1);
+    *socket_context = NULL;
+    free(tc);
+}
+
+/* The request line arrived: the request's deadline starts. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    set_state(cls, tconn_of(c), C_RECEIVING);
+    return NULL;
+}
+
+/* Cut connections past their deadline (libmicrohttpd's own timeout is reset
+ * by every byte, so a client trickling a header never reaches it). */
+static void reap(tm_http *h)
+{
+    int64_t now = tm_now_ms();
+    pthread_mutex_lock(&h->conn_mu);
+    for (tconn *tc = h->conns; tc; tc = tc->next) {
+        int64_t age = now - tc->since_ms;
+        int why = -1;
+        if (tc->state == C_RECEIVING && age > (int64_t)h->cfg.request_deadline_ms)
+            why = TM_M_CONN_DEADLINE;
+        else if (tc->state == C_IDLE && age > (int64_t)h->cfg.idle_timeout_ms)
+            why = TM_M_CONN_IDLE;
+        else if (!(tc->state == C_REFUSED && age > REFUSED_LINGER_MS))
+            continue;
+        if (tc->fd >= 0)
+            shutdown(tc->fd, SHUT_RDWR);
+        tc->state = C_DROPPED;
+        if (why >= 0)
+            tm_metric_inc((tm_counter)why);
+    }
+    pthread_mutex_unlock(&h->conn_mu);
+}
+
+unsigned tm_http_connections(tm_http *h)
+{
+    pthread_mutex_lock(&h->conn_mu);
+    unsigned n = h->nconns;
+    pthread_mutex_unlock(&h->conn_mu);
+    return n;
+}
+
+/* ---- framing --------------------------------------------------------------- */
+
+const char *tm_http_framing_check(const char *const *cl, size_t n, int has_te)
+{
+    if (n > 1)
+        return "repeated_content_length";
+    if (n == 1 && has_te)
+        return "content_length_with_transfer_encoding";
+    if (n == 1) {
+        const char *v = cl[0];
+        size_t len = v ? strlen(v) : 0;
+        if (len == 0 || len > 19)
+            return "invalid_content_length";
+        for (size_t i = 0; i < len; i++)
+            if (v[i] < '0' || v[i] > '9')
+                return "invalid_content_length";
+    }
+    return NULL;
+}
+
+typedef struct framing_scan {
+    const char *cl[2];
+    size_t n;
+    int te;
+} framing_scan;
+
+static enum MHD_Result scan_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    framing_scan *f = cls;
+    if (strcasecmp(key, "Content-Length") == 0) {
+        if (f->n < 2)
+            f->cl[f->n] = value;
+        f->n++;
+    } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+        f->te = 1;
+    }
+    return MHD_YES;
+}
+
+static const char *framing_of(struct MHD_Connection *c)
+{
+    framing_scan f = {{NULL, NULL}, 0, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &f);
+    return tm_http_framing_check(f.cl, f.n < 2 ? f.n : 2, f.te);
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -349,6 +598,8 @@ const char *tm_http_req_body(const tm_http_req *r, size_t *len)
 }
 
 int tm_http_req_body_too_large(const tm_http_req *r) { return r->too_large; }
+const char *tm_http_req_framing_error(const tm_http_req *r) { return r->framing; }
+const char *tm_http_req_peer(const tm_http_req *r) { return r->peer; }
 
 int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value)
 {
@@ -378,6 +629,8 @@ static void apply_headers(tm_http_req *r, struct MHD_Response *resp)
 static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
 {
     apply_headers(r, resp);
+    if (r->framing) /* the rest of the connection's bytes cannot be trusted */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     pthread_mutex_lock(&r->mu);
     r->resp = resp;
     r->status = status;
@@ -471,6 +724,7 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    set_state(h, r->tc, C_STREAM);
     finish(r, resp, 200);
     return 0;
 nomem:
@@ -509,40 +763,45 @@ static enum MHD_Result queue_ready(tm_http_req *r)
     return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload, size_t *upload_size, void **con_cls)
+static int refused(tm_http *h, tconn *tc)
 {
-    (void)version;
-    tm_http *h = cls;
-    tm_http_req *r = *con_cls;
-    if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r)
-            return MHD_NO;
-        r->h = h;
-        r->conn = c;
-        pthread_mutex_init(&r->mu, NULL);
-        tm_buf_init(&r->body, h->cfg.max_body);
-        r->method = strdup(method);
-        r->path = strdup(url);
-        *con_cls = r;
-        if (!r->method || !r->path)
-            return MHD_NO;
-        return MHD_YES;
-    }
-    if (*upload_size > 0) {
-        if (!r->too_large && tm_buf_add(&r->body, upload, *upload_size) != 0) {
-            r->too_large = 1;
-            tm_buf_free(&r->body);
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    if (!tc)
+        return 0;
+    pthread_mutex_lock(&h->conn_mu);
+    int r = tc->state == C_REFUSED || tc->state == C_DROPPED;
+    pthread_mutex_unlock(&h->conn_mu);
+    return r;
+}
+
+static tm_http_req *req_new(tm_http *h, struct MHD_Connection *c, const char *url,
+                            const char *method)
+{
+    tm_http_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->h = h;
+    r->conn = c;
+    r->tc = tconn_of(c);
+    pthread_mutex_init(&r->mu, NULL);
+    tm_buf_init(&r->body, h->cfg.max_body);
+    r->method = strdup(method);
+    r->path = strdup(url);
+    if (r->tc)
+        memcpy(r->peer, r->tc->addr, sizeof r->peer);
+    else
+        peer_address(c, r->peer, sizeof r->peer);
+    return r;
+}
+
+/* The request is complete (or must be answered now): hand it to the
+ * handler once, then queue its answer or sleep until it comes. */
+static enum MHD_Result handle(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+{
     pthread_mutex_lock(&r->mu);
     if (!r->handled) {
         r->handled = 1;
         pthread_mutex_unlock(&r->mu);
+        set_state(h, r->tc, C_BUSY);
         h->fn(h->ud, r);
         pthread_mutex_lock(&r->mu);
     }
@@ -557,16 +816,48 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
 }
 
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    tm_http *h = cls;
+    tm_http_req *r = *con_cls;
+    if (!r) {
+        if (refused(h, tconn_of(c)))
+            return MHD_NO;
+        if (!(r = req_new(h, c, url, method)))
+            return MHD_NO;
+        *con_cls = r;
+        if (!r->method || !r->path)
+            return MHD_NO;
+        if (!(r->framing = framing_of(c)))
+            return MHD_YES;
+        /* Answer before reading a body whose length is in doubt; the
+         * connection closes after the answer (finish() says so). */
+        tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
+        return handle(h, r, c);
+    }
+    if (*upload_size > 0) {
+        if (!r->handled && !r->too_large && tm_buf_add(&r->body, upload, *upload_size) != 0) {
+            r->too_large = 1;
+            tm_buf_free(&r->body);
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return handle(h, r, c);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
     tm_http_req *r = *con_cls;
     if (r)
         req_free(r);
     *con_cls = NULL;
+    set_state(cls, tconn_of(c), C_IDLE); /* keep-alive: waiting for the next request */
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -591,14 +882,29 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
         h->cfg.keepalive_ms = 15000;
     if (!h->cfg.io_threads)
         h->cfg.io_threads = 2;
+    if (!h->cfg.max_connections)
+        h->cfg.max_connections = 16384;
+    if (!h->cfg.max_per_address)
+        h->cfg.max_per_address = 4096;
+    if (!h->cfg.request_deadline_ms)
+        h->cfg.request_deadline_ms = 30000;
+    if (!h->cfg.idle_timeout_ms)
+        h->cfg.idle_timeout_ms = 120000;
     h->store = store;
     h->fn = fn;
     h->ud = ud;
     h->hub = tm_map_new();
+    h->per_addr = tm_map_new();
+    h->busy_body = cfg->busy_body ? strdup(cfg->busy_body) : NULL;
+    h->cfg.busy_body = NULL; /* the caller's copy may go away */
     pthread_mutex_init(&h->hub_mu, NULL);
+    pthread_mutex_init(&h->conn_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
     tm_cond_init_monotonic(&h->ka_cv);
-    if (!h->hub) {
+    if (!h->hub || !h->per_addr) {
+        tm_map_free(h->hub);
+        tm_map_free(h->per_addr);
+        free(h->busy_body);
         free(h);
         return TIDEMARK_ENOMEM;
     }
@@ -619,6 +925,8 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
         flags |= MHD_USE_IPv6;
     } else {
         tm_map_free(h->hub);
+        tm_map_free(h->per_addr);
+        free(h->busy_body);
         free(h);
         return TIDEMARK_EINVAL;
     }
@@ -626,11 +934,18 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.io_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
+                            /* a backstop: the reaper applies our deadlines */
+                            MHD_OPTION_CONNECTION_TIMEOUT, (h->cfg.idle_timeout_ms + 999) / 1000,
+                            /* above ours, so the kernel backlog never holds
+                             * connections unanswered: ours get a 503 */
+                            MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_connections + 256,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         tm_map_free(h->hub);
+        tm_map_free(h->per_addr);
+        free(h->busy_body);
         free(h);
         return TIDEMARK_EIO;
     }
@@ -660,7 +975,10 @@ void tm_http_stop(tm_http *h)
     pthread_mutex_unlock(&h->hub_mu);
     MHD_stop_daemon(h->d);
     tm_map_free(h->hub);
+    tm_map_free(h->per_addr);
+    free(h->busy_body);
     pthread_mutex_destroy(&h->hub_mu);
+    pthread_mutex_destroy(&h->conn_mu);
     pthread_mutex_destroy(&h->ka_mu);
     pthread_cond_destroy(&h->ka_cv);
     free(h);

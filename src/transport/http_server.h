@@ -21,6 +21,12 @@ typedef struct tm_http_config {
     size_t max_body;         /* larger bodies are discarded and flagged */
     unsigned io_threads;     /* MHD polling threads */
     unsigned keepalive_ms;   /* SSE comment interval; also finds dead peers */
+    unsigned max_connections;      /* open connections in all (0: 16384) */
+    unsigned max_per_address;      /* open connections from one address (0: 4096) */
+    unsigned request_deadline_ms;  /* request line to end of body (0: 30000) */
+    unsigned idle_timeout_ms;      /* no request in progress, no stream (0: 120000) */
+    const char *busy_body;   /* JSON answered with 503 to a connection over a
+                                limit (then closed); NULL: empty */
 } tm_http_config;
 
 /* Called once per complete request on an I/O thread. Must not block. */
@@ -43,6 +49,13 @@ const char *tm_http_req_header(const tm_http_req *r, const char *name);
 const char *tm_http_req_body(const tm_http_req *r, size_t *len);
 /* 1 when the body exceeded max_body (its bytes were dropped). */
 int tm_http_req_body_too_large(const tm_http_req *r);
+/* NULL, or why the request's framing is ambiguous ("repeated_content_length",
+ * "content_length_with_transfer_encoding", "invalid_content_length"): a
+ * request smuggling risk behind a proxy. Such a request reaches the handler
+ * before its body is read; answer it 400 (the connection then closes). */
+const char *tm_http_req_framing_error(const tm_http_req *r);
+/* The peer's numeric address ("127.0.0.2", "::1"). */
+const char *tm_http_req_peer(const tm_http_req *r);
 /* Add a response header before replying. Copies both strings. */
 int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value);
 
@@ -77,5 +90,12 @@ void tm_http_close_stream(tm_http *h, const char *session, const char *stream, u
 int tm_http_session_attached(tm_http *h, const char *session);
 /* End every connection attached to a stream of session. */
 void tm_http_close_session(tm_http *h, const char *session);
+/* Open connections now (for metrics and tests). */
+unsigned tm_http_connections(tm_http *h);
+
+/* The framing rule alone, for tests and fuzzing: given every Content-Length
+ * value and whether Transfer-Encoding was present, NULL when unambiguous,
+ * else the reason (as tm_http_req_framing_error). */
+const char *tm_http_framing_check(const char *const *content_lengths, size_t n, int has_te);
 
 #endif

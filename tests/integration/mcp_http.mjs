@@ -3,6 +3,8 @@
 // read answers. Every process is started on a loopback port it reports and
 // is stopped by PID; every wait has a deadline.
 import { spawn } from "node:child_process";
+import { connect } from "node:net";
+import { request as httpRequest } from "node:http";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -125,4 +127,89 @@ export const reasonOf = (msg) => msg?.error?.data?.reason;
 export async function ledgerCount(url, sid, entry) {
   const r = await callTool(url, sid, "read-" + Math.random(), "ledger_read", { entry });
   return r.response?.result?.structuredContent?.count ?? null;
+}
+
+// One raw HTTP/1.1 exchange on a fresh TCP connection from localAddress:
+// resolves {status, headers, body, closed} once the server closed or
+// answered completely (Content-Length), or at the deadline (timedOut).
+export function rawHttp(url, text, { localAddress = "127.0.0.1", ms = 5000 } = {}) {
+  const u = new URL(url);
+  return new Promise((resolve) => {
+    const sock = connect({ host: u.hostname, port: Number(u.port), localAddress });
+    let buf = Buffer.alloc(0), done = false;
+    const finish = (extra) => {
+      if (done) return;
+      done = true;
+      clearTimeout(t);
+      sock.destroy();
+      const s = buf.toString("latin1"), i = s.indexOf("\r\n\r\n");
+      const head = i < 0 ? s : s.slice(0, i), lines = head.split("\r\n");
+      const headers = {};
+      for (const l of lines.slice(1)) { const c = l.indexOf(":"); if (c > 0) headers[l.slice(0, c).toLowerCase()] = l.slice(c + 1).trim(); }
+      resolve({ status: Number((lines[0] || "").split(" ")[1]) || 0, headers,
+        body: i < 0 ? "" : s.slice(i + 4), ...extra });
+    };
+    const t = setTimeout(() => finish({ timedOut: true }), ms);
+    sock.on("connect", () => sock.write(text));
+    sock.on("data", (d) => {
+      buf = Buffer.concat([buf, d]);
+      const s = buf.toString("latin1"), i = s.indexOf("\r\n\r\n");
+      const m = /content-length:\s*(\d+)/i.exec(s.slice(0, i));
+      if (i >= 0 && m && buf.length >= i + 4 + Number(m[1])) finish({ closed: false });
+    });
+    sock.on("end", () => finish({ closed: true }));
+    sock.on("error", () => finish({ closed: true, error: true }));
+  });
+}
+
+// A timed call: resolves {ms, ok, detail}, at the latest after limitMs
+// (then ok is false); never throws.
+export async function timed(fn, limitMs = 10000) {
+  const t0 = Date.now();
+  let timer;
+  const late = new Promise((r) => { timer = setTimeout(() => r({ late: true }), limitMs); });
+  try {
+    const v = await Promise.race([fn(), late]);
+    if (v?.late) return { ms: Date.now() - t0, ok: false, detail: `no answer in ${limitMs} ms` };
+    return { ms: Date.now() - t0, ok: !!v, detail: v };
+  } catch (e) {
+    return { ms: Date.now() - t0, ok: false, detail: String(e) };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// POST from a chosen local address (fetch cannot pick one): resolves
+// {status, headers, text}. With cut, resolves as soon as the answer's
+// headers arrive and closes the connection (a client that goes away).
+export function postFrom(localAddress, url, sid, body, { cut = false, ms = 10000, headers = {} } = {}) {
+  const u = new URL(url);
+  const h = { ...JSONH, ...headers };
+  if (sid) h["mcp-session-id"] = sid;
+  const data = typeof body === "string" ? body : JSON.stringify(body);
+  h["content-length"] = Buffer.byteLength(data);
+  return new Promise((resolve) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, path: u.pathname, method: "POST",
+      headers: h, localAddress, agent: false }, (res) => {
+      if (cut) { resolve({ status: res.statusCode, headers: res.headers, text: "" }); req.destroy(); return; }
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (d) => { text += d; });
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, text }));
+      res.on("error", () => resolve({ status: res.statusCode, headers: res.headers, text, error: true }));
+    });
+    req.setTimeout(ms, () => { req.destroy(); resolve({ status: 0, timedOut: true }); });
+    req.on("error", (e) => resolve({ status: 0, error: String(e) }));
+    req.end(data);
+  });
+}
+
+// initialize from a chosen local address; the session id.
+export async function initializeFrom(localAddress, url, version = "2025-11-25") {
+  const r = await postFrom(localAddress, url, null, { jsonrpc: "2.0", id: 0, method: "initialize",
+    params: { protocolVersion: version, capabilities: {}, clientInfo: { name: "hostile", version: "1" } } });
+  const sid = r.headers?.["mcp-session-id"];
+  if (!sid) throw new Error(`initialize from ${localAddress}: ${r.status} ${r.text ?? r.error}`);
+  await postFrom(localAddress, url, sid, { jsonrpc: "2.0", method: "notifications/initialized" });
+  return sid;
 }

@@ -9,3 +9,19 @@ if(NODE_EXECUTABLE)
     set_tests_properties(holes_ids_${store} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+if(NODE_EXECUTABLE)
+  # Limits and fairness at the HTTP and scheduling layers (the store does not matter).
+  foreach(sc slowloris streams starvation framing)
+    add_test(NAME holes_${sc}
+      COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/server_holes.mjs
+              $<TARGET_FILE:tidemark-server> memory ${sc})
+    set_tests_properties(holes_${sc} PROPERTIES TIMEOUT 300)
+  endforeach()
+  # Subscription limits; on Redis the second request goes to the other node.
+  foreach(store memory redis)
+    add_test(NAME holes_limits_${store}
+      COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/server_holes.mjs
+              $<TARGET_FILE:tidemark-server> ${store} limits)
+    set_tests_properties(holes_limits_${store} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+  endforeach()
+endif()
