@@ -45,6 +45,9 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess 
     free(client_txt);
     tm_sess *s = rc == 0 ? tm_sess_new(id, chosen, client) : NULL;
     json_decref(client);
+    if (!s && rc == TIDEMARK_EIO)
+        return err(m->id, TM_RPC_INTERNAL_ERROR, "store_unavailable",
+                   "the store does not take writes now");
     if (!s)
         return err(m->id, TM_RPC_INTERNAL_ERROR, "store_error", "cannot create session");
     pthread_mutex_lock(&srv->mu);

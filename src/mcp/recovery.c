@@ -170,6 +170,33 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
     tm_job_complete(j, NULL, NULL);
 }
 
+static int by_session_stream(const void *a, const void *b)
+{
+    const tm_request_rec *x = a, *y = b;
+    int c = strcmp(x->session ? x->session : "", y->session ? y->session : "");
+    return c ? c : strcmp(x->stream ? x->stream : "", y->stream ? y->stream : "");
+}
+
+/* Finish every record of p, stream by stream, then free p. */
+static void recover_all(tidemark_server_t *srv, pending *p)
+{
+    qsort(p->v, p->n, sizeof *p->v, by_session_stream);
+    size_t i = 0;
+    while (i < p->n) {
+        size_t k = i + 1;
+        while (k < p->n && by_session_stream(&p->v[k], &p->v[i]) == 0)
+            k++;
+        if (p->v[i].session && p->v[i].stream)
+            recover_stream(srv, p, i, k);
+        i = k;
+    }
+    if (p->n)
+        TM_INFO("recovery: %zu unfinished request(s) handled", p->n);
+    for (size_t k = 0; k < p->n; k++)
+        tm_request_rec_clear(&p->v[k]);
+    free(p->v);
+}
+
 int tm_recover(tidemark_server_t *srv)
 {
     pending p = {0};
@@ -192,21 +219,114 @@ int tm_recover(tidemark_server_t *srv)
         }
         p.n = k;
     }
-    /* Records come ordered by session and stream: recover stream by stream. */
-    size_t i = 0;
-    while (rc == 0 && i < p.n) {
-        size_t k = i + 1;
-        while (k < p.n && strcmp(p.v[k].session, p.v[i].session) == 0 &&
-               strcmp(p.v[k].stream ? p.v[k].stream : "", p.v[i].stream ? p.v[i].stream : "") == 0)
-            k++;
-        if (p.v[i].session && p.v[i].stream)
-            recover_stream(srv, &p, i, k);
-        i = k;
+    if (rc) { /* a partial list: finish none of it now, the next pass will */
+        for (size_t k = 0; k < p.n; k++)
+            tm_request_rec_clear(&p.v[k]);
+        p.n = 0;
     }
-    if (p.n)
-        TM_INFO("recovery: %zu unfinished request(s) handled", p.n);
-    for (size_t k = 0; k < p.n; k++)
-        tm_request_rec_clear(&p.v[k]);
-    free(p.v);
+    recover_all(srv, &p);
     return rc;
+}
+
+/* ---- calls whose response could not be written --------------------------- */
+
+/* srv->failed maps "<session>\n<request key>" of calls whose final write
+ * failed (their record stays "started") to 1, until they are finished. */
+static void failed_key(char *out, size_t n, const char *sid, const char *key)
+{
+    snprintf(out, n, "%s\n%s", sid, key);
+}
+
+void tm_call_write_failed(tidemark_call_t *c, int status)
+{
+    tidemark_server_t *srv = c->srv;
+    TM_ERROR("session %s: the response of request %s could not be made durable (%s); it is "
+             "settled once the store takes writes again", c->sess->id, c->reqkey,
+             tidemark_strerror(status));
+    char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
+    failed_key(k, sizeof k, c->sess->id, c->reqkey);
+    pthread_mutex_lock(&srv->fail_mu);
+    tm_map_put(srv->failed, k, (void *)1);
+    pthread_mutex_unlock(&srv->fail_mu);
+    /* No SSE id: nothing of it was committed, so it is no event of the stream. */
+    json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                 "The result could not be made durable; the request's outcome "
+                                 "is settled once the store recovers: retry it then",
+                                 "store_failed", NULL);
+    size_t len;
+    char *bytes = tm_jsonrpc_dump(e, &len);
+    json_decref(e);
+    if (bytes && srv->http)
+        tm_http_stream_fail(srv->http, c->sess->id, c->stream, bytes, len);
+    free(bytes);
+}
+
+int tm_call_write_pending(tidemark_server_t *srv, const char *sid, const char *key)
+{
+    char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
+    failed_key(k, sizeof k, sid, key);
+    pthread_mutex_lock(&srv->fail_mu);
+    int r = tm_map_get(srv->failed, k) != NULL;
+    pthread_mutex_unlock(&srv->fail_mu);
+    return r;
+}
+
+typedef struct key_list {
+    char **v;
+    size_t n;
+} key_list;
+
+static void take_key(const char *k, void *v, void *ud)
+{
+    (void)v;
+    key_list *l = ud;
+    char *d = strdup(k);
+    if (d)
+        l->v[l->n++] = d;
+}
+
+/* The record of a failed call, if it still needs finishing. 1: collected
+ * into p; 0: nothing to do (finished meanwhile); -1: could not tell. */
+static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
+{
+    const char *nl = strchr(k, '\n');
+    char sid[TM_SESSION_ID_LEN + 1];
+    if (!nl || (size_t)(nl - k) != TM_SESSION_ID_LEN)
+        return 0;
+    memcpy(sid, k, TM_SESSION_ID_LEN);
+    sid[TM_SESSION_ID_LEN] = '\0';
+    tm_request_rec rec;
+    int rc = tm_store_request_get(srv->store, sid, nl + 1, &rec);
+    if (rc == TIDEMARK_ENOTFOUND)
+        return 0;
+    if (rc)
+        return -1;
+    int started = rec.state == TM_REQ_STARTED;
+    if (started)
+        collect(p, &rec);
+    tm_request_rec_clear(&rec);
+    return started;
+}
+
+void tm_recover_failed(tidemark_server_t *srv)
+{
+    if (tm_store_writable(srv->store) != 0)
+        return;
+    pthread_mutex_lock(&srv->fail_mu);
+    size_t n = tm_map_count(srv->failed);
+    key_list l = {n ? calloc(n, sizeof *l.v) : NULL, 0};
+    if (l.v)
+        tm_map_each(srv->failed, take_key, &l);
+    pthread_mutex_unlock(&srv->fail_mu);
+    pending p = {0};
+    for (size_t i = 0; i < l.n; i++) {
+        if (failed_record(srv, l.v[i], &p) >= 0) {
+            pthread_mutex_lock(&srv->fail_mu);
+            tm_map_del(srv->failed, l.v[i]);
+            pthread_mutex_unlock(&srv->fail_mu);
+        }
+        free(l.v[i]);
+    }
+    free(l.v);
+    recover_all(srv, &p);
 }

@@ -115,11 +115,13 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     fill_limits(&s->cfg, &def);
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
+    s->failed = tm_map_new();
+    pthread_mutex_init(&s->fail_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
     if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
-        !s->sessions) {
+        !s->sessions || !s->failed) {
         tidemark_server_free(s);
         return TIDEMARK_ENOMEM;
     }
@@ -143,6 +145,19 @@ static void reply_error(tm_http_req *r, unsigned status, int code, const char *r
                         const char *message, json_t *extra)
 {
     reply_json(r, status, tm_jsonrpc_error(NULL, code, message, reason, extra));
+}
+
+/* The store could not do what a request needs. Refusing writes (a full
+ * disk, an I/O error) is temporary: 503 and a hint to retry. */
+static void reply_store_error(tm_http_req *r, int rc)
+{
+    if (rc == TIDEMARK_EIO) {
+        tm_http_req_add_header(r, "Retry-After", "1");
+        reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_unavailable",
+                    "Service Unavailable: the store does not take writes now", NULL);
+    } else {
+        reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+    }
 }
 
 /* An MCP-Protocol-Version header naming a version we do not speak: answer
@@ -183,14 +198,23 @@ static void job_free(tm_job *j)
     free(j);
 }
 
-static void effect_done(void *ud, int status, uint64_t seq)
+static void call_release(tidemark_call_t *c)
 {
-    (void)status;
-    (void)seq;
-    tidemark_call_t *c = ud;
     if (c->effect_free)
         c->effect_free(c->effect_ud);
     tm_call_free(c);
+}
+
+/* The response of a recorded call settled. A response that could not be
+ * made durable leaves the record "started": tell the client, typed, and
+ * have it finished once the store takes writes again. */
+static void response_done(void *ud, int status, uint64_t seq)
+{
+    (void)seq;
+    tidemark_call_t *c = ud;
+    if (status != 0)
+        tm_call_write_failed(c, status);
+    call_release(c);
 }
 
 static int run_effect(void *ud, tm_txn *txn)
@@ -199,10 +223,53 @@ static int run_effect(void *ud, tm_txn *txn)
     return c->effect(txn, c->effect_ud);
 }
 
+/* Append a call's response to its job's stream (caller holds j->mu).
+ * Returns 1 when the call now belongs to the append (freed by its callback). */
+static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int last)
+{
+    tidemark_server_t *srv = j->srv;
+    size_t len, flen = 0;
+    char *bytes = tm_jsonrpc_dump(response, &len);
+    char *fallback = NULL;
+    tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes, .len = len,
+                       .flags = last ? TM_APPEND_FINAL : 0};
+    if (c && c->recorded) {
+        r.request_key = c->reqkey;
+        r.cb = response_done;
+        r.cb_ud = c;
+        snprintf(c->stream, sizeof c->stream, "%s", j->stream);
+        if (!c->holds_sess) { /* the callback may outlive the job and its reference */
+            tm_sess_ref(c->sess);
+            c->holds_sess = 1;
+        }
+    }
+    if (c && c->recorded && c->effect && !json_object_get(response, "error")) {
+        json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                     "The tool's effect failed and was rolled back", "effect_failed",
+                                     NULL);
+        fallback = tm_jsonrpc_dump(e, &flen);
+        json_decref(e);
+        r.effect = run_effect;
+        r.effect_ud = c;
+        r.fallback = fallback;
+        r.fallback_len = flen;
+    }
+    int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
+    if (rc) {
+        TM_WARN("session %s stream %s: response not appended: %s", j->sess->id, j->stream,
+                tidemark_strerror(rc));
+        if (r.cb)
+            tm_call_write_failed(c, rc); /* the callback never runs on a refused append */
+    }
+    free(bytes);
+    free(fallback);
+    return rc == 0 && r.cb;
+}
+
 /* The last completion closes the stream (SSE) or answers the POST (JSON).
  * A recorded call's response completes its request record in the same
  * transaction, together with its effect. The call is freed here (or once
- * its effect committed). */
+ * its response settled). */
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 {
     tidemark_server_t *srv = j->srv;
@@ -210,49 +277,17 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
     pthread_mutex_lock(&j->mu);
     int last = --j->remaining == 0;
     if (j->sse) {
-        if (response) {
-            size_t len, flen = 0;
-            char *bytes = tm_jsonrpc_dump(response, &len);
-            char *fallback = NULL;
-            tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes,
-                               .len = len, .flags = last ? TM_APPEND_FINAL : 0};
-            if (c && c->recorded)
-                r.request_key = c->reqkey;
-            if (c && c->effect && !json_object_get(response, "error")) {
-                json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
-                                             "The tool's effect failed and was rolled back",
-                                             "effect_failed", NULL);
-                fallback = tm_jsonrpc_dump(e, &flen);
-                json_decref(e);
-                r.effect = run_effect;
-                r.effect_ud = c;
-                r.fallback = fallback;
-                r.fallback_len = flen;
-                r.cb = effect_done;
-                r.cb_ud = c;
-                keep_call = 1;
-            }
-            int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
-            if (rc) {
-                TM_WARN("session %s stream %s: response not appended: %s", j->sess->id, j->stream,
-                        tidemark_strerror(rc));
-                keep_call = 0;
-            }
-            free(bytes);
-            free(fallback);
-        } else if (last && !atomic_load(&srv->stopping)) {
+        if (response)
+            keep_call = append_response(j, response, c, last);
+        else if (last && !atomic_load(&srv->stopping))
             tm_store_close_stream(srv->store, j->sess->id, j->stream);
-        }
         json_decref(response);
     } else if (response) {
         json_array_append_new(j->responses, response);
     }
     pthread_mutex_unlock(&j->mu);
-    if (c && !keep_call) {
-        if (c->effect_free)
-            c->effect_free(c->effect_ud);
-        tm_call_free(c);
-    }
+    if (c && !keep_call)
+        call_release(c);
     if (!last)
         return;
     if (!j->sse && j->req) {
@@ -268,6 +303,8 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 
 void tm_call_free(tidemark_call_t *c)
 {
+    if (c->holds_sess)
+        tm_sess_unref(c->sess);
     json_decref(c->id);
     free(c);
 }
@@ -365,7 +402,12 @@ static void run_initialize(void *arg)
         tm_sess_unref(sess);
         reply_json(ij->req, 200, resp);
     } else {
-        reply_json(ij->req, json_object_get(resp, "error") ? 400 : 200, resp);
+        const char *why = json_string_value(
+            json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "reason"));
+        int unavailable = why && strcmp(why, "store_unavailable") == 0;
+        if (unavailable)
+            tm_http_req_add_header(ij->req, "Retry-After", "1");
+        reply_json(ij->req, unavailable ? 503 : json_object_get(resp, "error") ? 400 : 200, resp);
     }
     json_decref(ij->root);
     free(ij);
@@ -444,6 +486,14 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     char key[TM_REQ_KEY_MAX], stream[TM_STREAM_MAX] = "";
     if (tm_request_key(m, key) != 0)
         return 0;
+    if (tm_call_write_pending(srv, sess->id, key)) {
+        /* Its result could not be written; the same reason until the store
+         * recovers and the call is settled (then: its record's answer). */
+        tm_http_req_add_header(r, "Retry-After", "1");
+        reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_failed",
+                    "The result of this request could not be made durable yet", NULL);
+        return 1;
+    }
     int same_id = 1;
     pthread_mutex_lock(&sess->mu);
     tidemark_call_t *live = tm_map_get(sess->calls, key);
@@ -671,7 +721,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
             rc = tm_http_reply_stream(r, &o);
         }
         if (rc) {
-            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            reply_store_error(r, rc);
             j->sse = 0;
             j->req = NULL;
         }
@@ -750,7 +800,7 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
     if (cursor) {
         int rc = tm_resume_decide(srv->store, sess->id, cursor, &d);
         if (rc) {
-            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            reply_store_error(r, rc);
             goto out;
         }
         json_t *x = NULL;
@@ -810,7 +860,7 @@ static void handle_get(tidemark_server_t *srv, tm_http_req *r)
         if (rc == 0)
             rc = tm_store_bounds(srv->store, sess->id, "g", &b);
         if (rc) {
-            reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", tidemark_strerror(rc), NULL);
+            reply_store_error(r, rc);
             goto out;
         }
         o.stream = "g";
@@ -978,8 +1028,9 @@ static void *janitor_main(void *arg)
     return NULL;
 }
 
-/* Nodes sharing a store (Redis): finish the requests of nodes whose lease
- * lapsed, again and again, not only at start-up. */
+/* Finish, again and again, not only at start-up: the requests of nodes
+ * whose lease lapsed (stores shared by nodes), and calls whose response
+ * could not be written (once the store takes writes again). */
 #define RECOVER_EVERY_MS 500
 static void *recoverer_main(void *arg)
 {
@@ -991,9 +1042,10 @@ static void *recoverer_main(void *arg)
         if (!srv->rec_running)
             break;
         pthread_mutex_unlock(&srv->jan_mu);
-        int rc = tm_recover(srv);
+        int rc = tm_store_shared(srv->store) ? tm_recover(srv) : 0;
         if (rc)
             TM_DEBUG("periodic recovery: %s", tidemark_strerror(rc));
+        tm_recover_failed(srv);
         pthread_mutex_lock(&srv->jan_mu);
     }
     pthread_mutex_unlock(&srv->jan_mu);
@@ -1069,11 +1121,9 @@ int tidemark_server_start(tidemark_server_t *srv)
      * the recovered calls are registered before this returns. */
     if ((rc = tm_recover(srv)) != 0)
         TM_ERROR("recovery of unfinished requests failed: %s", tidemark_strerror(rc));
-    if (tm_store_shared(srv->store)) {
-        srv->rec_running = 1;
-        if (pthread_create(&srv->recoverer, NULL, recoverer_main, srv) != 0)
-            srv->rec_running = 0;
-    }
+    srv->rec_running = 1;
+    if (pthread_create(&srv->recoverer, NULL, recoverer_main, srv) != 0)
+        srv->rec_running = 0;
     if (srv->cfg.session_ttl_seconds > 0) {
         srv->jan_running = 1;
         if (pthread_create(&srv->janitor, NULL, janitor_main, srv) != 0)
@@ -1169,6 +1219,9 @@ void tidemark_server_free(tidemark_server_t *srv)
     for (size_t i = 0; i < srv->nschemas; i++)
         free(srv->schemas[i]);
     free(srv->schemas);
+    if (srv->failed)
+        tm_map_free(srv->failed);
+    pthread_mutex_destroy(&srv->fail_mu);
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->jan_mu);
     pthread_cond_destroy(&srv->jan_cv);

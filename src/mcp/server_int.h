@@ -71,6 +71,8 @@ struct tidemark_call {
     json_t *params;
     json_t *progress_token;
     char addr[64];            /* the client's address ("" for the server's own work) */
+    char stream[TM_STREAM_MAX]; /* where its response went (set when appended) */
+    int holds_sess;           /* owns a reference to sess (kept past its job) */
     atomic_int cancelled;
     int registered;           /* present in sess->calls */
 };
@@ -96,8 +98,11 @@ struct tidemark_server {
     pthread_mutex_t jan_mu;
     pthread_cond_t jan_cv;
     int jan_running;
-    pthread_t recoverer;      /* shared stores: takes over dead nodes' requests */
+    pthread_t recoverer;      /* finishes dead nodes' requests (shared stores) and calls
+                                 whose response could not be written */
     int rec_running;          /* (under jan_mu, woken by jan_cv) */
+    pthread_mutex_t fail_mu;  /* guards failed */
+    tm_map *failed;           /* calls whose response write failed (recovery.c) */
 };
 
 extern const char *const tm_log_levels[8];
@@ -139,6 +144,15 @@ void tm_sess_cancel(tm_sess *s, json_t *request_id);
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
 /* recovery.c: finish the requests a dead process left started (DESIGN §6). */
 int tm_recover(tidemark_server_t *srv);
+/* recovery.c: the response of call c could not be made durable (status):
+ * its record stays "started"; the client's stream gets a typed store_failed
+ * error without an id, and tm_recover_failed finishes the record later. */
+void tm_call_write_failed(tidemark_call_t *c, int status);
+/* 1 while such a call of session sid with request key key is unfinished. */
+int tm_call_write_pending(tidemark_server_t *srv, const char *sid, const char *key);
+/* Once the store takes writes again, finish those calls as after a crash
+ * (re-run atomic and idempotent tools, else outcome_unknown). */
+void tm_recover_failed(tidemark_server_t *srv);
 /* Build the request key of a tools/call into out (TM_REQ_KEY_MAX bytes):
  * "k:<idempotency key, escaped>" or its id key; exact, never truncated.
  * TIDEMARK_EINVAL when the message's id or key is not one (see

@@ -90,6 +90,7 @@ typedef struct sconn {
     int ended;             /* the reader ended the stream: everything is handed to MHD */
     int ka_due;
     int attached;
+    tm_buf *last_words;    /* tm_http_stream_fail: sent once caught up, then the end */
 } sconn;
 
 struct tm_http_req {
@@ -200,6 +201,15 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             break;
         if (s->close_requested && s->delivered >= s->close_after)
             break;
+        if (s->last_words) { /* nothing more will be committed: say why, then end */
+            tm_buf_add(&s->out, s->last_words->data, s->last_words->len);
+            tm_buf_free(s->last_words);
+            free(s->last_words);
+            s->last_words = NULL;
+            s->close_requested = 1;
+            s->close_after = s->delivered;
+            continue;
+        }
         if (s->ka_due) {
             s->ka_due = 0;
             tm_sse_frame_comment(&s->out, "keep-alive");
@@ -227,6 +237,10 @@ static void sconn_free(void *cls)
     pthread_mutex_unlock(&h->hub_mu);
     pthread_mutex_destroy(&s->mu);
     tm_buf_free(&s->out);
+    if (s->last_words) {
+        tm_buf_free(s->last_words);
+        free(s->last_words);
+    }
     free(s->session);
     free(s->stream);
     free(s);
@@ -274,6 +288,31 @@ void tm_http_close_stream(tm_http *h, const char *session, const char *stream, u
         pthread_mutex_lock(&s->mu);
         s->close_requested = 1;
         s->close_after = after_seq;
+        sconn_resume_locked(s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&h->hub_mu);
+}
+
+void tm_http_stream_fail(tm_http *h, const char *session, const char *stream, const char *data,
+                         size_t len)
+{
+    char key[256];
+    hub_key(key, sizeof key, session, stream);
+    pthread_mutex_lock(&h->hub_mu);
+    sconn *s = tm_map_get(h->hub, key);
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        tm_buf *b = s->last_words ? NULL : calloc(1, sizeof *b);
+        if (b) {
+            tm_buf_init(b, len + 64);
+            if (tm_sse_frame(b, NULL, NULL, data, len) == 0) {
+                s->last_words = b;
+            } else {
+                tm_buf_free(b);
+                free(b);
+            }
+        }
         sconn_resume_locked(s);
         pthread_mutex_unlock(&s->mu);
     }

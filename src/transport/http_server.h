@@ -86,6 +86,11 @@ void tm_http_wake(tm_http *h, const char *session, const char *stream);
  * after_seq are sent (server-initiated close, SEP-1699). The client resumes
  * with GET. */
 void tm_http_close_stream(tm_http *h, const char *session, const char *stream, uint64_t after_seq);
+/* The rest of session/stream cannot be written: send data (a message, as
+ * one SSE event without an id, since it is no event of the stream) on the
+ * connection attached to it, if any, after what it has sent, then end it. */
+void tm_http_stream_fail(tm_http *h, const char *session, const char *stream, const char *data,
+                         size_t len);
 /* 1 if some connection is attached to a stream of session. */
 int tm_http_session_attached(tm_http *h, const char *session);
 /* End every connection attached to a stream of session. */

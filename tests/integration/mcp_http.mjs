@@ -62,7 +62,7 @@ export const stopServer = (s, sig = "SIGTERM") => stopProc(s?.proc, sig);
 // Servers for a store kind: "memory", "sqlite" or "redis" (two nodes on one
 // Redis: urls[0] and urls[1] are different nodes, so a retry can land on
 // the other). Returns {urls, stop()} or null when redis is missing.
-export async function serversFor(bin, kind, flags = []) {
+export async function serversFor(bin, kind, flags = [], env = {}) {
   if (kind === "redis") {
     if (missingTools().includes("redis-server")) return null;
     const c = new Cluster({ bin, nodes: 2, nodeArgs: flags });
@@ -73,7 +73,7 @@ export async function serversFor(bin, kind, flags = []) {
   }
   const store = kind === "sqlite"
     ? "sqlite:" + join(mkdtempSync(join(tmpdir(), "tidemark-test-")), "t.db") : "memory";
-  const s = await startServer(bin, ["--store", store, ...flags]);
+  const s = await startServer(bin, ["--store", store, ...flags], { env });
   return { urls: [s.url, s.url], server: s, stop: () => stopServer(s) };
 }
 

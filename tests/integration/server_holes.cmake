@@ -25,3 +25,10 @@ if(NODE_EXECUTABLE)
     set_tests_properties(holes_limits_${store} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+if(NODE_EXECUTABLE)
+  # A full disk, made by the fault VFS of the crash-points build.
+  add_test(NAME holes_diskfull
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/server_holes.mjs
+            $<TARGET_FILE:tidemark-server-crashpoints> sqlite diskfull)
+  set_tests_properties(holes_diskfull PROPERTIES TIMEOUT 120)
+endif()

@@ -3,10 +3,15 @@
 //
 //   node server_holes.mjs SERVER_BINARY STORE SCENARIO
 //   STORE: memory | sqlite | redis (two nodes on one Redis; retries go to the
-//   other node). SCENARIO: ids | slowloris | streams | starvation | framing | limits.
+//   other node). SCENARIO: ids | slowloris | streams | starvation | framing | limits
+//   | diskfull (SQLite, a server built with crash points: its fault VFS).
 // Attack traffic comes from 127.0.0.2 (all of 127/8 is loopback), the
 // well-behaved client from 127.0.0.1, so per-address fairness shows.
 import { connect } from "node:net";
+import { mkdtempSync, unlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { sseEvents } from "./sse.mjs";
 import {
   callTool, checker, initialize, initializeFrom, ledgerCount, messages, post, postFrom, rawHttp,
   reasonOf, serversFor, sleep, timed, toolCall, until,
@@ -250,6 +255,58 @@ async function framing(urls) {
   t.check("stream n=10001 refused by the demo tool", huge.response?.result?.isError === true);
 }
 
+// Item 8: a full disk. Calls in flight end with a typed store_failed error
+// (no SSE id: nothing of it is committed) instead of a stream that just
+// stops; meanwhile new work gets 503 store_unavailable and a retry of a
+// failed call 503 store_failed; once space is back the server takes writes
+// again without a restart and settles the failed calls as after a crash:
+// the atomic one re-runs (once), the other ends outcome_unknown.
+async function diskfull(urls, env) {
+  const url = urls[0];
+  const sid = await initialize(url);
+  const start = (id, name, args) => post(url, sid, toolCall(id, name, args, { progressToken: id }));
+  const readAll = async (res) => {
+    const evs = [];
+    for await (const ev of sseEvents(res.body)) evs.push(ev);
+    return evs;
+  };
+  const a = await start("ext", "external_call", { delay_ms: 1500 });
+  const b = await start("led", "ledger_append", { entry: "full-" + tag, delay_ms: 1500 });
+  const ea = readAll(a), eb = readAll(b);
+  await sleep(300);
+  writeFileSync(env.fullFile, "");
+  const [va, vb] = await Promise.all([ea, eb].map((p) => timed(() => p, 10000)));
+  for (const [name, v] of [["external_call", va], ["ledger_append", vb]]) {
+    const last = v.ok ? v.detail.at(-1) : null;
+    let msg = null;
+    try { msg = JSON.parse(last?.data); } catch { /* none */ }
+    t.check(`${name} in flight: its stream ends with store_failed, sent without an id`,
+      v.ok && last.id === null && reasonOf(msg) === "store_failed", JSON.stringify(v.ok ? v.detail : v));
+  }
+  const init = await post(url, null, { jsonrpc: "2.0", id: 0, method: "initialize",
+    params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
+  const ib = await init.json().catch(() => null);
+  t.check("initialize while the disk is full: 503 store_unavailable",
+    init.status === 503 && reasonOf(ib) === "store_unavailable", JSON.stringify([init.status, ib]));
+  const ra = await post(url, sid, toolCall("ext", "external_call", { delay_ms: 1500 }));
+  const rab = await ra.json().catch(() => null);
+  t.check("a retry of the failed call meanwhile: 503 store_failed", ra.status === 503 && reasonOf(rab) === "store_failed",
+    JSON.stringify([ra.status, rab]));
+  unlinkSync(env.fullFile);
+  await until("the store to take writes again", async () => (await timed(() => initialize(url), 3000)).ok, 20000);
+  const settled = async (id, name, args) => until(`${id} to be settled`, async () => {
+    const r = await callTool(url, sid, id, name, args);
+    return r.status === 200 && r.response ? r.response : null;
+  }, 10000);
+  const sa = await settled("ext", "external_call", { delay_ms: 1500 });
+  t.check("then the non-idempotent call is settled outcome_unknown", reasonOf(sa) === "outcome_unknown",
+    JSON.stringify(sa));
+  const sb = await settled("led", "ledger_append", { entry: "full-" + tag, delay_ms: 1500 });
+  t.check("and the atomic one re-ran to its result", sb?.result?.content?.[0]?.text === "appended",
+    JSON.stringify(sb));
+  t.check("its effect exists exactly once", await ledgerCount(url, sid, "full-" + tag) === 1);
+}
+
 // Items 7 (the limits part): subscriptions per session and uri length.
 async function limits(urls) {
   const sid = await initialize(urls[0]);
@@ -277,13 +334,17 @@ const scenarios = {
   starvation: { fn: starvation, flags: ["--max-queued-per-session", "20"] },
   framing: { fn: framing },
   limits: { fn: limits },
+  diskfull: { fn: diskfull, fullFile: true },
 };
 const sc = scenarios[scenario];
 if (!sc) { console.error("unknown scenario " + scenario); process.exit(2); }
-const servers = await serversFor(bin, kind, sc.flags ?? []);
+const env = {};
+if (sc.fullFile) env.fullFile = join(mkdtempSync(join(tmpdir(), "tidemark-full-")), "full");
+const servers = await serversFor(bin, kind, sc.flags ?? [],
+  env.fullFile ? { TIDEMARK_SQLITE_FULL_FILE: env.fullFile } : {});
 if (!servers) { console.log("SKIP: redis-server not installed"); process.exit(77); }
 try {
-  await sc.fn(servers.urls);
+  await sc.fn(servers.urls, env);
 } catch (e) {
   t.check("scenario ran to the end", false, e.stack);
 } finally {
