@@ -32,3 +32,12 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-server-crashpoints> sqlite diskfull)
   set_tests_properties(holes_diskfull PROPERTIES TIMEOUT 120)
 endif()
+if(NODE_EXECUTABLE)
+  # The hostile-client soak, short: fuzzed requests, slow headers and one
+  # session flooding slow calls at once, while a well-behaved client's calls
+  # stay answered within 2 s and exactly once. Long: make soak-hostile.
+  add_test(NAME hostile_short
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/soak/hostile.mjs
+            --server $<TARGET_FILE:tidemark-server> --seconds 20 --seed 1)
+  set_tests_properties(hostile_short PROPERTIES TIMEOUT 300)
+endif()
