@@ -18,7 +18,7 @@ const char *tidemark_call_idempotency_key(const tidemark_call_t *c) { return c->
 
 int tidemark_call_cancelled(const tidemark_call_t *c)
 {
-    return atomic_load(&((tidemark_call_t *)c)->cancelled) || c->sess->closed ||
+    return atomic_load(&((tidemark_call_t *)c)->cancelled) || atomic_load(&c->sess->closed) ||
            atomic_load(&c->srv->stopping);
 }
 

@@ -444,7 +444,7 @@ static tm_sess *require_session(tidemark_server_t *srv, tm_http_req *r)
         return NULL;
     }
     tm_sess *s = tm_sess_find(srv, sid);
-    if (!s || s->closed) {
+    if (!s || atomic_load(&s->closed)) {
         if (s)
             tm_sess_unref(s);
         reply_error(r, 404, TM_RPC_SESSION_NOT_FOUND, "unknown_session", "Session not found", NULL);

@@ -29,7 +29,7 @@ typedef struct tm_sess {
     pthread_cond_t cv;       /* server->client answers, cancellation */
     int log_level;           /* index into tm_log_levels; lower = more verbose
                                 (a copy of the store's attribute "log_level") */
-    int closed;              /* deleted */
+    atomic_int closed;       /* deleted (read without mu: require_session, call.c) */
     json_t *subs;            /* uri -> true: the resources subscribed to (a copy of
                                 the store's "sub:<uri>" attributes, for the limit) */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */

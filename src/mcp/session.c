@@ -196,7 +196,7 @@ static void cancel_call(const char *k, void *v, void *ud)
 void tm_sess_close(tm_sess *s)
 {
     pthread_mutex_lock(&s->mu);
-    s->closed = 1;
+    atomic_store(&s->closed, 1);
     tm_map_each(s->calls, cancel_call, NULL);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -324,7 +324,7 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     json_decref(msg);
     struct timespec dl = tm_deadline_ms(timeout_ms > 0 ? timeout_ms : 60000);
     pthread_mutex_lock(&s->mu);
-    while (!rc && !w.done && !s->closed && !atomic_load(&call->cancelled)) {
+    while (!rc && !w.done && !atomic_load(&s->closed) && !atomic_load(&call->cancelled)) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) {
             rc = TIDEMARK_ETIMEDOUT;
             break;

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,7 @@ struct tm_http {
     unsigned port;
     pthread_mutex_t hub_mu;
     tm_map *hub; /* "session/stream" -> sconn */
-    int stopping;
+    atomic_int stopping;   /* read by stream readers without hub_mu */
     pthread_t ka_thread;
     pthread_mutex_t ka_mu;
     pthread_cond_t ka_cv;
@@ -161,7 +162,7 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&s->mu);
             return (ssize_t)n;
         }
-        if (h->stopping || s->superseded)
+        if (atomic_load(&h->stopping) || s->superseded)
             break;
         int rc = tm_store_read(h->store, s->session, s->stream, s->delivered, READ_BATCH,
                                frame_event, s);
@@ -1009,7 +1010,7 @@ void tm_http_stop(tm_http *h)
     pthread_join(h->ka_thread, NULL);
     prefix_ctx all = {"", 0, 1};
     pthread_mutex_lock(&h->hub_mu);
-    h->stopping = 1;
+    atomic_store(&h->stopping, 1);
     tm_map_each(h->hub, close_matching, &all);
     pthread_mutex_unlock(&h->hub_mu);
     MHD_stop_daemon(h->d);
