@@ -21,6 +21,7 @@ struct tm_sse_parser {
     tm_buf last_id;   /* committed last event id (max_line) */
     int id_pending;   /* pend_id holds an id: not yet committed */
     int block_id;     /* the current block had a valid id: field */
+    int block_bad_id; /* the current block had an id: field ignored for a NUL */
     int have_last_id; /* last_id was ever committed */
     int bom_done;     /* past the start of the stream */
     unsigned bom;     /* bytes of the BOM matched (and held) so far */
@@ -42,8 +43,8 @@ static int field_is(const char *f, size_t flen, const char *name)
 /* A blank line: commit the id, then dispatch the event if there is data. */
 static int dispatch(tm_sse_parser *p)
 {
-    int own_id = p->block_id;
-    p->block_id = 0;
+    int own_id = p->block_id, bad_id = p->block_bad_id;
+    p->block_id = p->block_bad_id = 0;
     if (p->id_pending) {
         p->id_pending = 0;
         int same = p->have_last_id && p->pend_id.len == p->last_id.len &&
@@ -74,6 +75,7 @@ static int dispatch(tm_sse_parser *p)
         .data = p->data.data,
         .data_len = p->data.len,
         .own_id = own_id,
+        .bad_id = bad_id,
     };
     int rc = p->cb.on_event ? p->cb.on_event(p->ud, &ev) : 0;
     tm_buf_reset(&p->data);
@@ -117,6 +119,8 @@ static int process_line(tm_sse_parser *p, const char *line, size_t n)
             tm_buf_reset(&p->pend_id);
             if (!(rc = tm_buf_add(&p->pend_id, val, vlen)))
                 p->id_pending = p->block_id = 1;
+        } else {
+            p->block_bad_id = 1; /* ignored, as the standard says, but not silently */
         }
     } else if (field_is(line, flen, "retry")) {
         size_t i = 0;
@@ -241,7 +245,7 @@ void tm_sse_parser_reset(tm_sse_parser *p)
     tm_buf_free(&p->data);
     tm_buf_free(&p->type);
     tm_buf_free(&p->pend_id);
-    p->id_pending = p->block_id = 0;
+    p->id_pending = p->block_id = p->block_bad_id = 0;
     p->bom_done = 0;
     p->bom = 0;
     p->skip_lf = 0;

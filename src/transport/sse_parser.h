@@ -11,7 +11,8 @@
  *  - ":..." lines are comments; "field:value" (one leading space of the value
  *    dropped); a line without ':' is a field with an empty value.
  *  - data: appends value + LF to the data buffer; event: sets the type;
- *    id: sets the last-event-id buffer unless the value contains a NUL;
+ *    id: sets the last-event-id buffer unless the value contains a NUL
+ *    (such a block's event is flagged bad_id);
  *    retry: all-ASCII-digit values set the reconnection time; other fields
  *    are ignored. Field names are case-sensitive.
  *  - A blank line commits the last-event-id buffer as the stream's last event
@@ -44,6 +45,10 @@ typedef struct tm_sse_event {
     size_t data_len;   /* bytes of data, at most max_data */
     int own_id;        /* 1: this event's block had its own id: field; 0: id is
                         * inherited from an earlier block */
+    int bad_id;        /* 1: this event's block had an id: field that was ignored
+                        * because its value contains a NUL byte (id is then the
+                        * inherited one): a client must not take the event as
+                        * the continuation of that older id */
 } tm_sse_event;
 
 /* Callbacks; every member may be NULL, and so may the struct itself. */

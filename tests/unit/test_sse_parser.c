@@ -762,6 +762,43 @@ static void test_own_id_and_id_only(void **state)
     }
 }
 
+/* bad_id: a block whose id: was ignored for a NUL byte says so, so a client
+ * does not take its event for the continuation of the inherited id. */
+static int bad_event(void *ud, const tm_sse_event *ev)
+{
+    blocks *b = ud;
+    return tm_buf_printf(&b->log, "E own=%d bad=%d id=%s data=%s\n", ev->own_id, ev->bad_id,
+                         ev->id ? ev->id : "NULL", ev->data);
+}
+
+static void test_bad_id_flagged(void **state)
+{
+    (void)state;
+    static const char in[] = "id: 1\ndata: a\n\n"       /* good */
+                             "id: 2\0x\ndata: b\n\n"   /* NUL: ignored, flagged, inherits 1 */
+                             "data: c\n\n"              /* no id: not flagged */
+                             "id: 3\0\n\n"             /* no data: nothing dispatched */
+                             "data: d\n\n";             /* the flag does not leak */
+    static const char want[] = "E own=1 bad=0 id=1 data=a\n"
+                               "E own=0 bad=1 id=1 data=b\n"
+                               "E own=0 bad=0 id=1 data=c\n"
+                               "E own=0 bad=0 id=1 data=d\n";
+    const tm_sse_callbacks cb = {.on_event = bad_event};
+    for (size_t chunk = 1; chunk <= sizeof in; chunk++) {
+        blocks b;
+        tm_buf_init(&b.log, 4096);
+        tm_sse_parser *p;
+        assert_int_equal(tm_sse_parser_new(0, 0, &cb, &b, &p), 0);
+        for (size_t off = 0; off < sizeof in - 1; off += chunk)
+            assert_int_equal(tm_sse_parser_feed(p, in + off, off + chunk > sizeof in - 1
+                                                                ? sizeof in - 1 - off : chunk), 0);
+        assert_int_equal(tm_sse_parser_finish(p), 0);
+        assert_string_equal(b.log.data, want);
+        tm_sse_parser_free(p);
+        tm_buf_free(&b.log);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -789,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_round_trip_with_framer),
         cmocka_unit_test(test_own_id_and_id_only),
+        cmocka_unit_test(test_bad_id_flagged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
