@@ -274,6 +274,8 @@ int tm_hc_start(tm_hc *hc, const tm_hx_req *req, const tm_hx_cb *cb, void *ud, u
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     if (req->timeout_ms > 0)
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+    if (req->fresh_connection)
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
     if (strcmp(req->method, "POST") == 0) {
         x->body = malloc(req->body_len + 1);
         if (!x->body)

@@ -32,6 +32,10 @@ typedef struct tm_hx_req {
     const char *body;            /* copied; may be NULL */
     size_t body_len;
     long timeout_ms;             /* whole exchange; 0 = none (streams) */
+    int fresh_connection;        /* never on a reused connection: libcurl re-sends a
+                                    request whose reused connection died before any
+                                    answer byte, which must not happen to a request
+                                    that may not be sent twice */
 } tm_hx_req;
 
 /* Start the I/O thread. OUT hc. */
