@@ -136,7 +136,8 @@ int tm_cstate_session_clear(tm_cstate *st)
     pthread_mutex_lock(&st->mu);
     int rc = sqlite3_exec(st->db,
                           "BEGIN; DELETE FROM tmc_session; DELETE FROM tmc_cursor;"
-                          " DELETE FROM tmc_dispatch; DELETE FROM tmc_outstanding; COMMIT;",
+                          " DELETE FROM tmc_dispatch; DELETE FROM tmc_outstanding;"
+                          " DELETE FROM tmc_meta WHERE k = 'session_proven'; COMMIT;",
                           NULL, NULL, NULL);
     pthread_mutex_unlock(&st->mu);
     return tm_sqlite_err(rc);
@@ -156,6 +157,28 @@ int64_t tm_cstate_next_request_id(tm_cstate *st)
     }
     pthread_mutex_unlock(&st->mu);
     return id;
+}
+
+int tm_cstate_session_proven(tm_cstate *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int proven = 0;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT v FROM tmc_meta WHERE k = 'session_proven'", -1, &s,
+                           NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            proven = sqlite3_column_int(s, 0) != 0;
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return proven;
+}
+
+int tm_cstate_session_prove(tm_cstate *st)
+{
+    return tm_sqlite_exec_args(st->db,
+                               "INSERT OR REPLACE INTO tmc_meta(k, v) VALUES('session_proven', 1)",
+                               NULL, 0);
 }
 
 int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out)
@@ -244,6 +267,23 @@ int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream)
     return exec1(st, "UPDATE tmc_outstanding SET stream = ?2 WHERE request_id = ?1", a, 2);
 }
 
+int tm_cstate_outstanding_stream_txn(tm_cstate *st, int64_t id, const char *stream)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[2] = {i, stream};
+    return tm_sqlite_exec_args(st->db, "UPDATE tmc_outstanding SET stream = ?2 WHERE request_id = ?1",
+                               a, 2);
+}
+
+int tm_cstate_outstanding_done_txn(tm_cstate *st, int64_t id)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[1] = {i};
+    return tm_sqlite_exec_args(st->db, "DELETE FROM tmc_outstanding WHERE request_id = ?1", a, 1);
+}
+
 int tm_cstate_outstanding_done(tm_cstate *st, int64_t id)
 {
     char i[32];
@@ -270,4 +310,40 @@ int tm_cstate_query(tm_cstate *st, const char *sql, const char *const *args, siz
     int rc = tm_sqlite_query_json(st->db, sql, args, nargs, rows);
     pthread_mutex_unlock(&st->mu);
     return rc;
+}
+
+/* One query into field name of out, under the mutex already held. */
+static int dump_part(tm_cstate *st, json_t *out, const char *name, const char *sql)
+{
+    json_t *rows = NULL;
+    int rc = tm_sqlite_query_json(st->db, sql, NULL, 0, &rows);
+    if (rc == 0)
+        json_object_set_new(out, name, rows);
+    else
+        json_decref(rows);
+    return rc;
+}
+
+int tm_cstate_dump(tm_cstate *st, json_t **out)
+{
+    int proven = tm_cstate_session_proven(st);
+    json_t *o = json_pack("{s:b}", "proven", proven);
+    pthread_mutex_lock(&st->mu);
+    int rc = dump_part(st, o, "session", "SELECT url, id, version FROM tmc_session");
+    if (!rc)
+        rc = dump_part(st, o, "cursors", "SELECT stream, event_id, seq FROM tmc_cursor ORDER BY stream");
+    if (!rc)
+        rc = dump_part(st, o, "dispatch",
+                       "SELECT event_id, stream, seq, state FROM tmc_dispatch ORDER BY stream, seq");
+    if (!rc)
+        rc = dump_part(st, o, "outstanding",
+                       "SELECT request_id, method, stream, idem_key FROM tmc_outstanding "
+                       "ORDER BY request_id");
+    pthread_mutex_unlock(&st->mu);
+    if (rc) {
+        json_decref(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * client_state.h - the client's durable state (DESIGN.md §7), in SQLite:
+ * client_state.h - the client's durable state, in SQLite:
  * the session, a cursor per stream, the dispatch log (event id -> processed
  * | committed) and the outstanding requests. Thread-safe (one connection,
  * one mutex); transactions are explicit so an application's effect, its
@@ -37,6 +37,10 @@ int tm_cstate_session_set(tm_cstate *st, const char *url, const char *id, const 
 int tm_cstate_session_clear(tm_cstate *st);
 /* A request id never used before in this state (survives restarts). */
 int64_t tm_cstate_next_request_id(tm_cstate *st);
+/* 1 once an event with a structured (Tidemark) id arrived in this session:
+ * the server keys its call records by request id, so re-sending a call under
+ * the same request id is answered from the record. Cleared with the session. */
+int tm_cstate_session_proven(tm_cstate *st);
 
 /* Transactions (a recursive-free mutex is held from begin to end). */
 int tm_cstate_begin(tm_cstate *st);
@@ -52,6 +56,15 @@ int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id);
 uint64_t tm_cstate_last_dispatched(tm_cstate *st, const char *stream);
 int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stream, uint64_t seq,
                            int state);
+/* Record that this session is proven (see tm_cstate_session_proven). */
+int tm_cstate_session_prove(tm_cstate *st);
+/* The stream an outstanding request's events arrive on, in the transaction
+ * of its first event: a crash can never leave that event's cursor without
+ * the request knowing its stream. */
+int tm_cstate_outstanding_stream_txn(tm_cstate *st, int64_t id, const char *stream);
+/* The request is over, in the transaction that applies its response: a
+ * crash right after cannot leave it outstanding with nothing left to read. */
+int tm_cstate_outstanding_done_txn(tm_cstate *st, int64_t id);
 
 /* Read application tables (outside a transaction). OUT rows. */
 int tm_cstate_query(tm_cstate *st, const char *sql, const char *const *args, size_t nargs,
@@ -64,5 +77,10 @@ int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream);
 int tm_cstate_outstanding_done(tm_cstate *st, int64_t id);
 /* OUT rows: array of {request_id, method, params, stream, idem_key}. */
 int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows);
+
+/* The whole state as JSON (outside a transaction): OUT {session, proven,
+ * cursors: [{stream, event_id, seq}], dispatch: [{event_id, stream, seq,
+ * state}], outstanding: [...]}. */
+int tm_cstate_dump(tm_cstate *st, json_t **out);
 
 #endif
