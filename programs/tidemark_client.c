@@ -5,11 +5,13 @@
  *
  * Exit codes: 0 success; 1 the server answered with an error (JSON-RPC
  * error, or a tool result with isError); 2 usage; 3 transport failure
- * (cannot connect, reconnects exhausted, timeout); 4 the resumption
- * validator refused a stream (gap, duplicate, inconsistent log: never a
- * silent resume); 5 the session was lost (404).
+ * (cannot connect, reconnects exhausted, timeout, stopped by a signal); 4
+ * the client refused a stream it cannot prove continuous, or refused to
+ * re-send a call it cannot prove unreceived (typed reason: never a silent
+ * resume); 5 the session was lost (404).
  */
 #include "tidemark/client.h"
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +37,8 @@ static void usage(FILE *f)
             "  resume                     finish requests a killed client left outstanding\n"
             "  end                        end the session (DELETE)\n"
             "  effects                    print the recorded effects (with --record-effects)\n"
+            "  state                      print the state file: session, cursors, dispatch log,\n"
+            "                             outstanding requests\n"
             "\n"
             "Options:\n"
             "  --state FILE               durable client state (session, cursors, dispatch log);\n"
@@ -51,23 +55,36 @@ static void usage(FILE *f)
             "  --idempotency-key KEY      send _meta[\"dev.tidemark/idempotency-key\"] with the\n"
             "                             call: a Tidemark server then answers a re-issue of\n"
             "                             the same call (new request id) from its record\n"
-            "  --timeout MS               per-request timeout (default 60000)\n"
+            "  --timeout MS               per-request timeout, reconnect waits included\n"
+            "                             (default 60000)\n"
+            "  --retry-min MS             a server's SSE retry: is clamped to at least MS\n"
+            "                             (default 50)\n"
+            "  --retry-max MS             ... and to at most MS (default 30000)\n"
+            "  --max-held-bytes BYTES     events of an emit-early server held back until\n"
+            "                             announced durable, at most BYTES (default 8388608);\n"
+            "                             past it the stream is refused (held_back_overflow)\n"
             "  --quiet                    no progress on stderr\n"
             "  --help\n"
             "\n"
-            "Exit codes: 0 ok, 1 error answer, 2 usage, 3 transport, 4 validator refused a\n"
-            "stream, 5 session lost.\n");
+            "Exit codes: 0 ok, 1 error answer, 2 usage, 3 transport (or stopped), 4 the\n"
+            "client refused a stream or a re-send it cannot prove safe (typed reason),\n"
+            "5 session lost.\n");
 }
+
+/* The typed reasons of a stream (or a re-send) the client refused: exit 4. */
+static const char *const refusals[] = {
+    "resumption_gap", "duplicate_effect", "dispatch_log_inconsistent", "replay_not_monotonic",
+    "stream_mismatch", "continuity_lost", "malformed_event", "malformed_event_id",
+    "held_back_overflow", "continuity_unprovable", NULL};
 
 static int exit_code(int rc, json_t *res)
 {
     if (rc == 0)
         return json_is_true(json_object_get(res, "isError")) ? 1 : 0;
     const char *reason = json_string_value(json_object_get(json_object_get(res, "data"), "reason"));
-    if (reason && (!strcmp(reason, "resumption_gap") || !strcmp(reason, "duplicate_effect") ||
-                   !strcmp(reason, "dispatch_log_inconsistent") ||
-                   !strcmp(reason, "replay_not_monotonic")))
-        return 4;
+    for (const char *const *r = refusals; reason && *r; r++)
+        if (!strcmp(reason, *r))
+            return 4;
     if (reason && !strcmp(reason, "session_lost"))
         return 5;
     if (rc == TIDEMARK_EPEER)
@@ -147,6 +164,19 @@ static json_t *kv_args(int argc, char **argv)
     return o;
 }
 
+/* A positive number for a flag, or 0 after a message. */
+static unsigned long long positive(const char *flag, const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end || n == 0 || v[0] == '-') {
+        fprintf(stderr, "tidemark-client: %s wants a positive number, not '%s'\n", flag, v);
+        return 0;
+    }
+    return n;
+}
+
 static tidemark_client_t *g_client;
 static void on_signal(int sig)
 {
@@ -167,7 +197,10 @@ int main(int argc, char **argv)
         {"idempotent-handlers", no_argument, 0, 'i'}, {"record-effects", no_argument, 0, 'r'},
         {"timeout", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
         {"idempotency-key", required_argument, 0, 'k'},
+        {"retry-min", required_argument, 0, 'm'}, {"retry-max", required_argument, 0, 'M'},
+        {"max-held-bytes", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    unsigned long long n;
     int o;
     while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
         switch (o) {
@@ -185,6 +218,18 @@ int main(int argc, char **argv)
         case 't': cfg.timeout_ms = atoi(optarg); break;
         case 'q': quiet = 1; break;
         case 'k': idem_key = optarg; break;
+        case 'm':
+            if (!(n = positive("--retry-min", optarg)) || n > 3600000) return 2;
+            cfg.retry_min_ms = (unsigned)n;
+            break;
+        case 'M':
+            if (!(n = positive("--retry-max", optarg)) || n > 3600000) return 2;
+            cfg.retry_max_ms = (unsigned)n;
+            break;
+        case 'H':
+            if (!(n = positive("--max-held-bytes", optarg))) return 2;
+            cfg.max_held_bytes = (size_t)n;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -215,7 +260,8 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     json_t *res = NULL;
-    rc = strcmp(cmd, "effects") ? tidemark_client_connect(c, &res) : 0;
+    int offline = !strcmp(cmd, "effects") || !strcmp(cmd, "state"); /* read the state only */
+    rc = offline ? 0 : tidemark_client_connect(c, &res);
     if (rc) {
         fprintf(stderr, "tidemark-client: connect: %s\n", tidemark_strerror(rc));
         if (res)
@@ -311,6 +357,9 @@ int main(int argc, char **argv)
         rc = tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
                                       "GROUP BY event_id ORDER BY stream, seq", NULL, 0, &res);
         print_json(res);
+    } else if (!strcmp(cmd, "state")) {
+        rc = tidemark_client_state(c, &res);
+        print_json(res);
     } else if (!strcmp(cmd, "end")) {
         rc = tidemark_client_end_session(c);
     } else {
@@ -319,7 +368,7 @@ int main(int argc, char **argv)
     }
     int code = rc == -100 ? 2 : exit_code(rc, res);
     /* Without a state file nothing can resume the session: end it. */
-    if (!state && strcmp(cmd, "end") != 0 && code != 5)
+    if (!state && strcmp(cmd, "end") != 0 && code != 5 && !offline)
         tidemark_client_end_session(c);
     json_decref(res);
     json_decref(args);

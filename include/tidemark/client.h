@@ -4,9 +4,13 @@
  * One client is one session with one server. Requests may be issued from
  * many threads at once; all HTTP runs on the client's own I/O thread (curl
  * multi). Every event that arrives on a stream goes through the resumption
- * validator (DESIGN.md §7) and is dispatched to the application exactly once
- * according to the persistence mode, with the stream cursor saved in durable
- * client state (SQLite) so a killed client resumes where it was.
+ * validator and is dispatched to the application exactly once according to
+ * the persistence mode, with the stream cursor saved in durable client state
+ * (SQLite) so a killed client resumes where it was. A stream the validator
+ * cannot prove continuous is refused with a typed reason (resumption_gap,
+ * replay_not_monotonic, duplicate_effect, dispatch_log_inconsistent,
+ * stream_mismatch, continuity_lost, malformed_event, malformed_event_id,
+ * held_back_overflow, continuity_unprovable), never resumed silently.
  *
  * JSON values are jansson's json_t. Results handed out are new references
  * the caller decrefs.
@@ -27,19 +31,23 @@ typedef struct tidemark_client tidemark_client_t;
 /* The client-state transaction an atomic handler writes its effects in. */
 typedef struct tidemark_txn tidemark_txn_t;
 
-/* How the cursor is saved relative to the application's effect (DESIGN §7). */
+/* How the cursor is saved relative to the application's effect. */
 typedef enum tidemark_persist {
     TIDEMARK_PERSIST_ATOMIC = 0,            /* effect + dispatch row + cursor in one transaction */
     TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH, /* effect, then cursor: a crash between duplicates */
     TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH /* cursor, then effect: a crash between skips */
 } tidemark_persist_t;
 
-/* An event of a stream, as dispatched. */
+/* An event of a stream, as dispatched. Only events with an id are
+ * dispatched (an id-less message of a stream that never had ids is handled
+ * but cannot be logged); an event whose data is not a JSON-RPC message is
+ * refused (malformed_event), never logged as dispatched. */
 typedef struct tidemark_event {
-    const char *id;       /* the SSE id ("" if none) */
+    const char *id;       /* the SSE id */
     const char *stream;   /* our stream name ("g", "r3") or "" for foreign ids */
     uint64_t seq;         /* 0 for foreign ids */
-    json_t *message;      /* the JSON-RPC message (borrowed) */
+    json_t *message;      /* the JSON-RPC message (borrowed); NULL for an event with
+                             empty data (a priming event): nothing to apply */
 } tidemark_event_t;
 
 /*
@@ -60,13 +68,25 @@ typedef int (*tidemark_server_request_fn)(const char *method, json_t *params, js
                                           void *ud);
 
 /* What to do when a stream whose event ids are not Tidemark ids (a foreign
- * server: continuity cannot be proven) is cut in the middle of a request. */
+ * server: continuity cannot be proven) is cut in the middle of a request.
+ * Either way a stream once proven by Tidemark ids is never continued by
+ * opaque ids (continuity_lost), and a tools/call cut before any event is
+ * re-sent only when that cannot repeat it: the server never received it, it
+ * carries an idempotency key, the tool is annotated idempotent or read-only,
+ * or the session's ids proved a Tidemark server (which keys its call
+ * records by request id). Otherwise it fails with continuity_unprovable
+ * before anything is re-sent. */
 typedef enum tidemark_opaque_policy {
     TIDEMARK_OPAQUE_SAFE_ONLY = 0, /* resume only requests safe to see twice: not tools/call,
                                       or tools annotated idempotent/read-only; otherwise end
                                       the session with continuity_unprovable (default) */
     TIDEMARK_OPAQUE_RESUME = 1,    /* always resume with Last-Event-ID, deduplicating by event id */
 } tidemark_opaque_policy_t;
+
+/* Defaults of the reconnection and hold-back bounds (tidemark_client_config_init). */
+#define TIDEMARK_CLIENT_RETRY_MIN_MS 50u
+#define TIDEMARK_CLIENT_RETRY_MAX_MS 30000u
+#define TIDEMARK_CLIENT_MAX_HELD_BYTES ((size_t)8 << 20)
 
 typedef struct tidemark_client_config {
     const char *url;               /* the server endpoint, e.g. http://127.0.0.1:8080/mcp */
@@ -80,10 +100,17 @@ typedef struct tidemark_client_config {
                                       that belong to no request arrive there) */
     const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
     const char *protocol_version;  /* offered; default 2025-11-25 */
-    unsigned max_attempts;         /* reconnect attempts per stream; default 8 */
+    unsigned max_attempts;         /* reconnect attempts in a row without progress (a new
+                                      event accepted; pings and comments are not); default 8 */
     unsigned backoff_ms;           /* first backoff when the server sent no retry; default 250 */
-    unsigned backoff_max_ms;       /* default 5000 */
-    int timeout_ms;                /* per request; default 60000 */
+    unsigned backoff_max_ms;       /* cap of the exponential backoff (full jitter); default 5000 */
+    unsigned retry_min_ms;         /* a server's retry: is clamped to [retry_min_ms, */
+    unsigned retry_max_ms;         /*   retry_max_ms]; defaults TIDEMARK_CLIENT_RETRY_*_MS */
+    size_t max_held_bytes;         /* events of an emit-early server held back until announced
+                                      durable, at most this many bytes (event data plus a
+                                      fixed per-event overhead); past it the stream is refused
+                                      (held_back_overflow); default TIDEMARK_CLIENT_MAX_HELD_BYTES */
+    int timeout_ms;                /* per request, reconnect waits included; default 60000 */
     json_t *capabilities;          /* client capabilities (borrowed); default from callbacks */
     json_t *roots;                 /* array of {uri, name} answered to roots/list (borrowed) */
     const char *schema;            /* application DDL run in the state file at open (effect tables) */
@@ -123,10 +150,12 @@ int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *ar
 int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field,
                          json_t **items);
 /*
- * After a crash: resume every request the state file says is outstanding,
- * each from its stream's cursor (or re-sent when no event of it was ever
- * received), until each has its answer. OUT results: array of
- * {id, result} / {id, error}.
+ * After a crash (or a stop, a timeout, a refusal): resume every request the
+ * state file says is outstanding, each from its stream's cursor (or re-sent,
+ * under the re-send rules above, when no event of it was ever received),
+ * until each has its answer. A request leaves the state only with a final
+ * outcome: its response, a lost session, or continuity_unprovable. OUT
+ * results: array of {id, result} / {id, error}.
  */
 int tidemark_client_resume(tidemark_client_t *c, json_t **results);
 /* Send a notification. */
@@ -146,6 +175,10 @@ void tidemark_client_stop(tidemark_client_t *c);
 int tidemark_client_end_session(tidemark_client_t *c);
 /* Stop the I/O thread and free. The session stays resumable from the state. */
 void tidemark_client_free(tidemark_client_t *c);
+
+/* The durable state as JSON: OUT {session, proven, cursors, dispatch,
+ * outstanding} (caller decrefs). For operators and tests. */
+int tidemark_client_state(tidemark_client_t *c, json_t **state);
 
 /* Read the application's tables in the state file: OUT rows, an array of
  * objects (caller decrefs). */

@@ -1,7 +1,7 @@
 /*
  * client.c - the MCP client: session lifecycle, requests over POST (JSON or
  * SSE answers), resumption with Last-Event-ID, the validator and the three
- * persistence modes (DESIGN.md §7), server->client requests.
+ * persistence modes, server->client requests.
  *
  * Threads: the caller of a request drives it (start, wait, reconnect after
  * the delay); the HTTP I/O thread parses and dispatches events; a small
@@ -41,15 +41,28 @@
 
 enum rq_phase { RQ_RUNNING = 0, RQ_RECONNECT, RQ_DONE };
 
+/* An event as it arrives, classified for the validator. */
+typedef struct inev {
+    const char *id;   /* the id as received; "" when none */
+    tm_id_kind kind;
+    tm_event_id eid;  /* kind == TM_ID_STRUCTURED */
+    json_t *msg;      /* the message; NULL for empty data (a priming event) */
+    int msg_ok;       /* data empty, or a valid JSON-RPC message (or batch) */
+    const char *why;  /* kind == TM_ID_MALFORMED: "nul_byte", "too_long" */
+} inev;
+
 /* An event of an emit-early stream not yet announced durable. */
 typedef struct held {
     char *id;
     json_t *msg;
-    uint64_t seq;
+    tm_event_id eid;
+    size_t cost;
     struct held *next;
 } held;
 
-#define HELD_MAX 65536 /* events held at most; then the exchange is dropped and resumed */
+/* What a held event counts against max_held_bytes beyond its data and id:
+ * the parsed message and the list node. */
+#define HELD_OVERHEAD 512
 
 typedef struct rq {
     struct tidemark_client *c;
@@ -67,25 +80,29 @@ typedef struct rq {
     long status;
     int sse;
     int got_response;           /* stop reading this exchange */
+    int is_get;                 /* the current exchange is a GET (resume or listen) */
     tm_buf body;
     tm_sse_parser *parser;
     /* the stream */
     char stream_key[80];
-    char last_id[256];
-    int have_id;
-    int ours;                   /* ids parse as Tidemark ids */
+    char last_id[TM_CLIENT_ID_MAX + 1];
+    int have_id;                /* an event with an id was accepted (or a cursor loaded) */
+    int ours;                   /* ...with a Tidemark id: the stream is provable */
     unsigned long retry_ms;
     int retry_set;
-    unsigned attempts;
+    unsigned attempts;          /* reconnects in a row without progress */
+    int progressed;             /* the current exchange moved the stream forward */
+    int sent;                   /* a POST of it reached a connection (may have been received) */
+    int skip_nap;               /* decide and start the next exchange without waiting */
     int recorded;               /* outstanding row exists */
-    int events;                 /* events seen on the current exchange */
-    /* An emit-early server (DESIGN §8) announces its durable head; events
-     * above it wait here and are dispatched (and their cursor kept) only
-     * once announced durable. Per exchange. */
+    int final;                  /* the outcome is known for good: the row may go */
+    /* An emit-early server announces its durable head; events above it wait
+     * here and are dispatched (and their cursor kept) only once announced
+     * durable. Per exchange, bounded by cfg.max_held_bytes. */
     int early;
     uint64_t durable;
     held *held_head, *held_tail;
-    size_t nheld;
+    size_t held_bytes;
 } rq;
 
 struct tidemark_client {
@@ -131,7 +148,31 @@ void tidemark_client_config_init(tidemark_client_config_t *c)
     c->max_attempts = 8;
     c->backoff_ms = 250;
     c->backoff_max_ms = 5000;
+    c->retry_min_ms = TIDEMARK_CLIENT_RETRY_MIN_MS;
+    c->retry_max_ms = TIDEMARK_CLIENT_RETRY_MAX_MS;
+    c->max_held_bytes = TIDEMARK_CLIENT_MAX_HELD_BYTES;
     c->timeout_ms = 60000;
+}
+
+/* Zeros mean "the default"; a range given upside down is put right. */
+static void config_defaults(tidemark_client_config_t *c)
+{
+    if (!c->max_attempts)
+        c->max_attempts = 8;
+    if (!c->backoff_ms)
+        c->backoff_ms = 250;
+    if (!c->backoff_max_ms)
+        c->backoff_max_ms = 5000;
+    if (!c->retry_min_ms)
+        c->retry_min_ms = TIDEMARK_CLIENT_RETRY_MIN_MS;
+    if (!c->retry_max_ms)
+        c->retry_max_ms = TIDEMARK_CLIENT_RETRY_MAX_MS;
+    if (c->retry_max_ms < c->retry_min_ms)
+        c->retry_max_ms = c->retry_min_ms;
+    if (!c->max_held_bytes)
+        c->max_held_bytes = TIDEMARK_CLIENT_MAX_HELD_BYTES;
+    if (c->timeout_ms <= 0)
+        c->timeout_ms = 60000;
 }
 
 
@@ -150,14 +191,7 @@ int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t *
     c->offer = tm_strdup(cfg->protocol_version ? cfg->protocol_version : TIDEMARK_PROTOCOL_LATEST);
     c->caps = cfg->capabilities ? json_deep_copy(cfg->capabilities) : NULL;
     c->roots = cfg->roots ? json_deep_copy(cfg->roots) : NULL;
-    if (!c->cfg.max_attempts)
-        c->cfg.max_attempts = 8;
-    if (!c->cfg.backoff_ms)
-        c->cfg.backoff_ms = 250;
-    if (!c->cfg.backoff_max_ms)
-        c->cfg.backoff_max_ms = 5000;
-    if (c->cfg.timeout_ms <= 0)
-        c->cfg.timeout_ms = 60000;
+    config_defaults(&c->cfg);
     pthread_mutex_init(&c->mu, NULL);
     tm_cond_init_monotonic(&c->cv);
     c->pending = tm_map_new();
@@ -189,7 +223,7 @@ static void held_clear(rq *r)
         free(h);
     }
     r->held_head = r->held_tail = NULL;
-    r->nheld = 0;
+    r->held_bytes = 0;
 }
 
 static void rq_free(rq *r)
@@ -293,22 +327,27 @@ static void answer_server_request(void *arg)
     free(s);
 }
 
-/* A JSON-RPC message arrived (on rq's exchange, or NULL for the listen
- * stream): complete requests, report progress, answer server requests. */
+/* A JSON-RPC message arrived on r's exchange: complete r, report
+ * progress, answer server requests. */
 static void handle_message(tidemark_client_t *c, rq *r, json_t *msg)
 {
     tm_msg m;
     tm_jsonrpc_classify(msg, &m);
     if (m.kind == TM_MSG_RESULT || m.kind == TM_MSG_ERROR) {
-        char key[64];
-        if (!json_is_integer(m.id))
+        /* A response completes only the request whose stream carried it:
+         * taken from another stream it would end that request while its own
+         * stream (and the events still due on it) were never proven. */
+        if (r->listen || !json_is_integer(m.id) || json_integer_value(m.id) != r->id) {
+            TM_WARN("client: a response to request %" JSON_INTEGER_FORMAT
+                    " arrived on the stream of another; ignored",
+                    json_is_integer(m.id) ? json_integer_value(m.id) : (json_int_t)-1);
             return;
-        snprintf(key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value(m.id));
+        }
         pthread_mutex_lock(&c->mu);
-        rq *t = tm_map_get(c->pending, key);
-        if (t) {
-            t->got_response = 1;
-            rq_finish_locked(t, m.kind == TM_MSG_RESULT ? 0 : TIDEMARK_EPEER,
+        if (tm_map_get(c->pending, r->key) == r) {
+            r->got_response = 1;
+            r->final = 1;
+            rq_finish_locked(r, m.kind == TM_MSG_RESULT ? 0 : TIDEMARK_EPEER,
                              json_incref(m.kind == TM_MSG_RESULT ? m.result : m.error));
         }
         pthread_mutex_unlock(&c->mu);
@@ -342,6 +381,18 @@ static void handle_message(tidemark_client_t *c, rq *r, json_t *msg)
     }
 }
 
+/* A message or a batch of them. */
+static void deliver(tidemark_client_t *c, rq *r, json_t *msg)
+{
+    if (!json_is_array(msg)) {
+        handle_message(c, r, msg);
+        return;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msg, i, m) handle_message(c, r, m);
+}
+
 /* ---- events: validator, persistence modes, dispatch ----------------------------- */
 
 static int app_dispatch(tidemark_client_t *c, const tidemark_event_t *ev)
@@ -352,125 +403,236 @@ static int app_dispatch(tidemark_client_t *c, const tidemark_event_t *ev)
     return c->cfg.on_event(&txn, ev, c->cfg.ud);
 }
 
-/* Run one arriving event through the validator and the persistence mode.
- * Returns 0 to go on, or a negative code after failing r with a typed error. */
-static int accept_event(tidemark_client_t *c, rq *r, const char *id, json_t *msg)
+/* An id as it may appear in a report or a log line: at most 64 bytes of
+ * printable ASCII (a hostile id may be 100 KB of anything). */
+static void id_for_report(const char *id, char out[72])
 {
-    tm_event_id eid;
-    int ours = tm_event_id_parse(id, &eid) == 0;
-    if (ours) {
-        r->ours = 1;
-        snprintf(r->stream_key, sizeof r->stream_key, "%s", eid.stream);
-    } else if (!r->stream_key[0]) {
-        if (r->listen)
-            snprintf(r->stream_key, sizeof r->stream_key, "g");
-        else
-            snprintf(r->stream_key, sizeof r->stream_key, "req:%" PRId64, r->id);
+    size_t n = 0;
+    for (; id && id[n] && n < 64; n++)
+        out[n] = (unsigned char)id[n] >= 0x20 && (unsigned char)id[n] < 0x7f ? id[n] : '?';
+    if (id && id[n]) {
+        memcpy(out + n, "...", 3);
+        n += 3;
     }
+    out[n] = '\0';
+}
+
+/* Fail r with the validator's typed reason; cur may be NULL. */
+static void refuse(rq *r, tm_verdict v, const inev *e, const tm_cursor *cur)
+{
+    char shown[72];
+    id_for_report(e->id, shown);
+    const char *at = cur && cur->known ? cur->event_id : r->have_id ? r->last_id : "";
+    json_t *d = json_pack("{s:s,s:s,s:I,s:s}", "event_id", shown, "cursor", at, "head",
+                          (json_int_t)(e->kind == TM_ID_STRUCTURED ? e->eid.seq : 0), "stream",
+                          r->stream_key);
+    if (d && v == TM_V_BAD_ID)
+        json_object_set_new(d, "detail", json_string(e->why ? e->why : "malformed"));
+    if (d && v == TM_V_STREAM_MISMATCH && e->kind == TM_ID_STRUCTURED)
+        json_object_set_new(d, "event_stream", json_string(e->eid.stream));
+    TM_WARN("stream %s: %s at event %s (cursor %s)", r->stream_key[0] ? r->stream_key : "-",
+            tm_verdict_reason(v), shown[0] ? shown : "(no id)", at[0] ? at : "-");
+    rq_fail(r, TIDEMARK_EPROTO, tm_verdict_reason(v), "resumption validator refused the stream", d);
+}
+
+/* What the stream r reads has been so far, for the validator. */
+static tm_stream_kind stream_kind(const rq *r)
+{
+    return r->ours ? TM_STREAM_PROVABLE : r->have_id ? TM_STREAM_OPAQUE : TM_STREAM_NEW;
+}
+
+/* The state key of the stream e is taken on: the stream being read once it
+ * is provable (a structured id naming another is refused), else the one the
+ * event names; opaque streams are keyed by their request. */
+static void stream_key_for(const rq *r, const inev *e, char *key, size_t n)
+{
+    if (e->kind == TM_ID_STRUCTURED)
+        snprintf(key, n, "%s", r->ours ? r->stream_key : e->eid.stream);
+    else if (r->stream_key[0])
+        snprintf(key, n, "%s", r->stream_key);
+    else if (r->listen)
+        snprintf(key, n, "g");
+    else
+        snprintf(key, n, "req:%" PRId64, r->id);
+}
+
+/* In the first transaction of r's first accepted event: the outstanding
+ * request learns its stream (a crash cannot leave the cursor without it),
+ * and a structured id proves the session's server a Tidemark server. */
+static int note_first_event(tidemark_client_t *c, rq *r, const inev *e, const char *key)
+{
+    int rc = 0;
     if (r->recorded && !r->have_id)
-        tm_cstate_outstanding_stream(c->st, r->id, r->stream_key);
-    tidemark_event_t ev = {.id = id, .stream = ours ? eid.stream : "", .seq = ours ? eid.seq : 0,
-                           .message = msg};
+        rc = tm_cstate_outstanding_stream_txn(c->st, r->id, key);
+    if (rc == 0 && e->kind == TM_ID_STRUCTURED && !r->ours)
+        rc = tm_cstate_session_prove(c->st);
+    return rc;
+}
+
+/* Commit the open transaction unless rc failed; then it is rolled back. */
+static int settle_txn(tidemark_client_t *c, int rc)
+{
+    if (rc) {
+        tm_cstate_rollback(c->st);
+        return rc;
+    }
+    return tm_cstate_commit(c->st);
+}
+
+/* The dispatch row of ev; with it, when ev carries the response of
+ * request done_id (> 0), the end of that outstanding request. */
+static int log_dispatch(tidemark_client_t *c, const tidemark_event_t *ev, const char *key, int state,
+                        int64_t done_id)
+{
+    int rc = tm_cstate_dispatch_set(c->st, ev->id, key, ev->seq, state);
+    if (rc == 0 && done_id > 0)
+        rc = tm_cstate_outstanding_done_txn(c->st, done_id);
+    return rc;
+}
+
+/* atomic: effect + dispatch row + cursor in one transaction. */
+static int persist_atomic(tidemark_client_t *c, const tidemark_event_t *ev, const char *key,
+                          int64_t done_id)
+{
+    int rc = app_dispatch(c, ev);
+    if (rc == 0)
+        rc = log_dispatch(c, ev, key, TM_DISPATCH_COMMITTED, done_id);
+    if (rc == 0)
+        rc = tm_cstate_cursor_set(c->st, key, ev->id, ev->seq);
+    CRASH_POINT("atomic_before_commit");
+    return settle_txn(c, rc);
+}
+
+/* cursor_after_dispatch: effect + row (processed), commit, then the cursor. */
+static int persist_after(tidemark_client_t *c, const tidemark_event_t *ev, const char *key,
+                         int64_t done_id)
+{
+    int rc = app_dispatch(c, ev);
+    if (rc == 0)
+        rc = log_dispatch(c, ev, key, TM_DISPATCH_PROCESSED, done_id);
+    if ((rc = settle_txn(c, rc)) != 0)
+        return rc;
+    CRASH_POINT("after_dispatch_before_cursor");
+    if ((rc = tm_cstate_begin(c->st)) != 0)
+        return rc;
+    rc = tm_cstate_cursor_set(c->st, key, ev->id, ev->seq);
+    if (rc == 0)
+        rc = tm_cstate_dispatch_set(c->st, ev->id, key, ev->seq, TM_DISPATCH_COMMITTED);
+    return settle_txn(c, rc);
+}
+
+/* cursor_before_dispatch: the cursor, commit, then effect + row. */
+static int persist_before(tidemark_client_t *c, const tidemark_event_t *ev, const char *key,
+                          int64_t done_id)
+{
+    int rc = settle_txn(c, tm_cstate_cursor_set(c->st, key, ev->id, ev->seq));
+    if (rc)
+        return rc;
+    CRASH_POINT("after_cursor_before_dispatch");
+    if ((rc = tm_cstate_begin(c->st)) != 0)
+        return rc;
+    rc = app_dispatch(c, ev);
+    if (rc == 0)
+        rc = log_dispatch(c, ev, key, TM_DISPATCH_COMMITTED, done_id);
+    return settle_txn(c, rc);
+}
+
+/* Whether msg (or a message of its batch) is the response to request id. */
+static int answers(json_t *msg, int64_t id)
+{
+    if (json_is_array(msg)) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(msg, i, m) if (answers(m, id)) return 1;
+        return 0;
+    }
+    tm_msg m;
+    tm_jsonrpc_classify(msg, &m);
+    return (m.kind == TM_MSG_RESULT || m.kind == TM_MSG_ERROR) && json_is_integer(m.id) &&
+           json_integer_value(m.id) == id;
+}
+
+/* Apply an accepted event (verdict v) under the persistence mode. The
+ * transaction is open on entry and settled on return. */
+static int persist(tidemark_client_t *c, rq *r, const inev *e, const char *key, tm_verdict v)
+{
+    uint64_t seq = e->kind == TM_ID_STRUCTURED ? e->eid.seq : 0;
+    tidemark_event_t ev = {.id = e->id, .stream = seq ? e->eid.stream : "", .seq = seq,
+                           .message = e->msg};
+    int64_t done_id = r->recorded && !r->listen && e->msg && answers(e->msg, r->id) ? r->id : 0;
+    int rc = note_first_event(c, r, e, key);
+    if (rc)
+        return settle_txn(c, rc);
+    if (v == TM_V_SUPPRESS) {
+        /* Already applied before a crash; handlers are idempotent: skip the
+         * effect, make the cursor catch up. */
+        rc = tm_cstate_cursor_set(c->st, key, e->id, seq);
+        if (rc == 0)
+            rc = log_dispatch(c, &ev, key, TM_DISPATCH_COMMITTED, done_id);
+        return settle_txn(c, rc);
+    }
+    switch (c->cfg.persist) {
+    case TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH: return persist_after(c, &ev, key, done_id);
+    case TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH: return persist_before(c, &ev, key, done_id);
+    case TIDEMARK_PERSIST_ATOMIC:
+    default: return persist_atomic(c, &ev, key, done_id);
+    }
+}
+
+/* Run one arriving event through the validator and the persistence mode.
+ * Returns 0 to go on (the event was applied, or is a plain id-less message
+ * to handle without logging), or a negative code after failing r. */
+static int accept_event(tidemark_client_t *c, rq *r, const inev *e)
+{
+    tm_validate_in in = {.id_kind = e->kind, .message_ok = e->msg_ok, .stream = stream_kind(r),
+                         .idempotent = c->cfg.idempotent_handlers};
+    if (e->kind == TM_ID_STRUCTURED) {
+        in.head = e->eid.seq;
+        in.same_stream = !r->ours || strcmp(r->stream_key, e->eid.stream) == 0;
+    }
+    char key[80];
+    stream_key_for(r, e, key, sizeof key);
     if (tm_cstate_begin(c->st) != 0) {
         rq_fail(r, TIDEMARK_EIO, "state_error", "client state unavailable", NULL);
         return TIDEMARK_EIO;
     }
     tm_cursor cur;
-    tm_cstate_cursor_get(c->st, r->stream_key, &cur);
-    int dstate = tm_cstate_dispatch_state(c->st, id);
-    tm_verdict v;
-    if (ours) {
-        tm_validate_in in = {.head = eid.seq, .cursor = cur.seq, .dispatched = dstate != 0,
-                             .last_dispatched = tm_cstate_last_dispatched(c->st, r->stream_key),
-                             .idempotent = c->cfg.idempotent_handlers};
-        v = tm_validate(&in);
-    } else {
-        v = tm_validate_opaque(dstate != 0, c->cfg.idempotent_handlers);
+    tm_cstate_cursor_get(c->st, key, &cur);
+    in.cursor = cur.seq;
+    in.dispatched = e->id[0] && tm_cstate_dispatch_state(c->st, e->id) != TM_DISPATCH_NONE;
+    in.last_dispatched = tm_cstate_last_dispatched(c->st, key);
+    tm_verdict v = tm_validate(&in);
+    if (v == TM_V_PLAIN) {
+        tm_cstate_rollback(c->st);
+        r->progressed |= e->msg != NULL;
+        return 0;
     }
     if (v != TM_V_DISPATCH && v != TM_V_SUPPRESS) {
         tm_cstate_rollback(c->st);
-        json_t *d = json_pack("{s:s,s:s,s:I}", "event_id", id, "cursor", cur.known ? cur.event_id : "",
-                              "head", (json_int_t)(ours ? eid.seq : 0));
-        TM_WARN("stream %s: %s at event %s (cursor %s)", r->stream_key, tm_verdict_reason(v), id,
-                cur.known ? cur.event_id : "-");
-        rq_fail(r, TIDEMARK_EPROTO, tm_verdict_reason(v), "resumption validator refused the stream", d);
+        refuse(r, v, e, &cur);
         return TIDEMARK_EPROTO;
     }
-    int rc = 0;
-    uint64_t seq = ours ? eid.seq : 0;
-    if (v == TM_V_SUPPRESS) {
-        /* Already applied before a crash; handlers are idempotent: skip the
-         * effect, make the cursor catch up. */
-        tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
-        tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
-        rc = tm_cstate_commit(c->st);
-    } else {
-        switch (c->cfg.persist) {
-        case TIDEMARK_PERSIST_ATOMIC:
-            rc = app_dispatch(c, &ev);
-            if (rc == 0)
-                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
-            if (rc == 0)
-                rc = tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
-            CRASH_POINT("atomic_before_commit");
-            if (rc) {
-                tm_cstate_rollback(c->st);
-                break;
-            }
-            rc = tm_cstate_commit(c->st);
-            break;
-        case TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH:
-            rc = app_dispatch(c, &ev);
-            if (rc == 0)
-                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_PROCESSED);
-            if (rc) {
-                tm_cstate_rollback(c->st);
-                break;
-            }
-            if ((rc = tm_cstate_commit(c->st)) != 0)
-                break;
-            CRASH_POINT("after_dispatch_before_cursor");
-            if ((rc = tm_cstate_begin(c->st)) != 0)
-                break;
-            tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
-            tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
-            rc = tm_cstate_commit(c->st);
-            break;
-        case TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH:
-            tm_cstate_cursor_set(c->st, r->stream_key, id, seq);
-            if ((rc = tm_cstate_commit(c->st)) != 0)
-                break;
-            CRASH_POINT("after_cursor_before_dispatch");
-            if ((rc = tm_cstate_begin(c->st)) != 0)
-                break;
-            rc = app_dispatch(c, &ev);
-            if (rc == 0)
-                rc = tm_cstate_dispatch_set(c->st, id, r->stream_key, seq, TM_DISPATCH_COMMITTED);
-            if (rc) {
-                tm_cstate_rollback(c->st);
-                break;
-            }
-            rc = tm_cstate_commit(c->st);
-            break;
-        }
-    }
+    int rc = persist(c, r, e, key, v);
     if (rc) {
         rq_fail(r, rc, "dispatch_failed", "the event could not be dispatched and saved", NULL);
         return rc;
     }
-    snprintf(r->last_id, sizeof r->last_id, "%s", id);
+    snprintf(r->stream_key, sizeof r->stream_key, "%s", key);
+    snprintf(r->last_id, sizeof r->last_id, "%s", e->id);
+    r->ours |= e->kind == TM_ID_STRUCTURED;
     r->have_id = 1;
+    r->progressed = 1;
     return 0;
 }
 
-/* Dispatch one event (msg is borrowed). Returns 1 to stop reading. */
-static int process_event(rq *r, const char *id, json_t *msg)
+/* Validate, apply and deliver one event. Returns 1 to stop reading. */
+static int process_event(rq *r, const inev *e)
 {
     tidemark_client_t *c = r->c;
-    if (id && id[0] && accept_event(c, r, id, msg) != 0)
+    if (accept_event(c, r, e) != 0)
         return 1;
-    if (msg)
-        handle_message(c, r, msg);
+    if (e->msg)
+        deliver(c, r, e->msg);
     pthread_mutex_lock(&c->mu);
     int stop = r->phase == RQ_DONE;
     pthread_mutex_unlock(&c->mu);
@@ -482,13 +644,14 @@ static int process_event(rq *r, const char *id, json_t *msg)
 /* Dispatch the held events the durable head now covers, in order. */
 static int release_held(rq *r)
 {
-    while (r->held_head && r->held_head->seq <= r->durable) {
+    while (r->held_head && r->held_head->eid.seq <= r->durable) {
         held *h = r->held_head;
         r->held_head = h->next;
         if (!r->held_head)
             r->held_tail = NULL;
-        r->nheld--;
-        int stop = process_event(r, h->id, h->msg);
+        r->held_bytes -= h->cost;
+        inev e = {.id = h->id, .kind = TM_ID_STRUCTURED, .eid = h->eid, .msg = h->msg, .msg_ok = 1};
+        int stop = process_event(r, &e);
         free(h->id);
         json_decref(h->msg);
         free(h);
@@ -498,10 +661,89 @@ static int release_held(rq *r)
     return 0;
 }
 
+/* Keep e (taking its message) until the server announces it durable, within
+ * max_held_bytes: past that the stream is refused, never dropped and
+ * re-fetched (that re-sent calls and let memory follow the server). */
+static int hold(rq *r, inev *e, size_t data_len)
+{
+    tidemark_client_t *c = r->c;
+    size_t cost = data_len + strlen(e->id) + HELD_OVERHEAD;
+    if (r->held_bytes + cost > c->cfg.max_held_bytes) {
+        TM_WARN("client: an emit-early server sent over %zu bytes not yet durable", r->held_bytes);
+        rq_fail(r, TIDEMARK_EPROTO, "held_back_overflow",
+                "the server sent more events than may be held back before it announced any durable",
+                json_pack("{s:I,s:I,s:I}", "limit", (json_int_t)c->cfg.max_held_bytes, "held_bytes",
+                          (json_int_t)r->held_bytes, "durable_head", (json_int_t)r->durable));
+        return 1;
+    }
+    held *h = calloc(1, sizeof *h);
+    if (!h || !(h->id = strdup(e->id))) {
+        free(h);
+        rq_fail(r, TIDEMARK_ENOMEM, "out_of_memory", "cannot hold an event back", NULL);
+        return 1;
+    }
+    h->msg = e->msg;
+    e->msg = NULL;
+    h->eid = e->eid;
+    h->cost = cost;
+    if (r->held_tail)
+        r->held_tail->next = h;
+    else
+        r->held_head = h;
+    r->held_tail = h;
+    r->held_bytes += cost;
+    return 0;
+}
+
+static int one_message_valid(json_t *m)
+{
+    tm_msg x;
+    tm_jsonrpc_classify(m, &x);
+    return x.kind != TM_MSG_INVALID;
+}
+
+/* One JSON-RPC message, or a non-empty batch of them. */
+static int message_valid(json_t *msg)
+{
+    if (!json_is_array(msg))
+        return one_message_valid(msg);
+    size_t i;
+    json_t *m;
+    json_array_foreach(msg, i, m) if (!one_message_valid(m)) return 0;
+    return json_array_size(msg) > 0;
+}
+
+/* Classify an arriving event: its own id (an inherited one is no id) and its
+ * data. e->msg is a new reference or NULL. */
+static void intake(const tm_sse_event *ev, inev *e)
+{
+    memset(e, 0, sizeof *e);
+    e->id = ev->own_id && ev->id ? ev->id : "";
+    if (ev->bad_id) {
+        e->kind = TM_ID_MALFORMED;
+        e->why = "nul_byte";
+        e->id = "";
+    } else if (!ev->own_id || !ev->id) {
+        e->kind = TM_ID_NONE;
+    } else if (!ev->id[0]) {
+        e->kind = TM_ID_EMPTY;
+    } else if (strlen(ev->id) > TM_CLIENT_ID_MAX) {
+        e->kind = TM_ID_MALFORMED; /* kept whole or not at all: a truncated cursor lies */
+        e->why = "too_long";
+    } else {
+        e->kind = tm_event_id_parse(ev->id, &e->eid) == 0 ? TM_ID_STRUCTURED : TM_ID_OPAQUE;
+    }
+    if (ev->data_len == 0) {
+        e->msg_ok = 1; /* no message: a priming event */
+        return;
+    }
+    e->msg = json_loadb(ev->data, ev->data_len, 0, NULL);
+    e->msg_ok = e->msg && message_valid(e->msg);
+}
+
 static int on_sse_event(void *ud, const tm_sse_event *ev)
 {
     rq *r = ud;
-    r->events++;
     if (strcmp(ev->type, "gap") == 0) {
         /* The server trimmed events we had not received: typed, never silent. */
         json_t *d = json_loadb(ev->data, ev->data_len, 0, NULL);
@@ -520,35 +762,20 @@ static int on_sse_event(void *ud, const tm_sse_event *ev)
         return release_held(r);
     }
     if (strcmp(ev->type, "message") != 0)
-        return 0;
-    json_t *msg = ev->data_len ? json_loadb(ev->data, ev->data_len, 0, NULL) : NULL;
-    tm_event_id eid;
-    if (r->early && ev->id && tm_event_id_parse(ev->id, &eid) == 0 && eid.seq > r->durable) {
-        /* Not durable yet: a crash of the server could still lose it. */
-        if (r->nheld >= HELD_MAX) {
-            TM_WARN("client: %zu events wait for the server's durable head; resuming later",
-                    r->nheld);
-            json_decref(msg);
-            return 1;
-        }
-        held *h = calloc(1, sizeof *h);
-        if (!h || !(h->id = strdup(ev->id))) {
-            free(h);
-            json_decref(msg);
-            return 1;
-        }
-        h->msg = msg;
-        h->seq = eid.seq;
-        if (r->held_tail)
-            r->held_tail->next = h;
-        else
-            r->held_head = h;
-        r->held_tail = h;
-        r->nheld++;
-        return 0;
+        return 0; /* pings and other types: nothing to apply, and no progress */
+    inev e;
+    intake(ev, &e);
+    tm_verdict v = tm_validate_intake(e.kind, e.msg_ok);
+    int stop;
+    if (v != TM_V_DISPATCH) {
+        refuse(r, v, &e, NULL);
+        stop = 1;
+    } else if (r->early && e.kind == TM_ID_STRUCTURED && e.eid.seq > r->durable) {
+        stop = hold(r, &e, ev->data_len); /* not durable yet: a server crash could lose it */
+    } else {
+        stop = process_event(r, &e);
     }
-    int stop = process_event(r, ev->id, msg);
-    json_decref(msg);
+    json_decref(e.msg);
     return stop;
 }
 
@@ -631,23 +858,33 @@ static void x_done_inner(rq *r, int rc, long status)
     if (done)
         return;
     if (status == 404 && !r->sse) {
-        pthread_mutex_lock(&c->mu);
-        c->session_lost = 1;
-        pthread_mutex_unlock(&c->mu);
         json_t *e = NULL;
         set_error(&e, TM_RPC_SESSION_NOT_FOUND, "session_lost",
                   "the server no longer knows the session", NULL);
         pthread_mutex_lock(&c->mu);
+        c->session_lost = 1;
+        r->final = 1; /* nothing of the session can be resumed */
         rq_finish_locked(r, TIDEMARK_ENOTFOUND, e);
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    if (!r->sse && status >= 200 && status < 300 && rc == 0) {
+    if (!r->sse && status >= 200 && status < 300 && rc == 0 && r->is_get && r->have_id) {
+        /* A resume answered without an event stream: whatever the body says
+         * carries no id, so nothing proves it continues the stream. */
+        tm_buf_reset(&r->body);
+        rq_fail(r, TIDEMARK_EPROTO, "continuity_lost",
+                "the resume was answered without an event stream",
+                json_pack("{s:s,s:i}", "last_event_id", r->last_id, "status", (int)status));
+        return;
+    }
+    int expects_answer = r->msg && json_object_get(r->msg, "id") && json_object_get(r->msg, "method");
+    if (!r->sse && status >= 200 && status < 300 && rc == 0 &&
+        (!expects_answer || (status != 202 && r->body.len > 0))) {
         /* A POST carrying a notification or a response is accepted by any
-         * 2xx; a body, if any, means nothing. */
-        int expects_answer = r->msg && json_object_get(r->msg, "id") &&
-                             json_object_get(r->msg, "method");
-        if (status == 202 || r->body.len == 0 || !expects_answer) {
+         * 2xx; a body, if any, means nothing. A request's answer is its
+         * response: a 202 or an empty body is no answer, and is taken below
+         * as a cut before any event. */
+        if (!expects_answer) {
             pthread_mutex_lock(&c->mu);
             rq_finish_locked(r, 0, json_object());
             pthread_mutex_unlock(&c->mu);
@@ -678,6 +915,7 @@ static void x_done_inner(rq *r, int rc, long status)
             set_error(&err, TM_RPC_INTERNAL_ERROR, "http_error", "the server answered with an error",
                       json_pack("{s:i}", "status", (int)status));
         pthread_mutex_lock(&c->mu);
+        r->final = !r->is_get; /* the request itself was refused; a refused resume may be retried */
         rq_finish_locked(r, TIDEMARK_EPEER, err);
         pthread_mutex_unlock(&c->mu);
         return;
@@ -694,11 +932,13 @@ static void x_done_inner(rq *r, int rc, long status)
 static void x_sent(void *ud)
 {
     rq *r = ud;
-    if (!r->listen)
-        return;
     pthread_mutex_lock(&r->c->mu);
-    r->c->standalone_open = 1; /* requested: servers may hold the headers back */
-    pthread_cond_broadcast(&r->c->cv);
+    if (!r->is_get)
+        r->sent = 1; /* from now on the server may have received it */
+    if (r->listen) {
+        r->c->standalone_open = 1; /* requested: servers may hold the headers back */
+        pthread_cond_broadcast(&r->c->cv);
+    }
     pthread_mutex_unlock(&r->c->mu);
 }
 
@@ -759,6 +999,22 @@ static void end_exchange(tidemark_client_t *c, rq *r)
     pthread_mutex_unlock(&c->mu);
 }
 
+static int is_tools_call(json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    return method && strcmp(method, "tools/call") == 0;
+}
+
+/* Fresh state for r's next exchange. */
+static void exchange_reset(rq *r, int is_get)
+{
+    r->status = 0;
+    r->sse = 0;
+    r->is_get = is_get;
+    r->progressed = 0;
+    tm_buf_reset(&r->body);
+}
+
 static int start_post(tidemark_client_t *c, rq *r)
 {
     size_t len;
@@ -768,11 +1024,11 @@ static int start_post(tidemark_client_t *c, rq *r)
     const char *h[8];
     char buf[4][512];
     make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
-    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len};
-    r->status = 0;
-    r->sse = 0;
-    r->events = 0;
-    tm_buf_reset(&r->body);
+    /* A call goes out once per decision of ours: never on a reused
+     * connection, where libcurl would re-send it by itself after a cut. */
+    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
+                     .fresh_connection = is_tools_call(r->msg)};
+    exchange_reset(r, 0);
     int rc = start_exchange(c, r, &req);
     free(body);
     return rc;
@@ -784,10 +1040,7 @@ static int start_get(tidemark_client_t *c, rq *r)
     char buf[4][512];
     make_headers(c, "Accept: text/event-stream", r->have_id ? r->last_id : NULL, h, buf);
     tm_hx_req req = {.method = "GET", .url = c->url, .headers = h};
-    r->status = 0;
-    r->sse = 0;
-    r->events = 0;
-    tm_buf_reset(&r->body);
+    exchange_reset(r, 1);
     return start_exchange(c, r, &req);
 }
 
@@ -831,56 +1084,81 @@ static int wait_phase(tidemark_client_t *c, rq *r, int64_t deadline)
     return 0;
 }
 
-/* Sleep ms unless the client stops. */
-static void nap(tidemark_client_t *c, long ms)
+/* Settle r when the client stops or its deadline has passed, whatever it
+ * was doing (running, or waiting to reconnect). Returns 1 once r is done.
+ * Holds c->mu. */
+static int settle_locked(tidemark_client_t *c, rq *r, int64_t deadline)
+{
+    if (r->phase == RQ_DONE)
+        return 1;
+    if (!c->stopping && tm_now_ms() < deadline)
+        return 0;
+    json_t *e = NULL;
+    set_error(&e, TM_RPC_INTERNAL_ERROR, c->stopping ? "client_stopped" : "timeout",
+              c->stopping ? "the client is stopping" : "no response before the deadline", NULL);
+    /* Not final: the request stays outstanding, and resume() finishes it. */
+    rq_finish_locked(r, c->stopping ? TIDEMARK_ECANCELED : TIDEMARK_ETIMEDOUT, e);
+    return 1;
+}
+
+/* Sleep ms, but never past the deadline, and not at all once the client
+ * stops. Returns 0 when the whole delay passed, 1 when cut short. */
+static int nap(tidemark_client_t *c, long ms, int64_t deadline)
 {
     pthread_mutex_lock(&c->mu);
     int64_t end = tm_now_ms() + ms;
+    int cut = end >= deadline;
+    if (cut)
+        end = deadline;
     while (!c->stopping && tm_now_ms() < end) {
         struct timespec ts = tm_deadline_ms(end - tm_now_ms());
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
+    cut |= c->stopping;
     pthread_mutex_unlock(&c->mu);
+    return cut;
 }
 
-/* The delay before reconnect attempt n: the server's retry exactly, else
- * exponential backoff with full jitter. */
+/* The delay before reconnect attempt n (n = attempts since the last
+ * progress). The first is the server's retry exactly, clamped to
+ * [retry_min_ms, retry_max_ms], else backoff_ms with jitter; each later one
+ * doubles, with full jitter, up to max(backoff_max_ms, the retry). */
 static long reconnect_delay(tidemark_client_t *c, rq *r)
 {
-    if (r->retry_set)
-        return (long)r->retry_ms;
     unsigned long base = c->cfg.backoff_ms;
-    for (unsigned i = 1; i < r->attempts && base < c->cfg.backoff_max_ms; i++)
-        base *= 2;
-    if (base > c->cfg.backoff_max_ms)
-        base = c->cfg.backoff_max_ms;
+    if (r->retry_set) {
+        base = r->retry_ms;
+        if (base < c->cfg.retry_min_ms)
+            base = c->cfg.retry_min_ms;
+        if (base > c->cfg.retry_max_ms)
+            base = c->cfg.retry_max_ms;
+        if (r->attempts <= 1)
+            return (long)base;
+    }
+    unsigned long cap = c->cfg.backoff_max_ms > base ? c->cfg.backoff_max_ms : base;
+    unsigned long d = base;
+    for (unsigned i = 1; i < r->attempts && d < cap; i++)
+        d *= 2;
+    if (d > cap)
+        d = cap;
     uint32_t rnd = 0;
     tm_random_bytes(&rnd, sizeof rnd);
-    return (long)(base / 2 + rnd % (base / 2 + 1));
+    return (long)(d / 2 + rnd % (d / 2 + 1));
 }
 
-/*
- * With ids we cannot interpret (a foreign server), continuity across a
- * reconnect cannot be proven; only the dispatch log deduplicates. Resuming
- * is then allowed for requests that are safe to see twice: anything but
- * tools/call, and tools annotated idempotent or read-only (DESIGN §7).
- */
-static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
+/* Whether the tool is annotated idempotent or read-only: 1 yes, 0 no (or
+ * not listed), -1 unknown for now (tools/list did not get through). */
+static int tool_safe(tidemark_client_t *c, const char *tool)
 {
-    if (!r->msg || r->listen || c->cfg.opaque_policy == TIDEMARK_OPAQUE_RESUME)
-        return 1;
-    const char *method = json_string_value(json_object_get(r->msg, "method"));
-    if (!method || strcmp(method, "tools/call") != 0)
-        return 1;
-    const char *tool = json_string_value(json_object_get(json_object_get(r->msg, "params"), "name"));
     pthread_mutex_lock(&c->mu);
     int known = c->tool_safe != NULL;
     pthread_mutex_unlock(&c->mu);
     if (!known) {
         json_t *tools = NULL;
-        if (tidemark_client_list(c, "tools/list", "tools", &tools) != 0) {
+        int rc = tidemark_client_list(c, "tools/list", "tools", &tools);
+        if (rc) {
             json_decref(tools);
-            return 0;
+            return rc == TIDEMARK_EPEER ? 0 : -1;
         }
         json_t *safe = json_object();
         size_t i;
@@ -889,7 +1167,9 @@ static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
             json_t *a = json_object_get(t, "annotations");
             int ok = json_is_true(json_object_get(a, "idempotentHint")) ||
                      json_is_true(json_object_get(a, "readOnlyHint"));
-            json_object_set_new(safe, json_string_value(json_object_get(t, "name")), json_boolean(ok));
+            const char *name = json_string_value(json_object_get(t, "name"));
+            if (name)
+                json_object_set_new(safe, name, json_boolean(ok));
         }
         json_decref(tools);
         pthread_mutex_lock(&c->mu);
@@ -903,62 +1183,125 @@ static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
     return ok;
 }
 
-/* Drive r (already started) to its end: wait, reconnect with Last-Event-ID
- * after cuts, bounded attempts. Returns r->rc. */
+static const char *tool_of(json_t *msg)
+{
+    return json_string_value(json_object_get(json_object_get(msg, "params"), "name"));
+}
+
+/*
+ * With ids we cannot interpret (a foreign server), continuity across a
+ * reconnect cannot be proven; only the dispatch log deduplicates. Resuming
+ * is then allowed for requests that are safe to see twice: anything but
+ * tools/call, and tools annotated idempotent or read-only. 1 / 0 / -1 unknown.
+ */
+static int opaque_resume_allowed(tidemark_client_t *c, rq *r)
+{
+    if (!r->msg || r->listen || c->cfg.opaque_policy == TIDEMARK_OPAQUE_RESUME ||
+        !is_tools_call(r->msg))
+        return 1;
+    return tool_safe(c, tool_of(r->msg));
+}
+
+/*
+ * A request with no event through may be POSTed again only when that cannot
+ * repeat it: it is not a call (the other requests are reads), no POST of it
+ * ever reached a connection, it carries an idempotency key, the session's
+ * server proved itself a Tidemark server (its call records are keyed by
+ * request id, so the same id is answered from the record), or the tool is
+ * annotated idempotent or read-only. 1 / 0 / -1 unknown.
+ */
+static int resend_allowed(tidemark_client_t *c, rq *r)
+{
+    if (!is_tools_call(r->msg))
+        return 1;
+    pthread_mutex_lock(&c->mu);
+    int sent = r->sent;
+    pthread_mutex_unlock(&c->mu);
+    if (!sent)
+        return 1;
+    json_t *meta = json_object_get(json_object_get(r->msg, "params"), "_meta");
+    if (json_is_string(json_object_get(meta, "dev.tidemark/idempotency-key")))
+        return 1;
+    if (tm_cstate_session_proven(c->st))
+        return 1;
+    return tool_safe(c, tool_of(r->msg));
+}
+
+enum { X_NONE = 0, X_GET, X_POST, X_WAIT };
+
+/* What r's next exchange is after a cut; X_NONE after failing r. */
+static int next_exchange(tidemark_client_t *c, rq *r)
+{
+    if (r->listen)
+        return X_GET;
+    if (r->have_id) {
+        int ok = r->ours ? 1 : opaque_resume_allowed(c, r);
+        if (ok)
+            return ok > 0 ? X_GET : X_WAIT;
+        rq_fail(r, TIDEMARK_EPROTO, "continuity_unprovable",
+                "a non-idempotent request was cut mid-stream on a server whose event ids "
+                "cannot prove continuity; the session is not resumed",
+                json_pack("{s:s}", "last_event_id", r->last_id));
+        pthread_mutex_lock(&c->mu);
+        c->session_lost = 1; /* session-terminating, reported as such */
+        r->final = 1;
+        pthread_mutex_unlock(&c->mu);
+        return X_NONE;
+    }
+    int ok = resend_allowed(c, r);
+    if (ok)
+        return ok > 0 ? X_POST : X_WAIT;
+    rq_fail(r, TIDEMARK_EPROTO, "continuity_unprovable",
+            "the call was cut before any event and may have reached the server; nothing "
+            "proves that re-sending it would not repeat it, so it was not re-sent", NULL);
+    pthread_mutex_lock(&c->mu);
+    r->final = 1; /* its outcome can never be learned */
+    pthread_mutex_unlock(&c->mu);
+    return X_NONE;
+}
+
+/* One reconnection of r after a cut: budget, decision, delay, exchange. */
+static void reconnect(tidemark_client_t *c, rq *r, int64_t deadline)
+{
+    if (r->progressed)
+        r->attempts = 0; /* the stream moved forward: a fresh budget */
+    r->progressed = 0;
+    if (++r->attempts > c->cfg.max_attempts) {
+        rq_fail(r, TIDEMARK_EIO, "reconnect_exhausted", "the stream could not be resumed",
+                json_pack("{s:i}", "attempts", (int)c->cfg.max_attempts));
+        return;
+    }
+    end_exchange(c, r);
+    int how = next_exchange(c, r);
+    if (how == X_NONE)
+        return;
+    long delay = r->skip_nap ? 0 : reconnect_delay(c, r);
+    r->skip_nap = 0;
+    if (nap(c, delay, deadline) || how == X_WAIT)
+        return; /* stopped or out of time (settled next), or decide again */
+    pthread_mutex_lock(&c->mu);
+    r->phase = RQ_RUNNING;
+    pthread_mutex_unlock(&c->mu);
+    int rc = how == X_POST ? start_post(c, r) : start_get(c, r);
+    if (rc)
+        rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+}
+
+/* Drive r (already started, or waiting to reconnect) to its end: wait,
+ * reconnect with Last-Event-ID after cuts, bounded attempts, all within the
+ * deadline. Returns r->rc. */
 static int drive(tidemark_client_t *c, rq *r, int64_t deadline)
 {
     for (;;) {
         pthread_mutex_lock(&c->mu);
-        int rc = wait_phase(c, r, deadline);
-        int phase = r->phase;
-        int stopping = c->stopping;
-        if (rc == TIDEMARK_ETIMEDOUT || (stopping && phase != RQ_DONE)) {
-            json_t *e = NULL;
-            set_error(&e, TM_RPC_INTERNAL_ERROR, stopping ? "client_stopped" : "timeout",
-                      stopping ? "the client is stopping" : "no response before the deadline", NULL);
-            rq_finish_locked(r, stopping ? TIDEMARK_ECANCELED : TIDEMARK_ETIMEDOUT, e);
-            phase = RQ_DONE;
-        }
+        wait_phase(c, r, deadline);
+        int done = settle_locked(c, r, deadline);
         pthread_mutex_unlock(&c->mu);
-        if (phase == RQ_DONE) {
+        if (done) {
             end_exchange(c, r);
             return r->rc;
         }
-        /* RQ_RECONNECT */
-        if (r->events > 0)
-            r->attempts = 0; /* progress was made: a fresh budget */
-        if (++r->attempts > c->cfg.max_attempts) {
-            rq_fail(r, TIDEMARK_EIO, "reconnect_exhausted", "the stream could not be resumed",
-                    json_pack("{s:i}", "attempts", (int)c->cfg.max_attempts));
-            continue;
-        }
-        if (!r->have_id && !r->listen) {
-            /* Cut before any event: nothing to resume from. Re-sending is
-             * safe only where the server deduplicates by request id. */
-            if (!r->ours && r->attempts > 1) {
-                rq_fail(r, TIDEMARK_EIO, "continuity_unprovable",
-                        "the request was cut before any event; re-sending could repeat it", NULL);
-                continue;
-            }
-        }
-        end_exchange(c, r);
-        if (r->have_id && !r->ours && !opaque_resume_allowed(c, r)) {
-            rq_fail(r, TIDEMARK_EPROTO, "continuity_unprovable",
-                    "a non-idempotent request was cut mid-stream on a server whose event ids "
-                    "cannot prove continuity; the session is not resumed",
-                    json_pack("{s:s}", "last_event_id", r->last_id));
-            pthread_mutex_lock(&c->mu);
-            c->session_lost = 1; /* session-terminating, reported as such */
-            pthread_mutex_unlock(&c->mu);
-            continue;
-        }
-        nap(c, reconnect_delay(c, r));
-        pthread_mutex_lock(&c->mu);
-        r->phase = RQ_RUNNING;
-        pthread_mutex_unlock(&c->mu);
-        rc = (!r->have_id && !r->listen) ? start_post(c, r) : start_get(c, r);
-        if (rc)
-            rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+        reconnect(c, r, deadline); /* RQ_RECONNECT */
     }
 }
 
@@ -1108,7 +1451,6 @@ int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *par
     if (!r)
         return TIDEMARK_ENOMEM;
     r->msg = tm_jsonrpc_notification(method, params ? json_incref(params) : NULL);
-    r->ours = 1; /* a notification may simply be sent again */
     int rc = start_post(c, r);
     if (!rc)
         rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
@@ -1161,7 +1503,9 @@ int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *pa
     if (!rc)
         rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
     pending_del(c, r);
-    if (r->recorded && r->phase == RQ_DONE)
+    /* Only a final outcome ends the outstanding row: after a stop, a
+     * timeout or a refusal the call can still be resumed. */
+    if (r->recorded && r->final)
         tm_cstate_outstanding_done(c->st, id);
     *result = json_incref(r->result);
     rc = r->rc;
@@ -1205,6 +1549,72 @@ int tidemark_client_list(tidemark_client_t *c, const char *method, const char *f
     return 0;
 }
 
+/* Load r's saved cursor for stream. Returns 0, or a verdict other than
+ * TM_V_DISPATCH when the saved state itself proves a skipped event. */
+static tm_verdict load_cursor(tidemark_client_t *c, rq *r, const char *stream, json_t **why)
+{
+    snprintf(r->stream_key, sizeof r->stream_key, "%s", stream);
+    tm_cursor cur;
+    uint64_t last = 0;
+    if (tm_cstate_begin(c->st) != 0)
+        return TM_V_DISPATCH; /* no cursor known: decided like a request cut before any event */
+    tm_cstate_cursor_get(c->st, stream, &cur);
+    if (cur.known)
+        last = tm_cstate_last_dispatched(c->st, stream);
+    tm_cstate_rollback(c->st);
+    if (!cur.known)
+        return TM_V_DISPATCH;
+    snprintf(r->last_id, sizeof r->last_id, "%s", cur.event_id);
+    r->have_id = 1;
+    r->ours = cur.seq > 0;
+    tm_verdict v = tm_validate_saved(cur.seq, last);
+    if (v != TM_V_DISPATCH)
+        *why = json_pack("{s:s,s:s,s:I,s:I}", "stream", stream, "cursor", cur.event_id, "head",
+                         (json_int_t)cur.seq, "last_dispatched", (json_int_t)last);
+    return v;
+}
+
+/* Resume one outstanding request (a row of the state); its entry goes to results. */
+static void resume_one(tidemark_client_t *c, json_t *row, json_t *results)
+{
+    int64_t id = json_integer_value(json_object_get(row, "request_id"));
+    const char *stream = json_string_value(json_object_get(row, "stream"));
+    const char *params = json_string_value(json_object_get(row, "params"));
+    rq *r = rq_new(c, id);
+    if (!r)
+        return;
+    r->recorded = 1;
+    r->msg = tm_jsonrpc_request(json_integer(id), json_string_value(json_object_get(row, "method")),
+                                json_loads(params ? params : "{}", 0, NULL));
+    json_t *why = NULL;
+    tm_verdict v = stream ? load_cursor(c, r, stream, &why) : TM_V_DISPATCH;
+    pending_add(c, r);
+    int rc = 0;
+    if (v != TM_V_DISPATCH) {
+        /* Typed before any byte is sent: nothing the server sends can undo it. */
+        rq_fail(r, TIDEMARK_EPROTO, tm_verdict_reason(v),
+                "the saved cursor is ahead of the dispatch log: an event was skipped", why);
+    } else if (r->have_id) {
+        /* With a cursor: resume the stream. */
+        if ((rc = start_get(c, r)) != 0)
+            rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    } else {
+        /* Without: no event of it got through; it is re-sent only where that
+         * cannot repeat it (drive decides, as after a cut: the killed process
+         * may have sent it). */
+        r->sent = 1;
+        r->skip_nap = 1;
+        r->phase = RQ_RECONNECT;
+    }
+    rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    pending_del(c, r);
+    json_array_append_new(results, json_pack("{s:I,s:O?}", "id", (json_int_t)id,
+                                             rc == 0 ? "result" : "error", r->result));
+    if (r->final)
+        tm_cstate_outstanding_done(c->st, id);
+    rq_free(r);
+}
+
 int tidemark_client_resume(tidemark_client_t *c, json_t **results)
 {
     *results = json_array();
@@ -1214,45 +1624,7 @@ int tidemark_client_resume(tidemark_client_t *c, json_t **results)
         return rc;
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row) {
-        int64_t id = json_integer_value(json_object_get(row, "request_id"));
-        const char *stream = json_string_value(json_object_get(row, "stream"));
-        rq *r = rq_new(c, id);
-        if (!r)
-            break;
-        r->recorded = 1;
-        r->msg = tm_jsonrpc_request(json_integer(id), json_string_value(json_object_get(row, "method")),
-                                    json_loads(json_is_string(json_object_get(row, "params"))
-                                                   ? json_string_value(json_object_get(row, "params"))
-                                                   : "{}", 0, NULL));
-        if (stream) {
-            snprintf(r->stream_key, sizeof r->stream_key, "%s", stream);
-            tm_cursor cur;
-            if (tm_cstate_begin(c->st) == 0) {
-                tm_cstate_cursor_get(c->st, stream, &cur);
-                tm_cstate_rollback(c->st);
-                if (cur.known) {
-                    snprintf(r->last_id, sizeof r->last_id, "%s", cur.event_id);
-                    r->have_id = 1;
-                    r->ours = cur.seq > 0;
-                }
-            }
-        }
-        pending_add(c, r);
-        /* With a cursor: resume the stream. Without: the request never got
-         * an event through; re-send it (Tidemark servers answer a repeated
-         * request id from their record). */
-        rc = r->have_id ? start_get(c, r) : start_post(c, r);
-        if (!rc)
-            rc = drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
-        pending_del(c, r);
-        json_t *entry = json_pack("{s:I,s:O?}", "id", (json_int_t)id, rc == 0 ? "result" : "error",
-                                  r->result);
-        json_array_append_new(*results, entry);
-        if (r->phase == RQ_DONE)
-            tm_cstate_outstanding_done(c->st, id);
-        rq_free(r);
-    }
+    json_array_foreach(rows, i, row) resume_one(c, row, *results);
     json_decref(rows);
     return 0;
 }
@@ -1269,6 +1641,11 @@ int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms)
         rc = drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
     rq_free(r);
     return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
+}
+
+int tidemark_client_state(tidemark_client_t *c, json_t **state)
+{
+    return tm_cstate_dump(c->st, state);
 }
 
 int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
