@@ -1,0 +1,18 @@
+# The client against a hostile fake server (issue 11): one CTest per way a
+# server can walk around the resumption validator (client_holes.mjs plays
+# them with hostile_server.mjs). Each asserts the client's exit code, typed
+# reason, the state it leaves (cursor, dispatch log, effects), how often the
+# call was POSTed, bounded reconnects, time and memory.
+if(NODE_EXECUTABLE)
+  set(TM_CLIENT_HOLES
+    stream_switch opaque_switch empty_id missing_id json_on_resume
+    malformed_utf8 not_json
+    garbage_sse garbage_http silent_close empty_answer accepted_answer idempotency_key
+    retry_timeout retry_sigterm storm early_flood long_id nul_id)
+  foreach(s ${TM_CLIENT_HOLES})
+    add_test(NAME client_holes_${s}
+      COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/client_holes.mjs
+              $<TARGET_FILE:tidemark-client> ${s})
+    set_tests_properties(client_holes_${s} PROPERTIES TIMEOUT 90 LABELS "client")
+  endforeach()
+endif()
