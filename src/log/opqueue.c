@@ -93,3 +93,11 @@ void tm_opqueue_stop(tm_opqueue *q)
     pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->mu);
 }
+
+uint64_t tm_opqueue_mark(tm_opqueue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t m = q->next_ctr + 1;
+    pthread_mutex_unlock(&q->mu);
+    return m;
+}

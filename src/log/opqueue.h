@@ -43,6 +43,8 @@ tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, i
 /* Writer: settle a batch taken with tm_opqueue_take: ops a caller waits for
  * are marked done and their callers woken; release(o) gets the others. */
 void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o));
+/* The position the next op pushed will get (every later push is at or after it). */
+uint64_t tm_opqueue_mark(tm_opqueue *q);
 /* Tell the writer to stop once the queue is empty. */
 void tm_opqueue_stop(tm_opqueue *q);
 

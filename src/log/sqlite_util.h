@@ -35,4 +35,49 @@ int tm_sqlite_exec_args(sqlite3 *db, const char *sql, const char *const *args, s
 int tm_sqlite_query_json(sqlite3 *db, const char *sql, const char *const *args, size_t nargs,
                          json_t **rows);
 
+/* ---- files beside a durable database --------------------------------------------- */
+
+/* One writer per database file: an exclusive flock on "<db>.lock", which
+ * holds the owner's pid for the message of whoever is refused. flock (not
+ * fcntl) so that a second open in the same process is refused too. OUT fd.
+ * TIDEMARK_EBUSY when another open holds it (OUT holder: its pid, 0 if
+ * unknown); TIDEMARK_EIO when the lock file cannot be made. */
+int tm_db_lock(const char *db_path, int *fd, long *holder);
+void tm_db_unlock(int fd);
+
+/* The durable head of a database, kept in "<db>.head" (two slots, each a
+ * checksummed line, written alternately and fsync'd: a torn write leaves the
+ * other slot). dbid names the database (random, in tm_meta), so a head file
+ * next to another database is not taken for its own. */
+typedef struct tm_head_rec {
+    char dbid[17];
+    char epoch[17];
+    unsigned long long commits; /* batch transactions committed */
+    int clean;                  /* the store was closed cleanly */
+} tm_head_rec;
+
+typedef struct tm_head_file {
+    int fd;
+    unsigned long long gen; /* slot generation last written */
+} tm_head_file;
+
+/* Read the newest valid slot. TIDEMARK_ENOTFOUND: no file, or no valid slot. */
+int tm_head_read(const char *db_path, tm_head_rec *out);
+/* Open (creating) the head file for writing. */
+int tm_head_open(const char *db_path, tm_head_file *hf);
+/* Write rec into the older slot and fdatasync it. */
+int tm_head_write(tm_head_file *hf, const tm_head_rec *rec);
+void tm_head_close(tm_head_file *hf);
+
+#ifdef TIDEMARK_CRASH_POINTS
+/* Test builds only: a VFS over the default one that counts the bytes
+ * written to WAL files and, while armed, fails every write with SQLITE_FULL
+ * (a full disk). Installed as the default VFS by tm_faultvfs_install(), or at
+ * the first SQLite store open when TIDEMARK_SQLITE_FULL_FILE names a file:
+ * then writes fail while that file exists (checked at most every 20 ms). */
+void tm_faultvfs_install(void);
+void tm_faultvfs_arm(int full);
+unsigned long long tm_faultvfs_wal_bytes(void);
+#endif
+
 #endif

@@ -237,3 +237,12 @@ int tm_store_sync(tm_store *st)
 {
     return st->ops->sync(st);
 }
+
+uint64_t tm_store_mark(tm_store *st) { return st->ops->mark ? st->ops->mark(st) : 0; }
+
+int tm_store_sync_since(tm_store *st, uint64_t mark)
+{
+    return st->ops->sync_since ? st->ops->sync_since(st, mark) : st->ops->sync(st);
+}
+
+int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }

@@ -71,6 +71,10 @@ typedef struct tm_store_options {
     int emit_early;           /* read() may return events not yet durable (DESIGN §8) */
     int64_t touch_every_ms;   /* session_touch writes at most this often (0 = 5000);
                                  keep it well below the session TTL */
+    int accept_loss;          /* SQLite: open even when the database holds fewer commits
+                                 than its head file recorded (else TIDEMARK_ERANGE) */
+    int64_t ready_wait_ms;    /* Redis: how long to wait for a server that is still
+                                 loading its dataset, at open and on reconnect (0 = 60000) */
 } tm_store_options;
 
 #define TM_APPEND_FINAL 1u /* the stream ends with this event */
@@ -147,6 +151,10 @@ struct tm_store_ops {
      * this node now owns it, TIDEMARK_EBUSY when it is live or taken. */
     int (*publish)(tm_store *st, const char *channel, const void *data, size_t len);
     int (*request_claim)(tm_store *st, const char *session, const char *key);
+    /* Optional (NULL: always writable, a mark of 0, sync_since = sync). */
+    int (*writable)(tm_store *st);
+    uint64_t (*mark)(tm_store *st);
+    int (*sync_since)(tm_store *st, uint64_t mark);
 };
 
 /* Common header of every backend object. */
@@ -253,12 +261,38 @@ int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_re
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud);
 
-/* Wait until everything queued before this call is durable. */
+/* Wait until everything queued before this call is durable. TIDEMARK_EIO
+ * when the store refuses writes, or (SQLite) when any write queued in the
+ * 60 s before this call failed, even if the store recovered since: a record
+ * queued without waiting (request_begin) may be among them. */
 int tm_store_sync(tm_store *st);
+/* A position in the writer queue: every write queued after this call is at
+ * or after it. Pair with tm_store_sync_since. 0 on stores without a queue. */
+uint64_t tm_store_mark(tm_store *st);
+/* Like tm_store_sync, but exact: TIDEMARK_EIO when any write queued at or
+ * after mark failed (say a request record queued without waiting), even if
+ * the store accepts writes again by now. Take the mark before the writes
+ * whose durability matters (before request_begin). */
+int tm_store_sync_since(tm_store *st, uint64_t mark);
+/* Whether the store accepts writes now: 0, or TIDEMARK_EIO while it refuses
+ * them: after a failed write (disk full, I/O error) until a probe write
+ * succeeds — the SQLite store probes with backoff (100 ms doubling to 5 s)
+ * and then accepts writes again without a restart — or for good once the
+ * database is found damaged. For /readyz and typed errors; cheap (no I/O). */
+int tm_store_writable(tm_store *st);
 
 /* Backend constructors. */
 int tm_store_memory_open(const tm_store_options *opt, tm_store **out);
+/* Besides the database (WAL mode) it keeps PATH.lock (one writer per file:
+ * a second open, from any process, fails with TIDEMARK_EBUSY) and PATH.head
+ * (the durable head). Open fails with TIDEMARK_ERANGE when the database holds
+ * fewer commits than PATH.head recorded (a damaged WAL, a restored older
+ * copy) unless opt->accept_loss, and with TIDEMARK_EIO when PRAGMA
+ * quick_check finds it damaged (run after an unclean shutdown, and at every
+ * open of a database up to 64 MiB). Each refusal is logged at error. */
 int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out);
+/* Tests: cache entries of streams the SQLite store holds. */
+size_t tm_store_sqlite_cached_streams(tm_store *st);
 /* uri: "redis://HOST[:PORT][/DB]". TIDEMARK_EIO if the server cannot be reached. */
 int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store **out);
 

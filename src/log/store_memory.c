@@ -30,7 +30,9 @@ typedef struct mstream {
 } mstream;
 
 typedef struct msession {
-    tm_session_rec rec;
+    tm_session_rec rec; /* rec.attrs unused: see attrs */
+    json_t *attrs;      /* object, or NULL: one change sets one member (re-serialising
+                           them all per change made N subscriptions cost O(N^2)) */
     tm_map *streams;  /* name -> mstream */
     tm_map *requests; /* key -> tm_request_rec */
     uint64_t next_r;
@@ -71,6 +73,7 @@ static void free_session(msession *s)
         tm_map_each(s->requests, free_request, NULL);
     tm_map_free(s->requests);
     tm_session_rec_clear(&s->rec);
+    json_decref(s->attrs);
     free(s);
 }
 
@@ -132,8 +135,10 @@ static int m_session_get(tm_store *st, const char *id, tm_session_rec *out)
         out->client = tm_strdup(s->rec.client);
         out->created_ms = s->rec.created_ms;
         out->last_seen_ms = s->rec.last_seen_ms;
-        out->attrs = s->rec.attrs ? tm_strdup(s->rec.attrs) : NULL;
-        if (!out->id || (s->rec.attrs && !out->attrs))
+        out->attrs = s->attrs && json_object_size(s->attrs)
+                         ? json_dumps(s->attrs, JSON_COMPACT | JSON_SORT_KEYS)
+                         : NULL;
+        if (!out->id || (s->attrs && json_object_size(s->attrs) && !out->attrs))
             rc = TIDEMARK_ENOMEM;
     }
     pthread_mutex_unlock(&m->mu);
@@ -156,18 +161,21 @@ static int m_session_touch(tm_store *st, const char *id, int64_t now_ms)
 static int m_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
 {
     mstore *m = (mstore *)st;
-    int rc = TIDEMARK_ENOTFOUND;
+    json_t *v = NULL;
+    if (value && !(v = json_loads(value, JSON_DECODE_ANY, NULL)))
+        return TIDEMARK_EINVAL;
+    int rc = 0;
     pthread_mutex_lock(&m->mu);
     msession *s = tm_map_get(m->sessions, id);
-    if (s) {
-        char *next = tm_attrs_with(s->rec.attrs, name, value);
-        if (next) {
-            free(s->rec.attrs);
-            s->rec.attrs = next;
-            rc = 0;
-        } else {
-            rc = TIDEMARK_EINVAL;
-        }
+    if (s && !s->attrs)
+        s->attrs = json_object();
+    if (!s || !s->attrs) {
+        rc = s ? TIDEMARK_ENOMEM : TIDEMARK_ENOTFOUND;
+        json_decref(v);
+    } else if (v) { /* set_new takes v, on failure too */
+        rc = json_object_set_new(s->attrs, name, v) == 0 ? 0 : TIDEMARK_ENOMEM;
+    } else {
+        json_object_del(s->attrs, name);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;

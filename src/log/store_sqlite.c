@@ -25,15 +25,29 @@
 #include "../base/map.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
+#include "../base/random.h"
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define TAIL_CAP 256      /* recent events kept in memory per stream */
 #define READ_CONNS 8      /* read connection pool size */
 #define TOUCH_EVERY_MS 5000
+#define CKPT_EVERY_MS 100 /* checkpointer tick: a checkpoint, and the head file */
+#define CKPT_IDLE_MS 500  /* no commit for this long: truncate the WAL */
+#define WAL_LIMIT (4LL << 20)  /* journal_size_limit: a WAL started over shrinks to this */
+#define WAL_FORCE (16LL << 20) /* above this the writer starts the WAL over (writer_ckpt) */
+#define CKPT_STALL_MS 5000     /* a checkpoint incomplete this long is reported */
+#define QUICK_CHECK_ALWAYS (64LL << 20) /* databases up to this size are checked at every open */
+#define PROBE_MIN_MS 100  /* after a failed write: first probe, then doubling ... */
+#define PROBE_MAX_MS 5000 /* ... up to this */
+#define SYNC_WINDOW_US (60LL * 1000000) /* tm_store_sync: failures this recent count */
+#define CLOSED_KEEP 256   /* closed streams kept cached (LRU); the rest reload on demand */
 
 static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS tm_meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
@@ -52,6 +66,9 @@ static const char *const schema_sql =
     " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT, response BLOB,"
     " updated_ms INTEGER, PRIMARY KEY(session, key)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS tm_requests_state ON tm_requests(state) WHERE state = 1;"
+    /* session attributes, one row each (tm_sessions.attrs is only read to migrate) */
+    "CREATE TABLE IF NOT EXISTS tm_session_attrs(session TEXT NOT NULL, name TEXT NOT NULL,"
+    " value TEXT NOT NULL, PRIMARY KEY(session, name)) WITHOUT ROWID;"
     TM_SQLITE_ROWS_SCHEMA
     "INSERT OR IGNORE INTO tm_meta(k, v) VALUES('schema', '1');";
 
@@ -82,6 +99,10 @@ typedef struct sstream {
     char trimmed_epoch[TM_EPOCH_LEN + 1];
     tevent tail[TAIL_CAP]; /* ring: seqs (next_seq - tail_n) .. next_seq-1 */
     size_t tail_n;
+    int durable;         /* its row is committed (else its create is queued or failed) */
+    int pending;         /* queued ops pointing at it: it is never freed while > 0 */
+    struct sstream *lru_prev, *lru_next; /* idle closed streams, oldest first */
+    int in_lru;
     /* writer-side, per batch */
     int touched;
     uint64_t batch_head;
@@ -140,16 +161,33 @@ typedef struct sqstore {
     tm_map *streams;  /* "session/name" -> sstream */
     tm_map *sessions; /* id -> ssess */
     int64_t next_sid;
-    int failed;       /* a commit failed: refuse further writes */
+    int failed;       /* a write failed and no probe has succeeded since: refuse writes */
+    atomic_int corrupt; /* the database is damaged: refuse writes for good */
+    uint64_t fail_ctr_hi; /* highest queue position of an op that failed (c_mu) */
+    int64_t fail_enq_hi;  /* latest enqueue time (us) of an op that failed (c_mu) */
+    sstream *lru_head, *lru_tail; /* idle closed streams (c_mu) */
+    size_t lru_n;
+
+    /* files beside the database, and the durable head */
+    int lock_fd;
+    tm_head_file head;
+    char dbid[17];
+    char *wal_path;
+    uint64_t commits;            /* writer: batch transactions committed (tm_meta 'commits') */
+    atomic_ullong commits_done;  /* the same, published after each COMMIT */
+    atomic_int wal_big;          /* the WAL passed WAL_FORCE: the writer should restart it */
+    long long page_size;
 
     /* queue */
     tm_opqueue queue;       /* callers -> the writer thread */
     pthread_t writer;
     sqlite3 *wdb;
-    sqlite3_stmt *ins_event, *upd_stream, *ins_stream;
+    sqlite3_stmt *ins_event, *upd_stream, *ins_stream, *upd_commits;
+    int64_t probe_at_ms, probe_every_ms, failed_since_ms; /* writer, while failed */
 
     /* checkpointer: keeps WAL checkpoints out of the writer's commits */
     pthread_t ckpt;
+    pthread_mutex_t ck_mu; /* held while a checkpoint runs (one at a time: SQLite's rule) */
     pthread_mutex_t k_mu;
     pthread_cond_t k_cv;
     int k_running;
@@ -195,6 +233,80 @@ static void skey(char *out, size_t n, const char *session, const char *name)
 static const char *epoch_text(sqstore *q, int64_t id)
 {
     return id >= 0 && id < q->nepochs ? q->epochs[id] : "";
+}
+
+/* Every SQLite result of the store passes here: a damaged file
+ * (SQLITE_CORRUPT, SQLITE_NOTADB) stops all further writes into it, since
+ * appending into a damaged b-tree can only spread the damage. Returns the
+ * TIDEMARK_E* code of rc. */
+static int note_rc(sqstore *q, int rc)
+{
+    int p = rc & 0xff;
+    if ((p == SQLITE_CORRUPT || p == SQLITE_NOTADB) && !atomic_exchange(&q->corrupt, 1)) {
+        TM_ERROR("sqlite: database %s is damaged (%s): the store refuses every further write; "
+                 "stop the server and restore the database from a backup",
+                 q->path, sqlite3_errstr(rc));
+        tm_metric_inc(TM_M_STORE_CORRUPT);
+    }
+    return tm_sqlite_err(rc);
+}
+
+/* Whether writes are refused now; caller holds c_mu. */
+static int refusing(sqstore *q) { return q->failed || atomic_load(&q->corrupt); }
+
+/* ---- idle closed streams: an LRU bound on what finished calls keep cached ---- */
+
+static void lru_unlink(sqstore *q, sstream *s)
+{
+    if (!s->in_lru)
+        return;
+    if (s->lru_prev)
+        s->lru_prev->lru_next = s->lru_next;
+    else
+        q->lru_head = s->lru_next;
+    if (s->lru_next)
+        s->lru_next->lru_prev = s->lru_prev;
+    else
+        q->lru_tail = s->lru_prev;
+    s->lru_prev = s->lru_next = NULL;
+    s->in_lru = 0;
+    q->lru_n--;
+}
+
+static void sstream_free(sstream *s);
+
+/* A stream nobody writes to any more (durably closed, no op queued) goes to
+ * the LRU's young end; past CLOSED_KEEP the oldest is dropped from the cache.
+ * Nothing outside c_mu holds an entry, and a reader that needs it again
+ * reloads it from tm_streams. Caller holds c_mu. */
+static void lru_note(sqstore *q, sstream *s)
+{
+    if (!s->durable || !s->closed || s->pending > 0 || s->touched) {
+        lru_unlink(q, s);
+        return;
+    }
+    lru_unlink(q, s);
+    s->lru_prev = q->lru_tail;
+    if (q->lru_tail)
+        q->lru_tail->lru_next = s;
+    else
+        q->lru_head = s;
+    q->lru_tail = s;
+    s->in_lru = 1;
+    q->lru_n++;
+    while (q->lru_n > CLOSED_KEEP) {
+        sstream *old = q->lru_head;
+        lru_unlink(q, old);
+        tm_map_del(q->streams, old->key);
+        sstream_free(old);
+    }
+}
+
+/* An op pointing at s was queued; caller holds c_mu. */
+static void pending_inc(sqstore *q, sstream *s)
+{
+    s->pending++;
+    lru_unlink(q, s);
 }
 
 /* ---- read connections ------------------------------------------------------ */
@@ -265,6 +377,8 @@ static void tail_drop_below(sstream *s, uint64_t first)
 
 static void sstream_free(sstream *s)
 {
+    if (!s)
+        return;
     for (size_t i = 0; i < TAIL_CAP; i++)
         blob_unref(s->tail[i].b);
     free(s);
@@ -277,8 +391,11 @@ static sstream *stream_get(sqstore *q, const char *session, const char *name)
     char key[96];
     skey(key, sizeof key, session, name);
     sstream *s = tm_map_get(q->streams, key);
-    if (s)
+    if (s) {
+        if (s->in_lru)
+            lru_note(q, s); /* used again: to the young end */
         return s;
+    }
     pthread_mutex_unlock(&q->c_mu);
     sqlite3 *db = rconn_get(q);
     sstream *n = NULL;
@@ -290,7 +407,11 @@ static sstream *stream_get(sqstore *q, const char *session, const char *name)
                                -1, &st, NULL) == SQLITE_OK) {
             sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
             sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-            if (sqlite3_step(st) == SQLITE_ROW && (n = calloc(1, sizeof *n)) != NULL) {
+            int r = sqlite3_step(st);
+            if (r != SQLITE_ROW && r != SQLITE_DONE)
+                note_rc(q, r);
+            if (r == SQLITE_ROW && (n = calloc(1, sizeof *n)) != NULL) {
+                n->durable = 1;
                 n->sid = sqlite3_column_int64(st, 0);
                 n->head = (uint64_t)sqlite3_column_int64(st, 1);
                 n->next_seq = n->head + 1;
@@ -316,6 +437,8 @@ static sstream *stream_get(sqstore *q, const char *session, const char *name)
         free(n);
         n = NULL;
     }
+    if (n)
+        lru_note(q, n); /* a finished stream read again: bounded like the others */
     return n;
 }
 
@@ -366,7 +489,7 @@ static int wexec(sqstore *q, const char *sql)
         TM_ERROR("sqlite: %s: %s", sql, err ? err : "?");
         sqlite3_free(err);
     }
-    return tm_sqlite_err(rc);
+    return note_rc(q, rc);
 }
 
 static void touch_stream(sstream **touched, sstream *s)
@@ -414,7 +537,7 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
     sqlite3_clear_bindings(st);
     if (rc != SQLITE_DONE) {
         TM_ERROR("sqlite: insert event: %s", sqlite3_errmsg(q->wdb));
-        return tm_sqlite_err(rc);
+        return note_rc(q, rc);
     }
     if (o->request_key) {
         sqlite3_stmt *u;
@@ -438,11 +561,11 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
     return 0;
 }
 
-static int step_done(sqlite3_stmt *st)
+static int step_done(sqstore *q, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : tm_sqlite_err(rc);
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
 }
 
 static int apply_stream_create(sqstore *q, op *o)
@@ -455,7 +578,7 @@ static int apply_stream_create(sqstore *q, op *o)
     int rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
     if (rc != SQLITE_DONE)
-        return tm_sqlite_err(rc);
+        return note_rc(q, rc);
     if (o->next_r) {
         sqlite3_stmt *u;
         if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET next_r = MAX(next_r, ?1) WHERE id = ?2",
@@ -463,7 +586,7 @@ static int apply_stream_create(sqstore *q, op *o)
             return TIDEMARK_EIO;
         sqlite3_bind_int64(u, 1, (sqlite3_int64)o->next_r);
         sqlite3_bind_text(u, 2, o->ss->session, -1, SQLITE_STATIC);
-        return step_done(u);
+        return step_done(q, u);
     }
     return 0;
 }
@@ -474,9 +597,10 @@ static int delete_session_rows(sqstore *q, const char *id)
         "DELETE FROM tm_events WHERE sid IN (SELECT sid FROM tm_streams WHERE session = ?1)",
         "DELETE FROM tm_streams WHERE session = ?1",
         "DELETE FROM tm_requests WHERE session = ?1",
+        "DELETE FROM tm_session_attrs WHERE session = ?1",
         "DELETE FROM tm_sessions WHERE id = ?1",
     };
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof sqls / sizeof *sqls; i++) {
         const char *args[1] = {id};
         int rc = tm_sqlite_exec_args(q->wdb, sqls[i], args, 1);
         if (rc)
@@ -510,33 +634,34 @@ static int apply_expire(sqstore *q, op *o)
     return 0;
 }
 
-/* Read-modify-write of one attribute; the single writer makes it atomic.
- * o->srec: id, client = attribute name, attrs = value (NULL: remove). */
+/* One attribute is one row of tm_session_attrs: a change writes that row
+ * only (one JSON column rewritten whole made N changes cost O(N^2) bytes).
+ * o->srec: id, client = attribute name, attrs = value (JSON text, checked
+ * by the caller; NULL: remove). */
 static int apply_set_attr(sqstore *q, op *o)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(q->wdb, "SELECT attrs FROM tm_sessions WHERE id = ?1", -1, &st, NULL) !=
+    if (sqlite3_prepare_v2(q->wdb, "SELECT 1 FROM tm_sessions WHERE id = ?1", -1, &st, NULL) !=
         SQLITE_OK)
         return TIDEMARK_EIO;
     sqlite3_bind_text(st, 1, o->srec.id, -1, SQLITE_STATIC);
     int r = sqlite3_step(st);
-    char *next = r == SQLITE_ROW ? tm_attrs_with((const char *)sqlite3_column_text(st, 0),
-                                                 o->srec.client, o->srec.attrs)
-                                 : NULL;
     sqlite3_finalize(st);
     if (r == SQLITE_DONE)
         return TIDEMARK_ENOTFOUND;
-    if (!next)
-        return r == SQLITE_ROW ? TIDEMARK_EINVAL : TIDEMARK_EIO;
-    int rc = TIDEMARK_EIO;
-    if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET attrs = ?1 WHERE id = ?2", -1, &st,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, next, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, o->srec.id, -1, SQLITE_STATIC);
-        rc = step_done(st);
-    }
-    free(next);
-    return rc;
+    if (r != SQLITE_ROW)
+        return note_rc(q, r);
+    const char *sql = o->srec.attrs
+                          ? "INSERT OR REPLACE INTO tm_session_attrs(session, name, value) "
+                            "VALUES(?1, ?2, ?3)"
+                          : "DELETE FROM tm_session_attrs WHERE session = ?1 AND name = ?2";
+    if (sqlite3_prepare_v2(q->wdb, sql, -1, &st, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_text(st, 1, o->srec.id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, o->srec.client, -1, SQLITE_STATIC);
+    if (o->srec.attrs)
+        sqlite3_bind_text(st, 3, o->srec.attrs, -1, SQLITE_STATIC);
+    return step_done(q, st);
 }
 
 static int apply_op(sqstore *q, op *o, sstream **touched)
@@ -566,14 +691,14 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         sqlite3_bind_text(st, 3, o->srec.client, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, o->srec.created_ms);
         sqlite3_bind_int64(st, 5, o->srec.last_seen_ms);
-        return step_done(st);
+        return step_done(q, st);
     case OP_SESSION_TOUCH:
         if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET last_seen_ms = ?1 WHERE id = ?2", -1,
                                &st, NULL) != SQLITE_OK)
             return TIDEMARK_EIO;
         sqlite3_bind_int64(st, 1, o->ms);
         sqlite3_bind_text(st, 2, o->srec.id, -1, SQLITE_STATIC);
-        return step_done(st);
+        return step_done(q, st);
     case OP_SESSION_ATTRS:
         return apply_set_attr(q, o);
     case OP_SESSION_DELETE:
@@ -590,7 +715,7 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         sqlite3_bind_text(st, 4, o->rrec.stream, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 5, o->rrec.message, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 6, o->ms);
-        if (step_done(st) != 0)
+        if (step_done(q, st) != 0)
             return TIDEMARK_EIO;
         return sqlite3_changes(q->wdb) == 0 ? TIDEMARK_EEXIST : 0;
     case OP_SCHEMA:
@@ -625,7 +750,7 @@ static int trim_count(sqstore *q, sstream *s, uint64_t head, uint64_t *first, ch
         return TIDEMARK_EIO;
     sqlite3_bind_int64(st, 1, s->sid);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)nf);
-    int rc = step_done(st);
+    int rc = step_done(q, st);
     if (rc == 0)
         *first = nf;
     return rc;
@@ -673,7 +798,7 @@ static int flush_streams(sqstore *q, sstream *touched, stream_update **ups, size
         rc = sqlite3_step(st);
         sqlite3_clear_bindings(st);
         if (rc != SQLITE_DONE)
-            return tm_sqlite_err(rc);
+            return note_rc(q, rc);
     }
     return 0;
 }
@@ -756,52 +881,294 @@ static void age_trim(sqstore *q)
     free(cuts);
 }
 
-static void finish_batch(sqstore *q, op *batch, int commit_rc, stream_update *ups, size_t nups)
+/* Clear the per-batch marks of the streams a batch touched. Caller holds c_mu. */
+static void untouch(sstream *touched)
 {
-    /* Publish the committed bounds, then tell waiters and listeners. */
+    for (sstream *s = touched; s;) {
+        sstream *n = s->next_touched;
+        s->touched = 0;
+        s->next_touched = NULL;
+        s = n;
+    }
+}
+
+/* The batch committed: publish the new bounds, then tell callbacks,
+ * listeners and waiters. */
+static void finish_batch(sqstore *q, op *batch, sstream *touched, stream_update *ups, size_t nups)
+{
     pthread_mutex_lock(&q->c_mu);
     for (size_t i = 0; i < nups; i++) {
         sstream *s = ups[i].s;
-        if (commit_rc == 0) {
-            s->head = ups[i].head;
-            s->closed = ups[i].closed;
-            s->first = ups[i].first;
-            memcpy(s->trimmed_epoch, ups[i].te, sizeof s->trimmed_epoch);
-            tail_drop_below(s, s->first);
-        }
-        s->touched = 0;
-        s->next_touched = NULL;
+        s->head = ups[i].head;
+        s->closed = ups[i].closed;
+        s->first = ups[i].first;
+        memcpy(s->trimmed_epoch, ups[i].te, sizeof s->trimmed_epoch);
+        tail_drop_below(s, s->first);
     }
-    if (commit_rc != 0)
-        q->failed = 1;
+    untouch(touched);
+    uint64_t nops = 0;
     for (op *o = batch; o; o = op_next(o)) {
-        if (o->kind == OP_SESSION_DELETE && commit_rc == 0) {
-            ssess *ss = tm_map_del(q->sessions, o->srec.id);
-            free(ss);
-        }
+        nops++;
+        if (o->kind == OP_STREAM_CREATE)
+            o->ss->durable = 1;
+        if (o->kind == OP_SESSION_DELETE)
+            free(tm_map_del(q->sessions, o->srec.id));
+        if (o->ss)
+            o->ss->pending--;
     }
     pthread_mutex_unlock(&q->c_mu);
 
     int64_t now_us = tm_now_us();
-    uint64_t nops = 0;
     for (op *o = batch; o; o = op_next(o)) {
-        nops++;
-        if (commit_rc)
-            o->link.status = commit_rc;
-        if (o->kind == OP_APPEND) {
-            if (commit_rc == 0)
-                tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
-            if (o->cb)
-                o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
-        }
+        if (o->kind != OP_APPEND)
+            continue;
+        tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
+        if (o->cb)
+            o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
     }
-    tm_metric_inc(commit_rc ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
+    tm_metric_inc(TM_M_COMMITS);
     tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
-    if (commit_rc == 0)
-        for (size_t i = 0; i < nups; i++)
-            tm_store_notify_commit(&q->base, ups[i].s->session, ups[i].s->name, ups[i].head);
-
+    for (size_t i = 0; i < nups; i++)
+        tm_store_notify_commit(&q->base, ups[i].s->session, ups[i].s->name, ups[i].head);
+    /* Only now may a finished stream leave the cache: the listener above
+     * still used its names. */
+    pthread_mutex_lock(&q->c_mu);
+    for (size_t i = 0; i < nups; i++)
+        lru_note(q, ups[i].s);
+    pthread_mutex_unlock(&q->c_mu);
     tm_opqueue_settle(&q->queue, &batch->link, release_op);
+}
+
+/* Fail every op of a list with rc (nothing of it is in the database): the
+ * append callbacks hear a non-zero status, waiters get rc. */
+static void fail_ops(sqstore *q, op *list, int rc, sstream *touched)
+{
+    pthread_mutex_lock(&q->c_mu);
+    untouch(touched);
+    for (op *o = list; o; o = op_next(o)) {
+        o->link.status = rc;
+        if (o->ss)
+            o->ss->pending--;
+        if (o->link.ctr > q->fail_ctr_hi)
+            q->fail_ctr_hi = o->link.ctr;
+        if (o->enq_us > q->fail_enq_hi)
+            q->fail_enq_hi = o->enq_us;
+    }
+    pthread_mutex_unlock(&q->c_mu);
+    uint64_t nops = 0;
+    for (op *o = list; o; o = op_next(o)) {
+        nops++;
+        if (o->kind == OP_APPEND && o->cb)
+            o->cb(o->cb_ud, rc, 0);
+    }
+    tm_metric_inc(TM_M_COMMIT_FAILURES);
+    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
+    tm_opqueue_settle(&q->queue, &list->link, release_op);
+}
+
+/* A batch failed and was rolled back. Seqs are assigned at enqueue, so
+ * every op queued behind it may carry a seq computed on top of it: refuse
+ * new writes first, then fail the batch and everything queued, so the
+ * caches can be reset to the durable state before writes resume (see
+ * recover_writes). */
+static void enter_failed(sqstore *q, op *batch, int rc, sstream *touched)
+{
+    int64_t now = tm_now_ms();
+    pthread_mutex_lock(&q->c_mu);
+    int first = !q->failed;
+    if (first) {
+        q->failed = 1;
+        q->failed_since_ms = now;
+        q->probe_every_ms = PROBE_MIN_MS;
+        q->probe_at_ms = now + PROBE_MIN_MS;
+    }
+    pthread_mutex_unlock(&q->c_mu);
+    if (first)
+        TM_ERROR("sqlite: a write to %s failed (%s): writes are refused until a probe write "
+                 "succeeds (retried with backoff)", q->path, tidemark_strerror(rc));
+    size_t n;
+    int stop;
+    op *rest = (op *)tm_opqueue_take(&q->queue, 0, now, &n, &stop);
+    op *last = batch;
+    while (op_next(last))
+        last = op_next(last);
+    last->link.next = rest ? &rest->link : NULL;
+    fail_ops(q, batch, rc ? rc : TIDEMARK_EIO, touched);
+}
+
+/* A statement error that leaves the transaction unusable (the disk, the
+ * file, memory), as opposed to one op's own refusal (a duplicate request
+ * record, a bad application schema), which undoes only that statement. */
+static int hard_error(sqstore *q)
+{
+    if (sqlite3_get_autocommit(q->wdb)) /* SQLite rolled the transaction back */
+        return 1;
+    switch (sqlite3_errcode(q->wdb) & 0xff) {
+    case SQLITE_FULL: case SQLITE_IOERR: case SQLITE_CORRUPT: case SQLITE_NOTADB:
+    case SQLITE_NOMEM: case SQLITE_CANTOPEN: case SQLITE_READONLY: case SQLITE_PROTOCOL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void rollback_quietly(sqstore *q)
+{
+    if (!sqlite3_get_autocommit(q->wdb))
+        sqlite3_exec(q->wdb, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_reset(q->ins_event);
+    sqlite3_reset(q->upd_stream);
+    sqlite3_reset(q->ins_stream);
+    sqlite3_reset(q->upd_commits);
+}
+
+/* Run a batch as one transaction. The commit counter (tm_meta 'commits')
+ * rides in it: the head file records it, and an open that finds less than
+ * the head file says was committed knows acknowledged writes are missing. */
+static int run_batch(sqstore *q, op *batch, sstream **touched, stream_update **ups, size_t *nups)
+{
+    if (atomic_load(&q->corrupt))
+        return TIDEMARK_EIO;
+    int rc = wexec(q, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    for (op *o = batch; o && rc == 0; o = op_next(o)) {
+        o->link.status = apply_op(q, o, touched);
+        /* An append never fails alone: its seq was handed out. */
+        if (o->link.status && (o->kind == OP_APPEND || hard_error(q)))
+            rc = o->link.status;
+    }
+    if (rc == 0)
+        rc = flush_streams(q, *touched, ups, nups);
+    if (rc == 0) {
+        sqlite3_reset(q->upd_commits);
+        sqlite3_bind_int64(q->upd_commits, 1, (sqlite3_int64)(q->commits + 1));
+        int r = sqlite3_step(q->upd_commits);
+        rc = r == SQLITE_DONE ? 0 : note_rc(q, r);
+    }
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
+    TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS");
+    if (rc == 0)
+        rc = wexec(q, "COMMIT");
+    if (rc) {
+        rollback_quietly(q);
+        return rc;
+    }
+    q->commits++;
+    atomic_store(&q->commits_done, q->commits);
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
+    return 0;
+}
+
+typedef struct recover_ctx {
+    sstream **v;
+    size_t n;
+} recover_ctx;
+
+static void collect_stream(const char *k, void *v, void *ud)
+{
+    (void)k;
+    recover_ctx *c = ud;
+    c->v[c->n++] = v;
+}
+
+static void reset_next_r(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    ((ssess *)v)->next_r = 0; /* reloaded from tm_sessions by the next stream_open */
+}
+
+/* Back to the durable state after a failure, with no op queued that
+ * points at a stream (all were failed; writes were refused since). Seqs
+ * handed out above a stream's durable head are handed out again: their
+ * events were never committed and so, commit then emit, never sent (under
+ * emit_early they may have been: docs/design.md, known limitations).
+ * Caller holds c_mu. */
+static void reset_cache(sqstore *q)
+{
+    recover_ctx c = {calloc(tm_map_count(q->streams) + 1, sizeof(sstream *)), 0};
+    if (c.v)
+        tm_map_each(q->streams, collect_stream, &c);
+    for (size_t i = 0; i < c.n; i++) {
+        sstream *s = c.v[i];
+        if (!s->durable) { /* its create failed: it does not exist */
+            if (s->pending == 0) {
+                lru_unlink(q, s);
+                tm_map_del(q->streams, s->key);
+                sstream_free(s);
+            }
+            continue;
+        }
+        while (s->tail_n > 0 && s->next_seq - 1 > s->head) {
+            tevent *e = &s->tail[(s->next_seq - 1) % TAIL_CAP];
+            blob_unref(e->b);
+            e->b = NULL;
+            s->tail_n--;
+            s->next_seq--;
+        }
+        s->next_seq = s->head + 1;
+        s->closing = s->closed;
+    }
+    free(c.v);
+    tm_map_each(q->sessions, reset_next_r, NULL);
+}
+
+/* After each commit of the writer: how many frames the WAL holds (no I/O). */
+static int on_wal(void *ud, sqlite3 *db, const char *name, int frames)
+{
+    (void)db;
+    (void)name;
+    sqstore *q = ud;
+    if ((long long)frames * q->page_size > WAL_FORCE)
+        atomic_store(&q->wal_big, 1);
+    return SQLITE_OK;
+}
+
+/* Between two batches, when the WAL grew past WAL_FORCE: a passive
+ * checkpoint on the writer's own connection copies the few frames the
+ * checkpointer has not (it did the rest), so at the next BEGIN the writer
+ * finds the WAL fully copied and starts it over (shrunk to WAL_LIMIT by
+ * journal_size_limit). Rare (once per WAL_FORCE bytes) and short. */
+static void writer_ckpt(sqstore *q)
+{
+    int log = -1, done = -1;
+    pthread_mutex_lock(&q->ck_mu); /* the checkpointer's pass, if one runs, ends first */
+    int rc = sqlite3_wal_checkpoint_v2(q->wdb, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+    pthread_mutex_unlock(&q->ck_mu);
+    TM_DEBUG("sqlite: writer checkpoint of %s: %s, %d of %d frames", q->path, sqlite3_errstr(rc),
+             done, log);
+}
+
+/* While failed: a small write, with backoff; once it commits, reset the
+ * caches and accept writes again. A damaged database is never retried. */
+static void probe_writes(sqstore *q)
+{
+    int64_t now = tm_now_ms();
+    if (atomic_load(&q->corrupt) || now < q->probe_at_ms)
+        return;
+    rollback_quietly(q);
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "BEGIN IMMEDIATE; INSERT OR REPLACE INTO tm_meta(k, v) VALUES('probe', '%lld'); COMMIT;",
+             (long long)tm_wall_ms());
+    int rc = sqlite3_exec(q->wdb, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        note_rc(q, rc);
+        rollback_quietly(q);
+        q->probe_every_ms = q->probe_every_ms * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : q->probe_every_ms * 2;
+        q->probe_at_ms = tm_now_ms() + q->probe_every_ms;
+        TM_DEBUG("sqlite: probe write to %s failed (%s); next in %lld ms", q->path,
+                 sqlite3_errstr(rc), (long long)q->probe_every_ms);
+        return;
+    }
+    pthread_mutex_lock(&q->c_mu);
+    reset_cache(q);
+    q->failed = 0;
+    pthread_mutex_unlock(&q->c_mu);
+    tm_metric_inc(TM_M_STORE_RECOVERIES);
+    TM_WARN("sqlite: writes to %s succeed again after %lld ms: the store accepts writes", q->path,
+            (long long)(tm_now_ms() - q->failed_since_ms));
 }
 
 static void *writer_main(void *arg)
@@ -811,48 +1178,35 @@ static void *writer_main(void *arg)
     for (;;) {
         size_t n;
         int stop;
-        op *batch = (op *)tm_opqueue_take(&q->queue, 0, q->opt.retain_ms > 0 ? next_maint : 0, &n,
-                                          &stop);
+        int64_t wake = q->opt.retain_ms > 0 ? next_maint : 0;
+        if (q->failed && !atomic_load(&q->corrupt) && (wake == 0 || q->probe_at_ms < wake))
+            wake = q->probe_at_ms;
+        op *batch = (op *)tm_opqueue_take(&q->queue, 0, wake, &n, &stop);
         if (q->opt.retain_ms > 0 && tm_now_ms() >= next_maint) {
-            age_trim(q);
+            if (!q->failed)
+                age_trim(q);
             next_maint = tm_now_ms() + 1000;
         }
         if (stop)
             break;
+        if (q->failed) /* the writer alone sets and clears it: no lock to read it */
+            probe_writes(q);
         if (!batch)
             continue;
-
+        if (q->failed) {
+            fail_ops(q, batch, TIDEMARK_EIO, NULL);
+            continue;
+        }
+        if (atomic_exchange(&q->wal_big, 0))
+            writer_ckpt(q);
         sstream *touched = NULL;
         stream_update *ups = NULL;
         size_t nups = 0;
-        int rc = wexec(q, "BEGIN IMMEDIATE");
-        if (rc == 0) {
-            /* A failed statement undoes only itself (SQLite statement
-             * atomicity); effects have their own savepoint. */
-            for (op *o = batch; o; o = op_next(o))
-                o->link.status = apply_op(q, o, &touched);
-            rc = flush_streams(q, touched, &ups, &nups);
-            TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
-            TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS");
-            if (rc == 0)
-                rc = wexec(q, "COMMIT");
-            if (rc == 0)
-                TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
-            if (rc) {
-                TM_ERROR("sqlite: commit failed (%s); the store refuses further writes",
-                         tidemark_strerror(rc));
-                wexec(q, "ROLLBACK");
-            }
-        }
-        if (!ups) { /* BEGIN failed: still reset the touched list */
-            for (sstream *s = touched; s;) {
-                sstream *n = s->next_touched;
-                s->touched = 0;
-                s->next_touched = NULL;
-                s = n;
-            }
-        }
-        finish_batch(q, batch, rc, ups, nups);
+        int rc = run_batch(q, batch, &touched, &ups, &nups);
+        if (rc == 0)
+            finish_batch(q, batch, touched, ups, nups);
+        else
+            enter_failed(q, batch, rc, touched);
         free(ups);
     }
     return NULL;
@@ -898,6 +1252,33 @@ static int q_session_create(tm_store *st, const tm_session_rec *rec)
     return rc;
 }
 
+/* The attributes of a session as one JSON object (text, keys sorted), or
+ * NULL when it has none. */
+static int load_attrs(sqstore *q, sqlite3 *db, const char *id, char **out)
+{
+    *out = NULL;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db, "SELECT name, value FROM tm_session_attrs WHERE session = ?1", -1, &s,
+                           NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    json_t *o = NULL;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        json_t *v = json_loads((const char *)sqlite3_column_text(s, 1), JSON_DECODE_ANY, NULL);
+        if (!o)
+            o = json_object();
+        if (v && o)
+            json_object_set_new(o, (const char *)sqlite3_column_text(s, 0), v);
+    }
+    sqlite3_finalize(s);
+    int rc = r == SQLITE_DONE ? 0 : note_rc(q, r);
+    if (rc == 0 && o && !(*out = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS)))
+        rc = TIDEMARK_ENOMEM;
+    json_decref(o);
+    return rc;
+}
+
 static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
 {
     sqstore *q = (sqstore *)st;
@@ -907,8 +1288,9 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
         return TIDEMARK_EIO;
     sqlite3_stmt *s;
     int rc = TIDEMARK_EIO;
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); /* the record and its attributes: one snapshot */
     if (sqlite3_prepare_v2(db,
-                           "SELECT id, version, client, created_ms, last_seen_ms, attrs "
+                           "SELECT id, version, client, created_ms, last_seen_ms "
                            "FROM tm_sessions WHERE id = ?1",
                            -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
@@ -919,14 +1301,20 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
             out->client = tm_strdup((const char *)sqlite3_column_text(s, 2));
             out->created_ms = sqlite3_column_int64(s, 3);
             out->last_seen_ms = sqlite3_column_int64(s, 4);
-            out->attrs = tm_strdup((const char *)sqlite3_column_text(s, 5));
             rc = out->id ? 0 : TIDEMARK_ENOMEM;
         } else if (r == SQLITE_DONE) {
             rc = TIDEMARK_ENOTFOUND;
+        } else {
+            note_rc(q, r);
         }
         sqlite3_finalize(s);
     }
+    if (rc == 0)
+        rc = load_attrs(q, db, id, &out->attrs);
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     rconn_put(q, db);
+    if (rc)
+        tm_session_rec_clear(out);
     return rc;
 }
 
@@ -962,6 +1350,14 @@ static int q_session_set_attr(tm_store *st, const char *id, const char *name, co
     op *o = op_new(OP_SESSION_ATTRS);
     if (!o)
         return TIDEMARK_ENOMEM;
+    if (value) { /* stored as given, so it must be JSON */
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        if (!v) {
+            op_free(o);
+            return TIDEMARK_EINVAL;
+        }
+        json_decref(v);
+    }
     o->srec.id = tm_strdup(id);
     o->srec.client = tm_strdup(name);
     o->srec.attrs = tm_strdup(value);
@@ -1031,6 +1427,7 @@ static void doom_session_streams(sqstore *q, const char *id, op *o)
     doom_ctx d = {prefix, strlen(prefix), NULL, 0, 0};
     tm_map_each(q->streams, collect_doomed, &d);
     for (size_t i = 0; i < d.n; i++) {
+        lru_unlink(q, d.v[i]);
         tm_map_del(q->streams, d.v[i]->key);
     }
     o->doomed = d.v;
@@ -1060,7 +1457,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
 {
     sqstore *q = (sqstore *)st;
     pthread_mutex_lock(&q->c_mu);
-    if (q->failed) {
+    if (refusing(q)) {
         pthread_mutex_unlock(&q->c_mu);
         return TIDEMARK_EIO;
     }
@@ -1100,6 +1497,10 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     if (name) {
         snprintf(nm, sizeof nm, "%s", name);
         sstream *s = stream_get(q, session, nm);
+        if (s && refusing(q)) { /* failed while the lock was let go */
+            pthread_mutex_unlock(&q->c_mu);
+            return TIDEMARK_EIO;
+        }
         if (s) {
             op *o = NULL;
             if (s->closing) {
@@ -1107,6 +1508,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
                 if (o) {
                     o->ss = s;
                     s->closing = 0;
+                    pending_inc(q, s);
                 }
             }
             pthread_mutex_unlock(&q->c_mu);
@@ -1119,6 +1521,10 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
         }
     } else {
         snprintf(nm, sizeof nm, "r%llu", (unsigned long long)ss->next_r++);
+    }
+    if (refusing(q)) {
+        pthread_mutex_unlock(&q->c_mu);
+        return TIDEMARK_EIO;
     }
     sstream *s = calloc(1, sizeof *s);
     op *o = op_new(OP_STREAM_CREATE);
@@ -1142,8 +1548,11 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     }
     o->ss = s;
     o->next_r = name ? 0 : ss->next_r;
-    pthread_mutex_unlock(&q->c_mu);
+    s->pending = 1;
+    /* Queued under c_mu: a session delete or a failed batch that comes next
+     * finds the op in the queue, behind or with everything before it. */
     enqueue(q, o);
+    pthread_mutex_unlock(&q->c_mu);
     snprintf(out, TM_STREAM_MAX, "%s", nm);
     return 0;
 }
@@ -1170,14 +1579,15 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
         return TIDEMARK_ENOMEM;
     }
     pthread_mutex_lock(&q->c_mu);
-    sstream *s = q->failed ? NULL : stream_get(q, r->session, r->stream);
-    int rc = q->failed ? TIDEMARK_EIO : !s ? TIDEMARK_ENOTFOUND : s->closing ? TIDEMARK_ECLOSED : 0;
+    sstream *s = refusing(q) ? NULL : stream_get(q, r->session, r->stream);
+    int rc = refusing(q) ? TIDEMARK_EIO : !s ? TIDEMARK_ENOTFOUND : s->closing ? TIDEMARK_ECLOSED : 0;
     if (rc) {
         pthread_mutex_unlock(&q->c_mu);
         op_free(o);
         return rc;
     }
     o->ss = s;
+    pending_inc(q, s);
     o->seq = s->next_seq++;
     if (r->flags & TM_APPEND_FINAL)
         s->closing = 1;
@@ -1214,13 +1624,14 @@ static int q_close_stream(tm_store *st, const char *session, const char *stream)
         return TIDEMARK_ENOMEM;
     pthread_mutex_lock(&q->c_mu);
     sstream *s = stream_get(q, session, stream);
-    if (!s) {
+    if (!s || refusing(q)) {
         pthread_mutex_unlock(&q->c_mu);
         free(o);
-        return TIDEMARK_ENOTFOUND;
+        return s ? TIDEMARK_EIO : TIDEMARK_ENOTFOUND;
     }
     s->closing = 1;
     o->ss = s;
+    pending_inc(q, s);
     enqueue(q, o);
     pthread_mutex_unlock(&q->c_mu);
     return 0;
@@ -1298,7 +1709,7 @@ static int q_read(tm_store *st, const char *session, const char *stream, uint64_
                 break;
         }
         if (r != SQLITE_ROW && r != SQLITE_DONE)
-            rc = tm_sqlite_err(r);
+            rc = note_rc(q, r);
         sqlite3_finalize(ps);
     }
     rconn_put(q, db);
@@ -1522,40 +1933,182 @@ static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
     return rc;
 }
 
-static int q_sync(tm_store *st)
+/* A barrier. A failed batch fails everything queued with it, records
+ * written without waiting included, and the store may have recovered by the
+ * time the barrier commits: with a mark, a failure of any op queued at or
+ * after it is reported; without one, any failure of an op queued in the
+ * SYNC_WINDOW_US before the barrier (the caller's record among them, unless
+ * it waited longer than that to ask). */
+static int sync_barrier(sqstore *q, uint64_t mark)
 {
-    sqstore *q = (sqstore *)st;
     op *o = op_new(OP_BARRIER);
     if (!o)
         return TIDEMARK_ENOMEM;
+    int64_t enq = o->enq_us;
     int rc = run_sync(q, o, 0);
-    /* A failed commit fails everything queued with it, including records
-     * written without waiting: report it to whoever relies on them. */
     pthread_mutex_lock(&q->c_mu);
-    if (rc == 0 && q->failed)
+    if (rc == 0 && refusing(q))
+        rc = TIDEMARK_EIO;
+    if (rc == 0 && mark && q->fail_ctr_hi >= mark)
+        rc = TIDEMARK_EIO;
+    if (rc == 0 && !mark && q->fail_enq_hi && q->fail_enq_hi >= enq - SYNC_WINDOW_US)
         rc = TIDEMARK_EIO;
     pthread_mutex_unlock(&q->c_mu);
     return rc;
 }
 
+static int q_sync(tm_store *st) { return sync_barrier((sqstore *)st, 0); }
+
+static int q_sync_since(tm_store *st, uint64_t mark)
+{
+    return sync_barrier((sqstore *)st, mark ? mark : 1);
+}
+
+static uint64_t q_mark(tm_store *st) { return tm_opqueue_mark(&((sqstore *)st)->queue); }
+
+static int q_writable(tm_store *st)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    int rc = refusing(q) ? TIDEMARK_EIO : 0;
+    pthread_mutex_unlock(&q->c_mu);
+    return rc;
+}
+
+size_t tm_store_sqlite_cached_streams(tm_store *st)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    size_t n = tm_map_count(q->streams);
+    pthread_mutex_unlock(&q->c_mu);
+    return n;
+}
+
+static long long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
+}
+
+typedef struct ckpt_state {
+    uint64_t seen;          /* commits_done at the last tick */
+    int64_t changed_ms;     /* when it last moved */
+    int truncated;          /* the WAL was truncated since the last commit */
+    int64_t stalled_since;  /* first incomplete checkpoint of a run, 0 if none */
+    int64_t reported_ms;
+    uint64_t head_written;  /* commits the head file holds */
+    int misconfigured;      /* told once: the checkpoint says "not WAL" */
+} ckpt_state;
+
+/* The durable head, off the commit path: at most once per tick, only when
+ * it moved. Under durability "process" commits are not fsync'd, so the WAL
+ * is first (one fdatasync per tick): the head file never claims a commit a
+ * power cut could still take away. */
+static void head_tick(sqstore *q, ckpt_state *k)
+{
+    uint64_t c = atomic_load(&q->commits_done);
+    if (c == k->head_written)
+        return;
+    if (q->opt.durability == TM_DURABILITY_PROCESS) {
+        int fd = open(q->wal_path, O_RDONLY | O_CLOEXEC);
+        int ok = fd < 0 || fdatasync(fd) == 0; /* no WAL: everything is in the (synced) file */
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            return;
+    }
+    tm_head_rec r = {.commits = c, .clean = 0};
+    memcpy(r.dbid, q->dbid, sizeof r.dbid);
+    memcpy(r.epoch, q->base.epoch, TM_EPOCH_LEN + 1);
+    if (tm_head_write(&q->head, &r) == 0)
+        k->head_written = c;
+}
+
+/* One checkpoint: PASSIVE while commits come (never blocks the writer),
+ * TRUNCATE when idle (the WAL shrinks to 0). Under sustained writes a
+ * passive checkpoint never catches up with the last frame, so the writer
+ * never starts the WAL over and it grows without bound: past WAL_FORCE the
+ * writer finishes the job itself between two batches (on_wal, writer_ckpt).
+ * A checkpoint that keeps failing to complete is logged and counted. */
+static void ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
+{
+    int64_t now = tm_now_ms();
+    uint64_t c = atomic_load(&q->commits_done);
+    if (c != k->seen) {
+        k->seen = c;
+        k->changed_ms = now;
+        k->truncated = 0;
+    }
+    if (k->truncated)
+        return;
+    long long wal = file_size(q->wal_path);
+    int idle = now - k->changed_ms >= CKPT_IDLE_MS;
+    int mode = idle ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE;
+    int log = -1, done = -1;
+    pthread_mutex_lock(&q->ck_mu);
+    int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, &log, &done);
+    pthread_mutex_unlock(&q->ck_mu);
+    if (rc == SQLITE_OK && log < 0 && !k->misconfigured) {
+        k->misconfigured = 1;
+        TM_ERROR("sqlite: checkpoints of %s do nothing: the connection is not in WAL mode", q->path);
+    }
+    if (rc == SQLITE_OK && log >= 0 && done == log) {
+        k->stalled_since = 0;
+        k->truncated = mode == SQLITE_CHECKPOINT_TRUNCATE;
+        return;
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY && rc != SQLITE_LOCKED)
+        note_rc(q, rc);
+    if (!k->stalled_since)
+        k->stalled_since = now;
+    if (now - k->stalled_since >= CKPT_STALL_MS && now - k->reported_ms >= 2 * CKPT_STALL_MS) {
+        k->reported_ms = now;
+        tm_metric_inc(TM_M_CHECKPOINT_STALLS);
+        TM_WARN("sqlite: WAL checkpoint of %s incomplete for %lld ms (%s; %d of %d frames; WAL %lld "
+                "bytes): a reader holds an old snapshot, or the disk fails", q->path,
+                (long long)(now - k->stalled_since), sqlite3_errstr(rc), done, log, wal);
+    }
+}
+
 /* WAL checkpoints on their own connection and thread: SQLite's automatic
  * checkpoint would run inside the writer's COMMIT and stall every append
- * queued behind it (measured: p99 commit latency ~19 ms under load). */
+ * queued behind it (measured: p99 commit latency ~19 ms under load). The
+ * same thread writes the head file. */
 static void *ckpt_main(void *arg)
 {
     sqstore *q = arg;
     sqlite3 *db = NULL;
     if (open_conn(q, 0, &db) != 0)
         return NULL;
+    /* RESTART and TRUNCATE wait for the writer and readers: briefly. */
+    sqlite3_busy_timeout(db, 50);
+    /* A connection that has not read the database does not know it is in
+     * WAL mode, and its checkpoints silently do nothing (log = done = -1). */
+    char *mode = NULL;
+    sqlite3_stmt *st;
+    sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            mode = tm_strdup((const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if (!mode || strcmp(mode, "wal") != 0)
+        TM_ERROR("sqlite: %s is in journal mode %s, not wal", q->path, mode ? mode : "?");
+    free(mode);
+    char limit[64];
+    snprintf(limit, sizeof limit, "PRAGMA journal_size_limit=%lld", WAL_LIMIT);
+    sqlite3_exec(db, limit, NULL, NULL, NULL);
+    ckpt_state k = {.seen = atomic_load(&q->commits_done), .changed_ms = tm_now_ms(),
+                    .head_written = atomic_load(&q->commits_done)};
     pthread_mutex_lock(&q->k_mu);
     while (q->k_running) {
-        struct timespec ts = tm_deadline_ms(200);
+        struct timespec ts = tm_deadline_ms(CKPT_EVERY_MS);
         pthread_cond_timedwait(&q->k_cv, &q->k_mu, &ts);
         if (!q->k_running)
             break;
         pthread_mutex_unlock(&q->k_mu);
-        int log = 0, done = 0;
-        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        head_tick(q, &k);
+        ckpt_tick(q, db, &k);
         pthread_mutex_lock(&q->k_mu);
     }
     pthread_mutex_unlock(&q->k_mu);
@@ -1577,6 +2130,37 @@ static void free_plain(const char *k, void *v, void *ud)
     free(v);
 }
 
+/* Everything q holds; safe on a half-made store. */
+static void q_free(sqstore *q)
+{
+    sqlite3_finalize(q->ins_event);
+    sqlite3_finalize(q->upd_stream);
+    sqlite3_finalize(q->ins_stream);
+    sqlite3_finalize(q->upd_commits);
+    sqlite3_close(q->wdb);
+    for (int i = 0; i < q->nrfree; i++)
+        sqlite3_close(q->rfree[i]);
+    if (q->streams)
+        tm_map_each(q->streams, free_cached, NULL);
+    tm_map_free(q->streams);
+    if (q->sessions)
+        tm_map_each(q->sessions, free_plain, NULL);
+    tm_map_free(q->sessions);
+    pthread_mutex_destroy(&q->c_mu);
+    tm_opqueue_destroy(&q->queue);
+    pthread_mutex_destroy(&q->r_mu);
+    pthread_cond_destroy(&q->r_cv);
+    pthread_mutex_destroy(&q->k_mu);
+    pthread_mutex_destroy(&q->ck_mu);
+    pthread_cond_destroy(&q->k_cv);
+    tm_head_close(&q->head);
+    tm_db_unlock(q->lock_fd);
+    free(q->epochs);
+    free(q->wal_path);
+    free(q->path);
+    free(q);
+}
+
 static void q_close(tm_store *st)
 {
     sqstore *q = (sqstore *)st;
@@ -1588,27 +2172,25 @@ static void q_close(tm_store *st)
     pthread_mutex_unlock(&q->k_mu);
     if (q->ckpt)
         pthread_join(q->ckpt, NULL);
-    pthread_mutex_destroy(&q->k_mu);
-    pthread_cond_destroy(&q->k_cv);
     /* A final full checkpoint keeps the WAL small across restarts. */
     sqlite3_wal_checkpoint_v2(q->wdb, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    for (int i = 0; i < q->nrfree; i++)
+        sqlite3_close(q->rfree[i]);
+    q->nrfree = 0;
     sqlite3_finalize(q->ins_event);
     sqlite3_finalize(q->upd_stream);
     sqlite3_finalize(q->ins_stream);
-    sqlite3_close(q->wdb);
-    for (int i = 0; i < q->nrfree; i++)
-        sqlite3_close(q->rfree[i]);
-    tm_map_each(q->streams, free_cached, NULL);
-    tm_map_free(q->streams);
-    tm_map_each(q->sessions, free_plain, NULL);
-    tm_map_free(q->sessions);
-    pthread_mutex_destroy(&q->c_mu);
-    tm_opqueue_destroy(&q->queue);
-    pthread_mutex_destroy(&q->r_mu);
-    pthread_cond_destroy(&q->r_cv);
-    free(q->epochs);
-    free(q->path);
-    free(q);
+    sqlite3_finalize(q->upd_commits);
+    q->ins_event = q->upd_stream = q->ins_stream = q->upd_commits = NULL;
+    int closed = sqlite3_close(q->wdb) == SQLITE_OK;
+    q->wdb = NULL;
+    /* Clean: the next open need not check the file. A damaged one stays
+     * marked unclean, so the next open checks it and refuses it. */
+    tm_head_rec r = {.commits = q->commits, .clean = closed && !atomic_load(&q->corrupt)};
+    memcpy(r.dbid, q->dbid, sizeof r.dbid);
+    memcpy(r.epoch, q->base.epoch, TM_EPOCH_LEN + 1);
+    tm_head_write(&q->head, &r);
+    q_free(q);
 }
 
 static const struct tm_store_ops sqlite_ops = {
@@ -1634,10 +2216,13 @@ static const struct tm_store_ops sqlite_ops = {
     .rows = q_rows,
     .sessions_expire = q_sessions_expire,
     .sync = q_sync,
+    .writable = q_writable,
+    .mark = q_mark,
+    .sync_since = q_sync_since,
 };
 
-/* Open the write connection, create the schema, record a new epoch. */
-static int setup(sqstore *q)
+/* Open the write connection and create (or upgrade) the schema. */
+static int setup_schema(sqstore *q)
 {
     int rc = open_conn(q, 0, &q->wdb);
     if (rc)
@@ -1646,19 +2231,159 @@ static int setup(sqstore *q)
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;"
-             " PRAGMA wal_autocheckpoint=0;", sync);
+             " PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit=%lld;", sync, WAL_LIMIT);
     if ((rc = wexec(q, pragmas)) || (rc = wexec(q, schema_sql)))
         return rc;
+    q->page_size = 4096;
+    json_t *ps = NULL;
+    if (tm_sqlite_query_json(q->wdb, "PRAGMA page_size", NULL, 0, &ps) == 0)
+        q->page_size = json_integer_value(json_object_get(json_array_get(ps, 0), "page_size"));
+    json_decref(ps);
+    sqlite3_wal_hook(q->wdb, on_wal, q);
     sqlite3_stmt *probe; /* a database from before tm_sessions.attrs: add the column */
     if (sqlite3_prepare_v2(q->wdb, "SELECT attrs FROM tm_sessions LIMIT 0", -1, &probe, NULL) ==
         SQLITE_OK)
         sqlite3_finalize(probe);
     else if ((rc = wexec(q, "ALTER TABLE tm_sessions ADD COLUMN attrs TEXT")))
         return rc;
+    return 0;
+}
+
+/* A database from before attributes were rows keeps them as one JSON
+ * object in tm_sessions.attrs: move them into tm_session_attrs, once. */
+static int migrate_attrs(sqstore *q)
+{
+    json_t *rows = NULL;
+    int rc = tm_sqlite_query_json(q->wdb, "SELECT id, attrs FROM tm_sessions WHERE attrs IS NOT NULL",
+                                  NULL, 0, &rows);
+    if (rc || json_array_size(rows) == 0) {
+        json_decref(rows);
+        return rc;
+    }
+    rc = wexec(q, "BEGIN IMMEDIATE");
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        json_t *a = json_loads(json_string_value(json_object_get(row, "attrs")), 0, NULL);
+        const char *name;
+        json_t *v;
+        json_object_foreach(a, name, v) {
+            char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            const char *args[3] = {id, name, text};
+            if (rc == 0 && text)
+                rc = tm_sqlite_exec_args(q->wdb,
+                                         "INSERT OR IGNORE INTO tm_session_attrs(session, name, "
+                                         "value) VALUES(?1, ?2, ?3)", args, 3);
+            free(text);
+        }
+        json_decref(a);
+        const char *args[1] = {id};
+        if (rc == 0)
+            rc = tm_sqlite_exec_args(q->wdb, "UPDATE tm_sessions SET attrs = NULL WHERE id = ?1",
+                                     args, 1);
+    }
+    if (rc == 0)
+        rc = wexec(q, "COMMIT");
+    else
+        rollback_quietly(q);
+    if (rc == 0)
+        TM_INFO("sqlite: attributes of %zu session(s) of %s moved to tm_session_attrs",
+                json_array_size(rows), q->path);
+    json_decref(rows);
+    return rc;
+}
+
+/* The database's name (made at its first open) and commit counter. */
+static int setup_identity(sqstore *q)
+{
+    json_t *rows = NULL;
+    int rc = tm_sqlite_query_json(q->wdb, "SELECT k, v FROM tm_meta WHERE k IN ('dbid', 'commits')",
+                                  NULL, 0, &rows);
+    if (rc)
+        return rc;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        const char *k = json_string_value(json_object_get(row, "k"));
+        json_t *v = json_object_get(row, "v");
+        const char *t = json_string_value(v);
+        if (k && strcmp(k, "dbid") == 0 && t)
+            snprintf(q->dbid, sizeof q->dbid, "%s", t);
+        if (k && strcmp(k, "commits") == 0)
+            q->commits = t ? strtoull(t, NULL, 10) : (uint64_t)json_integer_value(v);
+    }
+    json_decref(rows);
+    if (!q->dbid[0]) {
+        if ((rc = tm_random_hex(q->dbid, 8)) != 0)
+            return rc;
+        const char *args[1] = {q->dbid};
+        rc = tm_sqlite_exec_args(q->wdb, "INSERT INTO tm_meta(k, v) VALUES('dbid', ?1)", args, 1);
+        if (rc == 0)
+            rc = wexec(q, "INSERT OR IGNORE INTO tm_meta(k, v) VALUES('commits', '0')");
+        if (rc)
+            return rc;
+    }
+    atomic_store(&q->commits_done, q->commits);
+    return 0;
+}
+
+/* PRAGMA quick_check: 0 when the file is sound; TIDEMARK_EIO (logged) when not. */
+static int check_integrity(sqstore *q, const char *why)
+{
+    int64_t t0 = tm_now_ms();
+    sqlite3_stmt *st;
+    char first[256] = "";
+    int rc = sqlite3_prepare_v2(q->wdb, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            snprintf(first, sizeof first, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if ((rc == SQLITE_ROW || rc == SQLITE_DONE) && strcmp(first, "ok") == 0) {
+        TM_DEBUG("sqlite: quick_check of %s (%s): ok in %lld ms", q->path, why,
+                 (long long)(tm_now_ms() - t0));
+        return 0;
+    }
+    note_rc(q, rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_CORRUPT : rc);
+    TM_ERROR("sqlite: database %s is damaged (quick_check after %s: %s): refusing to start; "
+             "restore it from a backup", q->path, why, first[0] ? first : sqlite3_errstr(rc));
+    return TIDEMARK_EIO;
+}
+
+/* Compare what the database holds with what its head file says was
+ * committed. A head file of another database (one made anew, or copied in)
+ * is replaced with a warning. */
+static int check_head(sqstore *q, int existed, const tm_head_rec *h)
+{
+    if (strcmp(h->dbid, q->dbid) != 0) {
+        TM_WARN("sqlite: %s.head names database %s (%llu commits), not %s (%s): replacing it",
+                q->path, h->dbid, h->commits, q->dbid,
+                existed ? "another database is in its place" : "the database was made anew");
+        return 0;
+    }
+    if (q->commits >= h->commits)
+        return 0;
+    tm_metric_inc(TM_M_STORE_LOSS);
+    TM_ERROR("sqlite: database %s holds %llu commits, but %s.head recorded %llu as durable "
+             "(epoch %s): acknowledged writes are missing (a damaged WAL, or an older copy put "
+             "back)%s", q->path, (unsigned long long)q->commits, q->path, h->commits, h->epoch,
+             q->opt.accept_loss ? "" : "; refusing to start (accept the loss with --accept-loss)");
+    if (!q->opt.accept_loss)
+        return TIDEMARK_ERANGE;
+    TM_WARN("sqlite: accepting the loss (accept_loss): starting on what %s holds", q->path);
+    return 0;
+}
+
+/* Record a new epoch, load the epochs and prepare the writer's statements. */
+static int setup_epoch(sqstore *q)
+{
     const char *args[2] = {q->base.epoch, NULL};
     char now[32];
     snprintf(now, sizeof now, "%lld", (long long)tm_wall_ms());
     args[1] = now;
+    int rc;
     if ((rc = tm_sqlite_exec_args(q->wdb, "INSERT INTO tm_epochs(epoch, opened_ms) VALUES(?1, ?2)",
                                   args, 2)))
         return rc;
@@ -1702,9 +2427,50 @@ static int setup(sqstore *q)
         sqlite3_prepare_v3(q->wdb,
                            "INSERT INTO tm_streams(sid, session, name, head, first_retained, "
                            "closed, trimmed_epoch) VALUES(?1, ?2, ?3, 0, 1, 0, '')",
-                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_stream, NULL) != SQLITE_OK)
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_stream, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(q->wdb, "UPDATE tm_meta SET v = ?1 WHERE k = 'commits'", -1,
+                           SQLITE_PREPARE_PERSISTENT, &q->upd_commits, NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
     return 0;
+}
+
+/* Open the files beside and the database itself, check it, and record a
+ * new epoch. Order: the lock first (nobody else writes while we look), the
+ * head file as the last run left it, the schema, then the checks — nothing
+ * is written into a database that is refused beyond what opening it takes. */
+static int setup(sqstore *q)
+{
+    long holder = 0;
+    int rc = tm_db_lock(q->path, &q->lock_fd, &holder);
+    if (rc == TIDEMARK_EBUSY) {
+        TM_ERROR("database %s is in use by another process (pid %ld)", q->path, holder);
+        return rc;
+    }
+    if (rc)
+        return rc;
+    struct stat sb;
+    int existed = stat(q->path, &sb) == 0 && sb.st_size > 0;
+    tm_head_rec h;
+    int have_head = tm_head_read(q->path, &h) == 0;
+    if ((rc = setup_schema(q)) || (rc = setup_identity(q)))
+        return rc;
+    int same = have_head && strcmp(h.dbid, q->dbid) == 0;
+    /* After an unclean stop (or with no head file to say) the file is
+     * checked; small ones always, since that costs milliseconds. */
+    if (existed && (!same || !h.clean || (long long)sb.st_size <= QUICK_CHECK_ALWAYS) &&
+        (rc = check_integrity(q, !have_head ? "an open without a head file"
+                                 : !same     ? "an open with another database's head file"
+                                 : !h.clean  ? "an unclean shutdown"
+                                             : "a clean shutdown")))
+        return rc;
+    if (have_head && (rc = check_head(q, existed, &h)))
+        return rc;
+    if ((rc = migrate_attrs(q)) || (rc = setup_epoch(q)) || (rc = tm_head_open(q->path, &q->head)))
+        return rc;
+    tm_head_rec now = {.commits = q->commits, .clean = 0};
+    memcpy(now.dbid, q->dbid, sizeof now.dbid);
+    memcpy(now.epoch, q->base.epoch, TM_EPOCH_LEN + 1);
+    return tm_head_write(&q->head, &now);
 }
 
 int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out)
@@ -1712,13 +2478,22 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
     sqstore *q = calloc(1, sizeof *q);
     if (!q)
         return TIDEMARK_ENOMEM;
+    q->lock_fd = -1;
+    q->head.fd = -1;
     int rc = tm_store_init_base(&q->base, &sqlite_ops);
     if (rc) {
         free(q);
         return rc;
     }
+#ifdef TIDEMARK_CRASH_POINTS
+    if (getenv("TIDEMARK_SQLITE_FULL_FILE"))
+        tm_faultvfs_install();
+#endif
     q->opt = *opt;
     q->path = strdup(path);
+    q->wal_path = malloc(strlen(path) + 5);
+    if (q->wal_path)
+        sprintf(q->wal_path, "%s-wal", path);
     q->streams = tm_map_new();
     q->sessions = tm_map_new();
     pthread_mutex_init(&q->c_mu, NULL);
@@ -1726,35 +2501,26 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
     pthread_mutex_init(&q->r_mu, NULL);
     pthread_cond_init(&q->r_cv, NULL);
     pthread_mutex_init(&q->k_mu, NULL);
+    pthread_mutex_init(&q->ck_mu, NULL);
     tm_cond_init_monotonic(&q->k_cv);
-    if (qrc || !q->path || !q->streams || !q->sessions) {
+    if (qrc || !q->path || !q->wal_path || !q->streams || !q->sessions)
         rc = TIDEMARK_ENOMEM;
-    } else {
+    else
         rc = setup(q);
-    }
     if (rc == 0 && pthread_create(&q->writer, NULL, writer_main, q) != 0)
         rc = TIDEMARK_EIO;
-    if (rc == 0) {
-        q->k_running = 1;
-        if (pthread_create(&q->ckpt, NULL, ckpt_main, q) != 0) {
-            q->k_running = 0;
-            q->ckpt = 0;
-        }
-    }
     if (rc) {
-        sqlite3_finalize(q->ins_event);
-        sqlite3_finalize(q->upd_stream);
-        sqlite3_finalize(q->ins_stream);
-        sqlite3_close(q->wdb);
-        tm_map_free(q->streams);
-        tm_map_free(q->sessions);
-        free(q->epochs);
-        free(q->path);
-        free(q);
+        q_free(q);
         return rc;
     }
-    TM_INFO("sqlite store %s opened (epoch %s, durability %s)", path, q->base.epoch,
-            q->opt.durability == TM_DURABILITY_PROCESS ? "process" : "power");
+    q->k_running = 1;
+    if (pthread_create(&q->ckpt, NULL, ckpt_main, q) != 0) {
+        q->k_running = 0;
+        q->ckpt = 0;
+    }
+    TM_INFO("sqlite store %s opened (epoch %s, durability %s, %llu commits)", path, q->base.epoch,
+            q->opt.durability == TM_DURABILITY_PROCESS ? "process" : "power",
+            (unsigned long long)q->commits);
     *out = &q->base;
     return 0;
 }
