@@ -180,7 +180,8 @@ static int by_session_stream(const void *a, const void *b)
 /* Finish every record of p, stream by stream, then free p. */
 static void recover_all(tidemark_server_t *srv, pending *p)
 {
-    qsort(p->v, p->n, sizeof *p->v, by_session_stream);
+    if (p->n > 1)
+        qsort(p->v, p->n, sizeof *p->v, by_session_stream);
     size_t i = 0;
     while (i < p->n) {
         size_t k = i + 1;
