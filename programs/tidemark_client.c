@@ -185,12 +185,14 @@ static void on_signal(int sig)
         tidemark_client_stop(g_client);
 }
 
-int main(int argc, char **argv)
+typedef struct cli_opts {
+    const char *state, *args_json, *idem_key;
+    int record;
+} cli_opts;
+
+/* Parse the options into cfg and o. Returns -1 to go on, else the exit code. */
+static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, cli_opts *o)
 {
-    const char *state = NULL, *args_json = NULL, *idem_key = NULL;
-    tidemark_client_config_t cfg;
-    tidemark_client_config_init(&cfg);
-    int record = 0;
     static const struct option opts[] = {
         {"state", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
         {"args", required_argument, 0, 'a'},  {"persist", required_argument, 0, 'p'},
@@ -201,34 +203,34 @@ int main(int argc, char **argv)
         {"max-held-bytes", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     unsigned long long n;
-    int o;
-    while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-        switch (o) {
-        case 's': state = optarg; break;
+    int c;
+    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': o->state = optarg; break;
         case 'j': json_out = 1; break;
-        case 'a': args_json = optarg; break;
+        case 'a': o->args_json = optarg; break;
         case 'p':
-            if (!strcmp(optarg, "atomic")) cfg.persist = TIDEMARK_PERSIST_ATOMIC;
-            else if (!strcmp(optarg, "cursor_after_dispatch")) cfg.persist = TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH;
-            else if (!strcmp(optarg, "cursor_before_dispatch")) cfg.persist = TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH;
+            if (!strcmp(optarg, "atomic")) cfg->persist = TIDEMARK_PERSIST_ATOMIC;
+            else if (!strcmp(optarg, "cursor_after_dispatch")) cfg->persist = TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH;
+            else if (!strcmp(optarg, "cursor_before_dispatch")) cfg->persist = TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH;
             else { fprintf(stderr, "tidemark-client: unknown --persist %s\n", optarg); return 2; }
             break;
-        case 'i': cfg.idempotent_handlers = 1; break;
-        case 'r': record = 1; break;
-        case 't': cfg.timeout_ms = atoi(optarg); break;
+        case 'i': cfg->idempotent_handlers = 1; break;
+        case 'r': o->record = 1; break;
+        case 't': cfg->timeout_ms = atoi(optarg); break;
         case 'q': quiet = 1; break;
-        case 'k': idem_key = optarg; break;
+        case 'k': o->idem_key = optarg; break;
         case 'm':
             if (!(n = positive("--retry-min", optarg)) || n > 3600000) return 2;
-            cfg.retry_min_ms = (unsigned)n;
+            cfg->retry_min_ms = (unsigned)n;
             break;
         case 'M':
             if (!(n = positive("--retry-max", optarg)) || n > 3600000) return 2;
-            cfg.retry_max_ms = (unsigned)n;
+            cfg->retry_max_ms = (unsigned)n;
             break;
         case 'H':
             if (!(n = positive("--max-held-bytes", optarg))) return 2;
-            cfg.max_held_bytes = (size_t)n;
+            cfg->max_held_bytes = (size_t)n;
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -238,14 +240,152 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+static int cmd_tools(tidemark_client_t *c, json_t **res)
+{
+    int rc = tidemark_client_list(c, "tools/list", "tools", res);
+    if (rc || json_out) {
+        print_json(*res);
+        return rc;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(*res, i, t) {
+        const char *d = json_string_value(json_object_get(t, "description"));
+        printf("%-30s %s\n", json_string_value(json_object_get(t, "name")), d ? d : "");
+    }
+    return 0;
+}
+
+static int cmd_call(tidemark_client_t *c, const char *name, json_t *args, const char *idem_key,
+                    json_t **res)
+{
+    json_t *p = json_pack("{s:s,s:O}", "name", name, "arguments", args);
+    if (idem_key)
+        json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key));
+    int rc = tidemark_client_request(c, "tools/call", p, on_progress, NULL, res);
+    json_decref(p);
+    if (json_out || rc) {
+        print_json(*res);
+        return rc;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(*res, "content"), i, item) {
+        const char *text = json_string_value(json_object_get(item, "text"));
+        if (text)
+            puts(text);
+        else
+            print_json(item);
+    }
+    return 0;
+}
+
+static int cmd_resources(tidemark_client_t *c, json_t **res)
+{
+    json_t *tpl = NULL;
+    int rc = tidemark_client_list(c, "resources/list", "resources", res);
+    if (!rc)
+        rc = tidemark_client_list(c, "resources/templates/list", "resourceTemplates", &tpl);
+    if (!rc) {
+        json_t *all = json_pack("{s:O,s:O}", "resources", *res, "resourceTemplates", tpl);
+        print_json(all);
+        json_decref(all);
+    } else {
+        print_json(tpl ? tpl : *res);
+    }
+    json_decref(tpl);
+    return rc;
+}
+
+/* A request with params {key: value}, printed as JSON. */
+static int cmd_get(tidemark_client_t *c, const char *method, json_t *params, json_t **res)
+{
+    int rc = tidemark_client_request(c, method, params, NULL, NULL, res);
+    json_decref(params);
+    print_json(*res);
+    return rc;
+}
+
+static int cmd_resume(tidemark_client_t *c, json_t **res)
+{
+    int rc = tidemark_client_resume(c, res);
+    print_json(*res);
+    size_t i;
+    json_t *e;
+    json_t *first_err = NULL;
+    json_array_foreach(*res, i, e) if (!first_err && json_object_get(e, "error"))
+        first_err = json_incref(json_object_get(e, "error"));
+    if (rc == 0 && first_err) {
+        /* Exit with the first failure's code (typed reasons map to 4, 5). */
+        rc = json_object_get(json_object_get(first_err, "data"), "reason") ? TIDEMARK_EPROTO
+                                                                              : TIDEMARK_EPEER;
+        json_decref(*res);
+        *res = first_err;
+    } else {
+        json_decref(first_err);
+    }
+    return rc;
+}
+
+#define USAGE_ERROR (-100)
+
+/* Run cmd. OUT res: what exit_code() looks at. */
+static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int nrest, json_t *args,
+                       const char *idem_key, json_t **res)
+{
+    int rc;
+    if (!strcmp(cmd, "tools"))
+        return cmd_tools(c, res);
+    if (!strcmp(cmd, "call") && nrest >= 1)
+        return cmd_call(c, rest[0], args, idem_key, res);
+    if (!strcmp(cmd, "resources"))
+        return cmd_resources(c, res);
+    if (!strcmp(cmd, "read") && nrest == 1)
+        return cmd_get(c, "resources/read", json_pack("{s:s}", "uri", rest[0]), res);
+    if (!strcmp(cmd, "prompt") && nrest >= 1)
+        return cmd_get(c, "prompts/get", json_pack("{s:s,s:O}", "name", rest[0], "arguments", args), res);
+    if (!strcmp(cmd, "prompts")) {
+        rc = tidemark_client_list(c, "prompts/list", "prompts", res);
+        print_json(*res);
+        return rc;
+    }
+    if (!strcmp(cmd, "listen"))
+        return tidemark_client_listen(c, nrest ? atoi(rest[0]) * 1000 : 0);
+    if (!strcmp(cmd, "resume"))
+        return cmd_resume(c, res);
+    if (!strcmp(cmd, "effects") || !strcmp(cmd, "state")) {
+        rc = !strcmp(cmd, "state")
+                 ? tidemark_client_state(c, res)
+                 : tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
+                                            "GROUP BY event_id ORDER BY stream, seq", NULL, 0, res);
+        print_json(*res);
+        return rc;
+    }
+    if (!strcmp(cmd, "end"))
+        return tidemark_client_end_session(c);
+    usage(stderr);
+    return USAGE_ERROR;
+}
+
+int main(int argc, char **argv)
+{
+    tidemark_client_config_t cfg;
+    tidemark_client_config_init(&cfg);
+    cli_opts o = {0};
+    int code = parse_options(argc, argv, &cfg, &o);
+    if (code >= 0)
+        return code;
     const char *url = argv[optind], *cmd = argv[optind + 1];
     char **rest = argv + optind + 2;
     int nrest = argc - optind - 2;
     cfg.url = url;
-    cfg.state_path = state;
+    cfg.state_path = o.state;
     cfg.on_notification = on_notification;
     cfg.on_request = on_request;
-    if (record) {
+    if (o.record) {
         cfg.on_event = record_effect;
         cfg.schema = "CREATE TABLE IF NOT EXISTS effects(n INTEGER PRIMARY KEY, event_id TEXT, "
                      "stream TEXT, seq INTEGER, body TEXT)";
@@ -266,109 +406,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "tidemark-client: connect: %s\n", tidemark_strerror(rc));
         if (res)
             print_json(res);
-        int code = exit_code(rc, res);
+        code = exit_code(rc, res);
         json_decref(res);
         tidemark_client_free(c);
         return code;
     }
     int named = !strcmp(cmd, "call") || !strcmp(cmd, "prompt");
-    json_t *args = args_json ? json_loads(args_json, 0, NULL)
+    json_t *args = o.args_json ? json_loads(o.args_json, 0, NULL)
                    : named && nrest >= 1 ? kv_args(nrest - 1, rest + 1) : json_object();
     if (!args) {
         fprintf(stderr, "tidemark-client: arguments must be key=value or --args JSON\n");
         tidemark_client_free(c);
         return 2;
     }
-    if (!strcmp(cmd, "tools")) {
-        rc = tidemark_client_list(c, "tools/list", "tools", &res);
-        if (!rc && !json_out) {
-            size_t i;
-            json_t *t;
-            json_array_foreach(res, i, t) printf("%-30s %s\n", json_string_value(json_object_get(t, "name")),
-                                                  json_string_value(json_object_get(t, "description")) ? json_string_value(json_object_get(t, "description")) : "");
-        } else {
-            print_json(res);
-        }
-    } else if (!strcmp(cmd, "call") && nrest >= 1) {
-        json_t *p = json_pack("{s:s,s:O}", "name", rest[0], "arguments", args);
-        if (idem_key)
-            json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key));
-        rc = tidemark_client_request(c, "tools/call", p, on_progress, NULL, &res);
-        json_decref(p);
-        if (json_out || rc) {
-            print_json(res);
-        } else {
-            size_t i;
-            json_t *item;
-            json_array_foreach(json_object_get(res, "content"), i, item) {
-                const char *text = json_string_value(json_object_get(item, "text"));
-                if (text)
-                    puts(text);
-                else
-                    print_json(item);
-            }
-        }
-    } else if (!strcmp(cmd, "resources")) {
-        json_t *tpl = NULL;
-        rc = tidemark_client_list(c, "resources/list", "resources", &res);
-        if (!rc)
-            rc = tidemark_client_list(c, "resources/templates/list", "resourceTemplates", &tpl);
-        if (!rc) {
-            json_t *all = json_pack("{s:O,s:O}", "resources", res, "resourceTemplates", tpl);
-            print_json(all);
-            json_decref(all);
-        } else {
-            print_json(tpl ? tpl : res);
-        }
-        json_decref(tpl);
-    } else if (!strcmp(cmd, "read") && nrest == 1) {
-        json_t *p = json_pack("{s:s}", "uri", rest[0]);
-        rc = tidemark_client_request(c, "resources/read", p, NULL, NULL, &res);
-        json_decref(p);
-        print_json(res);
-    } else if (!strcmp(cmd, "prompts")) {
-        rc = tidemark_client_list(c, "prompts/list", "prompts", &res);
-        print_json(res);
-    } else if (!strcmp(cmd, "prompt") && nrest >= 1) {
-        json_t *p = json_pack("{s:s,s:O}", "name", rest[0], "arguments", args);
-        rc = tidemark_client_request(c, "prompts/get", p, NULL, NULL, &res);
-        json_decref(p);
-        print_json(res);
-    } else if (!strcmp(cmd, "listen")) {
-        rc = tidemark_client_listen(c, nrest ? atoi(rest[0]) * 1000 : 0);
-    } else if (!strcmp(cmd, "resume")) {
-        rc = tidemark_client_resume(c, &res);
-        print_json(res);
-        size_t i;
-        json_t *e;
-        json_t *first_err = NULL;
-        json_array_foreach(res, i, e) if (!first_err && json_object_get(e, "error"))
-            first_err = json_incref(json_object_get(e, "error"));
-        if (rc == 0 && first_err) {
-            /* Exit with the first failure's code (typed reasons map to 4, 5). */
-            rc = json_object_get(json_object_get(first_err, "data"), "reason") ? TIDEMARK_EPROTO
-                                                                                  : TIDEMARK_EPEER;
-            json_decref(res);
-            res = first_err;
-        } else {
-            json_decref(first_err);
-        }
-    } else if (!strcmp(cmd, "effects")) {
-        rc = tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
-                                      "GROUP BY event_id ORDER BY stream, seq", NULL, 0, &res);
-        print_json(res);
-    } else if (!strcmp(cmd, "state")) {
-        rc = tidemark_client_state(c, &res);
-        print_json(res);
-    } else if (!strcmp(cmd, "end")) {
-        rc = tidemark_client_end_session(c);
-    } else {
-        usage(stderr);
-        rc = -100;
-    }
-    int code = rc == -100 ? 2 : exit_code(rc, res);
+    rc = run_command(c, cmd, rest, nrest, args, o.idem_key, &res);
+    code = rc == USAGE_ERROR ? 2 : exit_code(rc, res);
     /* Without a state file nothing can resume the session: end it. */
-    if (!state && strcmp(cmd, "end") != 0 && code != 5 && !offline)
+    if (!o.state && strcmp(cmd, "end") != 0 && code != 5 && !offline)
         tidemark_client_end_session(c);
     json_decref(res);
     json_decref(args);

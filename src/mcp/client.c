@@ -871,6 +871,8 @@ static void x_done_inner(rq *r, int rc, long status)
     if (!r->sse && status >= 200 && status < 300 && rc == 0 && r->is_get && r->have_id) {
         /* A resume answered without an event stream: whatever the body says
          * carries no id, so nothing proves it continues the stream. */
+        TM_WARN("stream %s: continuity_lost: the resume from %s was answered %ld without an "
+                "event stream", r->stream_key, r->last_id, status);
         tm_buf_reset(&r->body);
         rq_fail(r, TIDEMARK_EPROTO, "continuity_lost",
                 "the resume was answered without an event stream",
