@@ -77,6 +77,9 @@ typedef struct tidemark_server_config {
     unsigned max_batch;          /* messages in one JSON-RPC batch; default 64 */
     unsigned max_subscriptions;  /* resources/subscribe per session; default 256 */
     unsigned max_uri_length;     /* longest resource uri subscribed to; default 2048 */
+    int accept_loss;             /* SQLite: start even when the database holds fewer commits
+                                    than its head file (PATH.head) recorded as durable (a
+                                    damaged WAL, an older copy put back); default 0: refuse */
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */

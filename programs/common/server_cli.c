@@ -52,6 +52,8 @@ static void usage(FILE *f, const char *prog, const char *about)
             "                         default: http(s) origins on localhost/127.0.0.1/[::1])\n"
             "  --allow-host HOST      allow this Host header (repeatable; '*' allows any;\n"
             "                         default: localhost, 127.0.0.1, [::1])\n"
+            "  --accept-loss          start on a SQLite database that holds fewer commits than\n"
+            "                         its head file recorded (default: refuse to start)\n"
             "  --log-level LEVEL      error|warn|info|debug (default info)\n"
             "  --help                 show this help\n",
             prog, about);
@@ -115,6 +117,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"keepalive-ms", required_argument, 0, 'k'}, {"max-body", required_argument, 0, 'b'},
         {"workers", required_argument, 0, 'w'},     {"allow-origin", required_argument, 0, 'o'},
         {"allow-host", required_argument, 0, 'H'},  {"log-level", required_argument, 0, 'L'},
+        {"accept-loss", no_argument, 0, 'A'},
         {"durability", required_argument, 0, 'D'}, {"emit", required_argument, 0, 'E'},
         {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
@@ -207,6 +210,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->cfg.retain_seconds = v;
             break;
         case 'T':
+        case 'A': cli->cfg.accept_loss = 1; break;
             if (parse_u64(optarg, 1ULL << 40, &v)) goto bad;
             cli->cfg.session_ttl_seconds = v;
             break;

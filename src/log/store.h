@@ -263,8 +263,10 @@ int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
 
 /* Wait until everything queued before this call is durable. TIDEMARK_EIO
  * when the store refuses writes, or (SQLite) when any write queued in the
- * 60 s before this call failed, even if the store recovered since: a record
- * queued without waiting (request_begin) may be among them. */
+ * 5 s before this call failed, even if the store recovered since: a record
+ * queued without waiting (request_begin) may be among them. That is a
+ * guess about which writes the caller cares for: tm_store_sync_since is
+ * exact. */
 int tm_store_sync(tm_store *st);
 /* A position in the writer queue: every write queued after this call is at
  * or after it. Pair with tm_store_sync_since. 0 on stores without a queue. */

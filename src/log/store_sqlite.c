@@ -46,7 +46,7 @@
 #define QUICK_CHECK_ALWAYS (64LL << 20) /* databases up to this size are checked at every open */
 #define PROBE_MIN_MS 100  /* after a failed write: first probe, then doubling ... */
 #define PROBE_MAX_MS 5000 /* ... up to this */
-#define SYNC_WINDOW_US (60LL * 1000000) /* tm_store_sync: failures this recent count */
+#define SYNC_WINDOW_US (5LL * 1000000) /* tm_store_sync: failures this recent count */
 #define CLOSED_KEEP 256   /* closed streams kept cached (LRU); the rest reload on demand */
 
 static const char *const schema_sql =

@@ -1078,6 +1078,7 @@ int tidemark_server_start(tidemark_server_t *srv)
         .durability = srv->cfg.durability == TIDEMARK_DURABILITY_PROCESS ? TM_DURABILITY_PROCESS
                                                                          : TM_DURABILITY_POWER,
         .emit_early = srv->cfg.emit_early,
+        .accept_loss = srv->cfg.accept_loss,
         /* last-seen must be written several times per TTL */
         .touch_every_ms = srv->cfg.session_ttl_seconds
                               ? (int64_t)srv->cfg.session_ttl_seconds * 1000 / 4 < 5000

@@ -6,3 +6,12 @@ if(CMOCKA_FOUND)
   add_test(NAME unit_store_holes COMMAND test_store_holes)
   set_tests_properties(unit_store_holes PROPERTIES TIMEOUT 300)
 endif()
+# The same holes through tidemark-server: two servers on one file, an older
+# copy put back (--accept-loss), a damaged file, a full disk that comes back.
+find_program(TM_STORE_NODE node)
+if(TM_STORE_NODE)
+  add_test(NAME store_faults
+    COMMAND ${TM_STORE_NODE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/store_faults.mjs
+            $<TARGET_FILE:tidemark-server> $<TARGET_FILE:tidemark-server-crashpoints>)
+  set_tests_properties(store_faults PROPERTIES TIMEOUT 240)
+endif()
