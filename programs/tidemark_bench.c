@@ -1776,6 +1776,7 @@ static void usage(FILE *f)
             "  --redis-events N durable appends per node in a Redis run (default: --events)\n"
             "  --redis-server PATH  redis-server binary (default: redis-server on PATH;\n"
             "                   the Redis section is skipped, not failed, when there is none)\n"
+            "  --version        print the version and exit\n"
             "  --help           show this help\n\n"
             "Exit status: 0 when every measurement produced a valid result (targets are\n"
             "reported, not enforced), 1 when one failed, 2 on a usage error.\n");
@@ -1828,6 +1829,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         {"server", required_argument, 0, 's'}, {"no-resume", no_argument, 0, 'n'},
         {"skip-redis", no_argument, 0, 'S'},  {"redis-server", required_argument, 0, 'D'},
         {"redis-events", required_argument, 0, 'E'},
+        {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     int c;
     uint64_t v;
@@ -1871,6 +1873,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             break;
         case 'D': snprintf(o->redis_server, sizeof o->redis_server, "%s", optarg); break;
         case 'h': usage(stdout); return 1;
+        case 'V': printf("tidemark-bench %s\n", tidemark_version(NULL)); return 1;
         default: usage(stderr); return TIDEMARK_EINVAL;
         }
         continue;

@@ -939,7 +939,7 @@ static int initialize(session *s, char *obs, size_t n)
 {
     json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
                                "capabilities", "clientInfo", "name", "tidemark-check", "version",
-                               "0.1.0");
+                               TIDEMARK_VERSION);
     xfer *x = post_msg(s, "initialize", params, 0);
     json_decref(params);
     run1(x);
@@ -1943,6 +1943,7 @@ static void usage(FILE *f)
             "                      listens again on the same URL\n"
             "  --timeout-ms N      bound on every operation (default 10000)\n"
             "  --json              print the scorecard as JSON\n"
+            "  --version           print the version and exit\n"
             "\n"
             "Exit status: 0 when no check failed, 1 otherwise, 2 usage.\n");
 }
@@ -1953,6 +1954,7 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},          {"tool", required_argument, NULL, 't'},
         {"args", required_argument, NULL, 'a'},    {"restart-cmd", required_argument, NULL, 'r'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *args_text = NULL;
@@ -1974,6 +1976,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tidemark-check %s\n", tidemark_version(NULL)); return 0;
         default: usage(stderr); return 2;
         }
     }

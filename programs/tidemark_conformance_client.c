@@ -143,7 +143,11 @@ int main(int argc, char **argv)
             scenario = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("Usage: %s [--scenario NAME] URL\n"
-                   "  The scenario defaults to $MCP_CONFORMANCE_SCENARIO.\n", prog);
+                   "  The scenario defaults to $MCP_CONFORMANCE_SCENARIO.\n"
+                   "  --version  print the version and exit\n", prog);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", prog, tidemark_version(NULL));
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "%s: unknown option %s\n", prog, argv[i]);

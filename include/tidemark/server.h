@@ -45,7 +45,9 @@ typedef struct tidemark_server_config {
     tidemark_durability_t durability;
     uint64_t retain_events;      /* per-stream retention by count; 0 = keep all */
     uint64_t retain_seconds;     /* per-stream retention by age; 0 = keep all */
-    uint64_t session_ttl_seconds; /* idle sessions expire after this; 0 = never */
+    uint64_t session_ttl_seconds; /* idle sessions expire after this; default 86400
+                                    (24 h: clients that never DELETE theirs must not
+                                    grow the store for ever); 0 = never */
     int emit_early;              /* emit before durable, announce the durable head (DESIGN §8) */
     unsigned retry_ms;           /* SSE "retry:" advertised; 0 = none; default 1000 */
     unsigned keepalive_ms;       /* SSE keep-alive comment interval; default 15000 */
@@ -80,6 +82,9 @@ typedef struct tidemark_server_config {
     int accept_loss;             /* SQLite: start even when the database holds fewer commits
                                     than its head file (PATH.head) recorded as durable (a
                                     damaged WAL, an older copy put back); default 0: refuse */
+    const char *const *metrics_addresses; /* NULL-terminated client addresses (e.g.
+                                    "10.0.0.5") whose GET /metrics skips the Host
+                                    check (a scrape host); NULL = none */
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */
@@ -87,8 +92,16 @@ void tidemark_server_config_init(tidemark_server_config_t *cfg);
 
 /* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
 int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **srv);
-/* Open the store and start listening. */
+/* Open the store and start listening. Returns at once; the server runs on
+ * its own threads until tidemark_server_stop. */
 int tidemark_server_start(tidemark_server_t *srv);
+/* Start and serve until SIGINT or SIGTERM arrives, or another thread calls
+ * tidemark_server_stop; then stop and return 0 (or start's error). It blocks
+ * SIGINT and SIGTERM in the calling thread before the server's threads
+ * start (they inherit the mask) and waits for them itself, so call it from
+ * the main thread before creating threads of your own that do not block
+ * them. */
+int tidemark_server_run(tidemark_server_t *srv);
 /* The port actually bound (after start). */
 unsigned tidemark_server_port(const tidemark_server_t *srv);
 /* Stop listening, cancel running calls, wait for handlers, close the store. */

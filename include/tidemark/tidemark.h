@@ -12,7 +12,15 @@
 extern "C" {
 #endif
 
-#define TIDEMARK_VERSION "0.1.0"
+/* The version of these headers. tidemark_version() tells the library's:
+ * a program built against one version and run against another can compare. */
+#define TIDEMARK_VERSION_MAJOR 0
+#define TIDEMARK_VERSION_MINOR 2
+#define TIDEMARK_VERSION_PATCH 0
+#define TIDEMARK_VERSION "0.2.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, for #if comparisons. */
+#define TIDEMARK_VERSION_NUMBER \
+    (TIDEMARK_VERSION_MAJOR * 10000 + TIDEMARK_VERSION_MINOR * 100 + TIDEMARK_VERSION_PATCH)
 
 /* Error codes (negative). */
 #define TIDEMARK_OK          0
@@ -38,6 +46,9 @@ extern "C" {
 
 /* Returns a static, human-readable description of an error code. */
 const char *tidemark_strerror(int err);
+/* The library's version as text ("0.2.0"); OUT number (may be NULL): as
+ * TIDEMARK_VERSION_NUMBER. */
+const char *tidemark_version(int *number);
 
 #ifdef __cplusplus
 }

@@ -54,7 +54,12 @@ static void usage(FILE *f, const char *prog, const char *about)
             "                         default: localhost, 127.0.0.1, [::1])\n"
             "  --accept-loss          start on a SQLite database that holds fewer commits than\n"
             "                         its head file recorded (default: refuse to start)\n"
+            "  --metrics-address ADDR GET /metrics from this client address skips the\n"
+            "                         Host check (a scrape host; repeatable)\n"
             "  --log-level LEVEL      error|warn|info|debug (default info)\n"
+            "  --log-format FORMAT    text (default) or json (one object per line,\n"
+            "                         ISO-8601 timestamps)\n"
+            "  --version              print the version and exit\n"
             "  --help                 show this help\n",
             prog, about);
 }
@@ -117,9 +122,11 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"keepalive-ms", required_argument, 0, 'k'}, {"max-body", required_argument, 0, 'b'},
         {"workers", required_argument, 0, 'w'},     {"allow-origin", required_argument, 0, 'o'},
         {"allow-host", required_argument, 0, 'H'},  {"log-level", required_argument, 0, 'L'},
-        {"accept-loss", no_argument, 0, 'A'},
         {"durability", required_argument, 0, 'D'}, {"emit", required_argument, 0, 'E'},
         {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl", required_argument, 0, 'T'},
+        {"accept-loss", no_argument, 0, 'A'},
+        {"metrics-address", required_argument, 0, 'M'}, {"log-format", required_argument, 0, 'F'},
+        {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     enum { NBASE = sizeof base / sizeof base[0] - 1 };
     struct option opts[NBASE + NLIMITS + 1];
@@ -210,10 +217,22 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->cfg.retain_seconds = v;
             break;
         case 'T':
-        case 'A': cli->cfg.accept_loss = 1; break;
             if (parse_u64(optarg, 1ULL << 40, &v)) goto bad;
             cli->cfg.session_ttl_seconds = v;
             break;
+        case 'A': cli->cfg.accept_loss = 1; break;
+        case 'M':
+            if (cli->nmetrics == 16) goto bad;
+            cli->metrics[cli->nmetrics++] = optarg;
+            cli->cfg.metrics_addresses = cli->metrics;
+            break;
+        case 'F': {
+            enum tm_log_format f;
+            if (tm_log_parse_format(optarg, &f)) goto bad;
+            tm_log_set_format(f);
+            break;
+        }
+        case 'V': printf("%s %s\n", prog, tidemark_version(NULL)); return 1;
         case 'h': usage(stdout, prog, about); return 1;
         default:
             if (c >= LIMIT_BASE && c < LIMIT_BASE + (int)NLIMITS) {

@@ -9,7 +9,8 @@ typedef struct server_cli {
     char dir[1024];
     const char *origins[65];
     const char *hosts[65];
-    int norigins, nhosts;
+    const char *metrics[17];
+    int norigins, nhosts, nmetrics;
     const char *log_level;
 } server_cli;
 

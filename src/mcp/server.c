@@ -14,6 +14,9 @@
 #include "../transport/sse.h"
 #include "tidemark/tidemark.h"
 #include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,7 @@ void tidemark_server_config_init(tidemark_server_config_t *c)
     c->max_batch = 64;
     c->max_subscriptions = 256;
     c->max_uri_length = 2048;
+    c->session_ttl_seconds = 86400;
     c->page_size = 100;
     c->name = "tidemark";
     c->version = TIDEMARK_VERSION;
@@ -106,6 +110,7 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     s->instructions = tm_strdup(s->cfg.instructions);
     s->origins = dup_list(s->cfg.allowed_origins);
     s->hosts = dup_list(s->cfg.allowed_hosts);
+    s->metrics_addrs = dup_list(s->cfg.metrics_addresses);
     if (!s->cfg.workers)
         s->cfg.workers = def.workers;
     if (!s->cfg.max_body)
@@ -117,6 +122,7 @@ int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t *
     s->sessions = tm_map_new();
     s->failed = tm_map_new();
     pthread_mutex_init(&s->fail_mu, NULL);
+    pthread_mutex_init(&s->life_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
@@ -911,6 +917,66 @@ static void handle_delete(tidemark_server_t *srv, tm_http_req *r)
 
 /* ---- entry ---------------------------------------------------------------- */
 
+static int listed(char **l, const char *v)
+{
+    for (size_t i = 0; l && v && l[i]; i++)
+        if (strcmp(l[i], v) == 0)
+            return 1;
+    return 0;
+}
+
+/* GET only, or 405. */
+static int only_get(tm_http_req *r, const char *method)
+{
+    if (strcmp(method, "GET") == 0)
+        return 1;
+    tm_http_req_add_header(r, "Allow", "GET");
+    reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed", "Method Not Allowed", NULL);
+    return 0;
+}
+
+/* /healthz: the process answers. /readyz: and its store takes writes. No
+ * Host check (probes come from outside: load balancers, kubelets). */
+static void health(tidemark_server_t *srv, tm_http_req *r, int ready)
+{
+    int rc = ready && !atomic_load(&srv->stopping) ? tm_store_writable(srv->store) : 0;
+    if (ready && atomic_load(&srv->stopping))
+        rc = TIDEMARK_ECLOSED;
+    const char *why = rc == 0 ? NULL : rc == TIDEMARK_ECLOSED ? "shutting_down" : "store_unavailable";
+    json_t *b = why ? json_pack("{s:s,s:s}", "status", "unavailable", "reason", why)
+                    : json_pack("{s:s}", "status", ready ? "ready" : "ok");
+    reply_json(r, why ? 503 : 200, b);
+}
+
+static void metrics(tm_http_req *r)
+{
+    tm_buf b;
+    tm_buf_init(&b, 1u << 20);
+    tm_metrics_render(&b);
+    tm_http_reply(r, 200, "text/plain; version=0.0.4", b.data, b.len);
+    tm_buf_free(&b);
+}
+
+/* Host and Origin (DNS rebinding), else 403. */
+static int host_and_origin_ok(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *host = tm_http_req_header(r, "Host");
+    if (!host_allowed(srv, host)) {
+        json_t *x = host ? json_pack("{s:s}", "host", host) : NULL;
+        reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_host",
+                    "Forbidden: Host header not allowed", x);
+        return 0;
+    }
+    const char *origin = tm_http_req_header(r, "Origin");
+    if (origin && !origin_allowed(srv, origin)) {
+        json_t *x = json_pack("{s:s}", "origin", origin);
+        reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_origin",
+                    "Forbidden: Origin not allowed", x);
+        return 0;
+    }
+    return 1;
+}
+
 static void on_http(void *ud, tm_http_req *r)
 {
     tidemark_server_t *srv = ud;
@@ -922,36 +988,24 @@ static void on_http(void *ud, tm_http_req *r)
         return reply_error(r, 400, TM_RPC_INVALID_REQUEST, framing,
                            "Bad Request: ambiguous message length (Content-Length / Transfer-Encoding)",
                            NULL);
-    int metrics = strcmp(path, "/metrics") == 0 && strcmp(srv->path, "/metrics") != 0;
-    if (!metrics && strcmp(path, srv->path) != 0)
-        return reply_error(r, 404, TM_RPC_INVALID_REQUEST, "not_found", "Not Found", NULL);
-    const char *host = tm_http_req_header(r, "Host");
-    if (!host_allowed(srv, host)) {
-        json_t *x = host ? json_pack("{s:s}", "host", host) : NULL;
-        return reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_host",
-                           "Forbidden: Host header not allowed", x);
-    }
-    const char *origin = tm_http_req_header(r, "Origin");
-    if (origin && !origin_allowed(srv, origin)) {
-        json_t *x = json_pack("{s:s}", "origin", origin);
-        return reply_error(r, 403, TM_RPC_INVALID_REQUEST, "forbidden_origin",
-                           "Forbidden: Origin not allowed", x);
-    }
-    if (atomic_load(&srv->stopping))
-        return reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
-    if (metrics) {
-        if (strcmp(method, "GET") != 0) {
-            tm_http_req_add_header(r, "Allow", "GET");
-            return reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed",
-                               "Method Not Allowed", NULL);
-        }
-        tm_buf b;
-        tm_buf_init(&b, 1u << 20);
-        tm_metrics_render(&b);
-        tm_http_reply(r, 200, "text/plain; version=0.0.4", b.data, b.len);
-        tm_buf_free(&b);
+    int mcp = strcmp(path, srv->path) == 0;
+    if (!mcp && (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0)) {
+        if (only_get(r, method))
+            health(srv, r, path[1] == 'r');
         return;
     }
+    if (!mcp && strcmp(path, "/metrics") == 0) {
+        if ((listed(srv->metrics_addrs, tm_http_req_peer(r)) || host_and_origin_ok(srv, r)) &&
+            only_get(r, method))
+            metrics(r);
+        return;
+    }
+    if (!mcp)
+        return reply_error(r, 404, TM_RPC_INVALID_REQUEST, "not_found", "Not Found", NULL);
+    if (!host_and_origin_ok(srv, r))
+        return;
+    if (atomic_load(&srv->stopping))
+        return reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
     if (strcmp(method, "POST") == 0)
         return handle_post(srv, r);
     if (strcmp(method, "GET") == 0)
@@ -1068,10 +1122,40 @@ static int start_workers(tidemark_server_t *srv)
     return tm_sched_new(srv->pool, &lim, &srv->sched);
 }
 
+/* mkdir -p of the folder holding path (a file name). */
+static int make_parent_dirs(const char *path)
+{
+    char d[4096];
+    if (snprintf(d, sizeof d, "%s", path) >= (int)sizeof d)
+        return TIDEMARK_ERANGE;
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d)
+        return 0;
+    *slash = '\0';
+    for (char *p = d + 1; ; p++) {
+        char c = *p;
+        if (c == '/' || c == '\0') {
+            *p = '\0';
+            if (mkdir(d, 0755) != 0 && errno != EEXIST) {
+                TM_ERROR("cannot create %s: %s", d, strerror(errno));
+                return TIDEMARK_EIO;
+            }
+            *p = c;
+        }
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
         return TIDEMARK_EBUSY;
+    if (strncmp(srv->store_uri, "sqlite:", 7) == 0) {
+        int drc = make_parent_dirs(srv->store_uri + 7);
+        if (drc)
+            return drc;
+    }
     tm_store_options so = {
         .retain_events = srv->cfg.retain_events,
         .retain_ms = (int64_t)srv->cfg.retain_seconds * 1000,
@@ -1162,7 +1246,39 @@ static void unref_each(const char *k, void *v, void *ud)
     tm_sess_unref(v);
 }
 
+int tidemark_server_run(tidemark_server_t *srv)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old); /* the server's threads inherit it */
+    int rc = tidemark_server_start(srv);
+    /* Wait for a signal, or for a stop from another thread (running drops). */
+    while (rc == 0 && atomic_load(&srv->running)) {
+        struct timespec ts = {0, 100 * 1000000L};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            TM_INFO("signal %d: stopping", sig);
+            break;
+        }
+    }
+    tidemark_server_stop(srv);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static void server_stop_locked(tidemark_server_t *srv);
+
+/* Thread-safe, and safe to call twice (tidemark_server_run stops too). */
 void tidemark_server_stop(tidemark_server_t *srv)
+{
+    pthread_mutex_lock(&srv->life_mu);
+    server_stop_locked(srv);
+    pthread_mutex_unlock(&srv->life_mu);
+}
+
+static void server_stop_locked(tidemark_server_t *srv)
 {
     if (!atomic_load(&srv->running))
         return;
@@ -1211,6 +1327,7 @@ void tidemark_server_free(tidemark_server_t *srv)
         tm_map_free(srv->sessions);
     free_list(srv->origins);
     free_list(srv->hosts);
+    free_list(srv->metrics_addrs);
     free(srv->host);
     free(srv->path);
     free(srv->store_uri);
@@ -1223,6 +1340,7 @@ void tidemark_server_free(tidemark_server_t *srv)
     if (srv->failed)
         tm_map_free(srv->failed);
     pthread_mutex_destroy(&srv->fail_mu);
+    pthread_mutex_destroy(&srv->life_mu);
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->jan_mu);
     pthread_cond_destroy(&srv->jan_cv);

@@ -80,6 +80,7 @@ struct tidemark_call {
 struct tidemark_server {
     tidemark_server_config_t cfg;
     char **origins, **hosts;  /* owned copies, NULL-terminated */
+    char **metrics_addrs;     /* owned copy of cfg.metrics_addresses */
     char *host, *path, *store_uri, *name, *version, *instructions;
     tm_store *store;
     tm_http *http;
@@ -101,6 +102,7 @@ struct tidemark_server {
     pthread_t recoverer;      /* finishes dead nodes' requests (shared stores) and calls
                                  whose response could not be written */
     int rec_running;          /* (under jan_mu, woken by jan_cv) */
+    pthread_mutex_t life_mu;  /* serialises stop (from run and from other threads) */
     pthread_mutex_t fail_mu;  /* guards failed */
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
 };

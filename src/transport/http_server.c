@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define READ_BATCH 64
 
@@ -911,28 +912,31 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     TM_DEBUG("mhd: %s", msg);
 }
 
-int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
-                  tm_http **out)
+static void http_free(tm_http *h)
+{
+    tm_map_free(h->hub);
+    tm_map_free(h->per_addr);
+    free(h->busy_body);
+    pthread_mutex_destroy(&h->hub_mu);
+    pthread_mutex_destroy(&h->conn_mu);
+    pthread_mutex_destroy(&h->ka_mu);
+    pthread_cond_destroy(&h->ka_cv);
+    free(h);
+}
+
+static tm_http *http_new(const tm_http_config *cfg)
 {
     tm_http *h = calloc(1, sizeof *h);
     if (!h)
-        return TIDEMARK_ENOMEM;
+        return NULL;
     h->cfg = *cfg;
-    if (!h->cfg.keepalive_ms)
-        h->cfg.keepalive_ms = 15000;
-    if (!h->cfg.io_threads)
-        h->cfg.io_threads = 2;
-    if (!h->cfg.max_connections)
-        h->cfg.max_connections = 16384;
-    if (!h->cfg.max_per_address)
-        h->cfg.max_per_address = 4096;
-    if (!h->cfg.request_deadline_ms)
-        h->cfg.request_deadline_ms = 30000;
-    if (!h->cfg.idle_timeout_ms)
-        h->cfg.idle_timeout_ms = 120000;
-    h->store = store;
-    h->fn = fn;
-    h->ud = ud;
+    unsigned *v[] = {&h->cfg.keepalive_ms, &h->cfg.io_threads, &h->cfg.max_connections,
+                     &h->cfg.max_per_address, &h->cfg.request_deadline_ms,
+                     &h->cfg.idle_timeout_ms};
+    const unsigned d[] = {15000, 2, 16384, 4096, 30000, 120000};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        if (*v[i] == 0)
+            *v[i] = d[i];
     h->hub = tm_map_new();
     h->per_addr = tm_map_new();
     h->busy_body = cfg->busy_body ? strdup(cfg->busy_body) : NULL;
@@ -941,37 +945,71 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
     pthread_mutex_init(&h->conn_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
     tm_cond_init_monotonic(&h->ka_cv);
-    if (!h->hub || !h->per_addr) {
-        tm_map_free(h->hub);
-        tm_map_free(h->per_addr);
-        free(h->busy_body);
-        free(h);
-        return TIDEMARK_ENOMEM;
+    if (!h->hub || !h->per_addr || (cfg->busy_body && !h->busy_body)) {
+        http_free(h);
+        return NULL;
     }
+    return h;
+}
 
+/* Bind and listen ourselves, so a failure can say what it is ("address
+ * already in use") instead of libmicrohttpd's silent NULL. OUT *fd, *port.
+ * TIDEMARK_EINVAL: not a numeric address; TIDEMARK_EBUSY: in use. */
+static int listen_on(const char *host, unsigned port, int *fd, unsigned *bound)
+{
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-    const char *host = cfg->host ? cfg->host : "127.0.0.1";
+    socklen_t len;
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)cfg->port);
+        v4->sin_port = htons((uint16_t)port);
+        len = sizeof *v4;
     } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
         v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)cfg->port);
-        flags |= MHD_USE_IPv6;
+        v6->sin6_port = htons((uint16_t)port);
+        len = sizeof *v6;
     } else {
-        tm_map_free(h->hub);
-        tm_map_free(h->per_addr);
-        free(h->busy_body);
-        free(h);
+        TM_ERROR("cannot listen on %s: not a numeric IPv4 or IPv6 address", host);
         return TIDEMARK_EINVAL;
     }
-    h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(s, (struct sockaddr *)&ss, len) != 0 || listen(s, 4096) != 0) {
+        int e = errno;
+        TM_ERROR("cannot listen on %s port %u: %s", host, port, strerror(e));
+        if (s >= 0)
+            close(s);
+        return e == EADDRINUSE ? TIDEMARK_EBUSY : TIDEMARK_EIO;
+    }
+    len = sizeof ss;
+    getsockname(s, (struct sockaddr *)&ss, &len);
+    *bound = ntohs(ss.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
+    *fd = s;
+    return 0;
+}
+
+int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
+                  tm_http **out)
+{
+    tm_http *h = http_new(cfg);
+    if (!h)
+        return TIDEMARK_ENOMEM;
+    h->store = store;
+    h->fn = fn;
+    h->ud = ud;
+    int lfd = -1;
+    int rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &lfd, &h->port);
+    if (rc) {
+        http_free(h);
+        return rc;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+                            MHD_OPTION_LISTEN_SOCKET, lfd,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.io_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             /* a backstop: the reaper applies our deadlines */
@@ -983,16 +1021,17 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
-        tm_map_free(h->hub);
-        tm_map_free(h->per_addr);
-        free(h->busy_body);
-        free(h);
+        TM_ERROR("cannot start the HTTP server (libmicrohttpd refused its options)");
+        close(lfd);
+        http_free(h);
         return TIDEMARK_EIO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : cfg->port;
     h->ka_running = 1;
-    pthread_create(&h->ka_thread, NULL, ka_loop, h);
+    if (pthread_create(&h->ka_thread, NULL, ka_loop, h) != 0) {
+        h->ka_running = 0;
+        tm_http_stop(h);
+        return TIDEMARK_EIO;
+    }
     *out = h;
     return 0;
 }
@@ -1004,22 +1043,17 @@ void tm_http_stop(tm_http *h)
     if (!h)
         return;
     pthread_mutex_lock(&h->ka_mu);
+    int ticking = h->ka_running;
     h->ka_running = 0;
     pthread_cond_broadcast(&h->ka_cv);
     pthread_mutex_unlock(&h->ka_mu);
-    pthread_join(h->ka_thread, NULL);
+    if (ticking)
+        pthread_join(h->ka_thread, NULL);
     prefix_ctx all = {"", 0, 1};
     pthread_mutex_lock(&h->hub_mu);
     atomic_store(&h->stopping, 1);
     tm_map_each(h->hub, close_matching, &all);
     pthread_mutex_unlock(&h->hub_mu);
-    MHD_stop_daemon(h->d);
-    tm_map_free(h->hub);
-    tm_map_free(h->per_addr);
-    free(h->busy_body);
-    pthread_mutex_destroy(&h->hub_mu);
-    pthread_mutex_destroy(&h->conn_mu);
-    pthread_mutex_destroy(&h->ka_mu);
-    pthread_cond_destroy(&h->ka_cv);
-    free(h);
+    MHD_stop_daemon(h->d); /* closes the listening socket too */
+    http_free(h);
 }

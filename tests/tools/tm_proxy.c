@@ -17,6 +17,7 @@
  * not see request methods, so a response to HEAD would desynchronise the
  * framing; then event faults may fire late or not at all, never corrupt bytes.
  */
+#include "tidemark/tidemark.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -764,12 +765,13 @@ static void on_signal(int sig)
     errno = saved;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: tm-proxy --listen HOST:PORT --target HOST:PORT --seed N [--mode MODE] [--rate R]\n"
             "                [--stall-ms MS] [--min-offset N] [--max-offset N] [--max-event K] [--log FILE]\n"
-            "modes: none cut reset stall event-boundary mid-event mixed (default mixed)\n");
+            "modes: none cut reset stall event-boundary mid-event mixed (default mixed)\n"
+            "       tm-proxy --help | --version\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -786,6 +788,8 @@ static int parse_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--help") == 0) return 1;
+        if (strcmp(a, "--version") == 0) return 2;
         if (i + 1 >= argc) return -1;
         const char *v = argv[++i];
         if (strcmp(a, "--listen") == 0) {
@@ -870,8 +874,17 @@ static void print_summary(FILE *f)
 
 int main(int argc, char **argv)
 {
-    if (parse_args(argc, argv) != 0) {
-        usage();
+    int pa = parse_args(argc, argv);
+    if (pa == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (pa == 2) {
+        printf("tm-proxy %s\n", TIDEMARK_VERSION);
+        return 0;
+    }
+    if (pa != 0) {
+        usage(stderr);
         return 2;
     }
     log_out = stderr;
