@@ -849,6 +849,61 @@ static void x_done(void *ud, int rc, long status)
     x_end(r); /* last: the caller may free r once x is 0 */
 }
 
+static void x_session_lost(rq *r)
+{
+    tidemark_client_t *c = r->c;
+    json_t *e = NULL;
+    set_error(&e, TM_RPC_SESSION_NOT_FOUND, "session_lost", "the server no longer knows the session",
+              NULL);
+    pthread_mutex_lock(&c->mu);
+    c->session_lost = 1;
+    r->final = 1; /* nothing of the session can be resumed */
+    rq_finish_locked(r, TIDEMARK_ENOTFOUND, e);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A JSON answer to r's POST: its response, or an error without one. */
+static void x_json_answer(rq *r)
+{
+    tidemark_client_t *c = r->c;
+    json_t *v = json_loadb(r->body.data, r->body.len, 0, NULL);
+    tm_buf_reset(&r->body);
+    if (v)
+        deliver(c, r, v);
+    json_decref(v);
+    pthread_mutex_lock(&c->mu);
+    if (r->phase != RQ_DONE)
+        rq_finish_locked(r, TIDEMARK_EPROTO, NULL);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void x_http_error(rq *r, long status)
+{
+    tidemark_client_t *c = r->c;
+    json_t *v = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, NULL);
+    tm_buf_reset(&r->body);
+    json_t *err = json_incref(json_object_get(v, "error"));
+    json_decref(v);
+    if (!err)
+        set_error(&err, TM_RPC_INTERNAL_ERROR, "http_error", "the server answered with an error",
+                  json_pack("{s:i}", "status", (int)status));
+    pthread_mutex_lock(&c->mu);
+    r->final = !r->is_get; /* the request itself was refused; a refused resume may be retried */
+    rq_finish_locked(r, TIDEMARK_EPEER, err);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A resume answered with a body that is not an event stream: whatever it
+ * says carries no id, so nothing proves it continues the stream. */
+static void x_not_a_stream(rq *r, long status)
+{
+    TM_WARN("stream %s: continuity_lost: the resume from %s was answered %ld without an event "
+            "stream", r->stream_key, r->last_id, status);
+    tm_buf_reset(&r->body);
+    rq_fail(r, TIDEMARK_EPROTO, "continuity_lost", "the resume was answered without an event stream",
+            json_pack("{s:s,s:i}", "last_event_id", r->last_id, "status", (int)status));
+}
+
 static void x_done_inner(rq *r, int rc, long status)
 {
     tidemark_client_t *c = r->c;
@@ -858,68 +913,36 @@ static void x_done_inner(rq *r, int rc, long status)
     if (done)
         return;
     if (status == 404 && !r->sse) {
-        json_t *e = NULL;
-        set_error(&e, TM_RPC_SESSION_NOT_FOUND, "session_lost",
-                  "the server no longer knows the session", NULL);
+        x_session_lost(r);
+        return;
+    }
+    int ok2xx = !r->sse && rc == 0 && status >= 200 && status < 300;
+    int expects_answer = r->msg && json_object_get(r->msg, "id") && json_object_get(r->msg, "method");
+    if (ok2xx && !expects_answer && !r->is_get) {
+        /* A POST carrying a notification or a response is accepted by any
+         * 2xx; a body, if any, means nothing. */
         pthread_mutex_lock(&c->mu);
-        c->session_lost = 1;
-        r->final = 1; /* nothing of the session can be resumed */
-        rq_finish_locked(r, TIDEMARK_ENOTFOUND, e);
+        rq_finish_locked(r, 0, json_object());
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    if (!r->sse && status >= 200 && status < 300 && rc == 0 && r->is_get && r->have_id) {
-        /* A resume answered without an event stream: whatever the body says
-         * carries no id, so nothing proves it continues the stream. */
-        TM_WARN("stream %s: continuity_lost: the resume from %s was answered %ld without an "
-                "event stream", r->stream_key, r->last_id, status);
-        tm_buf_reset(&r->body);
-        rq_fail(r, TIDEMARK_EPROTO, "continuity_lost",
-                "the resume was answered without an event stream",
-                json_pack("{s:s,s:i}", "last_event_id", r->last_id, "status", (int)status));
-        return;
-    }
-    int expects_answer = r->msg && json_object_get(r->msg, "id") && json_object_get(r->msg, "method");
-    if (!r->sse && status >= 200 && status < 300 && rc == 0 &&
-        (!expects_answer || (status != 202 && r->body.len > 0))) {
-        /* A POST carrying a notification or a response is accepted by any
-         * 2xx; a body, if any, means nothing. A request's answer is its
-         * response: a 202 or an empty body is no answer, and is taken below
-         * as a cut before any event. */
-        if (!expects_answer) {
-            pthread_mutex_lock(&c->mu);
+    /* An answer has a body. A 202 or an empty 2xx is none: libcurl reports
+     * a response cut inside its headers as a complete 200 with no body
+     * (measured, 7.88), so it is taken as the cut it may be. */
+    if (ok2xx && status != 202 && r->body.len > 0) {
+        if (r->is_get && r->have_id) {
+            x_not_a_stream(r, status);
+        } else if (!r->is_get) {
+            x_json_answer(r);
+        } else {
+            pthread_mutex_lock(&c->mu); /* a listen answered without a stream: it ends */
             rq_finish_locked(r, 0, json_object());
             pthread_mutex_unlock(&c->mu);
-            return;
         }
-        json_t *v = json_loadb(r->body.data, r->body.len, 0, NULL);
-        tm_buf_reset(&r->body);
-        if (json_is_array(v)) {
-            size_t i;
-            json_t *m;
-            json_array_foreach(v, i, m) handle_message(c, r, m);
-        } else if (v) {
-            handle_message(c, r, v);
-        }
-        json_decref(v);
-        pthread_mutex_lock(&c->mu);
-        if (r->phase != RQ_DONE)
-            rq_finish_locked(r, TIDEMARK_EPROTO, NULL);
-        pthread_mutex_unlock(&c->mu);
         return;
     }
     if (!r->sse && status >= 400) {
-        json_t *v = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, NULL);
-        tm_buf_reset(&r->body);
-        json_t *err = json_incref(json_object_get(v, "error"));
-        json_decref(v);
-        if (!err)
-            set_error(&err, TM_RPC_INTERNAL_ERROR, "http_error", "the server answered with an error",
-                      json_pack("{s:i}", "status", (int)status));
-        pthread_mutex_lock(&c->mu);
-        r->final = !r->is_get; /* the request itself was refused; a refused resume may be retried */
-        rq_finish_locked(r, TIDEMARK_EPEER, err);
-        pthread_mutex_unlock(&c->mu);
+        x_http_error(r, status);
         return;
     }
     /* The stream ended (or was cut) before the response: reconnect. */

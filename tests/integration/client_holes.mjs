@@ -154,6 +154,36 @@ const scenarios = {
     req.socket.end("this is not an HTTP response\r\n\r\n\u0000\u0001");
   }),
   silent_close: () => noResend("silent_close", ({ req }) => { req.socket.destroy(); }),
+  // The call's answer cut inside its headers: libcurl reports a complete 200
+  // with no body, which is no answer.
+  call_headers_cut: () => noResend("call_headers_cut", ({ req }) => {
+    req.socket.end("HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 11:39:22 GMT\r\n");
+  }),
+  // A resume cut inside its headers is a cut, not an (empty) answer: the
+  // client resumes again and gets the rest, exactly once.
+  resume_headers_cut: async () => {
+    let callId = null;
+    const srv = await startHostile({
+      onCall: async (ctx) => { callId = ctx.id; await streamStart(ctx, 3, 5); ctx.res.end(); },
+      onGet: ({ req, res, n }) => {
+        if (n === 1) return req.socket.end("HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 11:39:22 GMT\r\n");
+        endWith(res, [sseBlock({ id: eid("r1", 5), data: progressMsg(callId, 4, 5) }),
+          sseBlock({ id: eid("r1", 6), data: progressMsg(callId, 5, 5) }),
+          sseBlock({ id: eid("r1", 7), data: resultMsg(callId, "streamed 5") })]);
+      },
+    });
+    try {
+      const state = newState();
+      const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+      check("resume_headers_cut: resumed again, the result arrives (exit 0)", r.code === 0 &&
+        /streamed 5/.test(r.out), brief(r));
+      check("resume_headers_cut: two resumes, both from r1-4", srv.stats.gets.join() ===
+        [eid("r1", 4), eid("r1", 4)].join() && srv.stats.calls === 1, JSON.stringify(srv.stats.gets));
+      const eff = await effectsOf(srv.url, state);
+      check("resume_headers_cut: effects r1 2..7 exactly once", seqsOf(eff, "r1").join() === "2,3,4,5,6,7" &&
+        eff.every((e) => e.n === 1), JSON.stringify(eff));
+    } finally { await srv.close(); }
+  },
   // A 200 with an empty body, or a 202, is no answer to a request.
   empty_answer: () => noResend("empty_answer", ({ res }) => {
     res.writeHead(200, { "Content-Type": "application/json" });
