@@ -1,12 +1,19 @@
 # Tidemark top-level Makefile: thin wrapper over CMake + CTest.
 #   make run      set up, build, start tidemark-server (embedded store default)
-#   make test     set up, build (normal and ASan+UBSan), run every test
+#   make test     set up, build (normal, ASan+UBSan, libFuzzer, TSan), run every test:
+#                 all of CTest in build/ and build-asan/, each fuzzer for 10 s
+#                 (build-fuzz/), the unit and fitting integration tests under
+#                 ThreadSanitizer (build-tsan/)
+#   make fuzz     long fuzzing run: each fuzzer FUZZ_SECONDS (600) seconds
+#   make test-tsan / test-fuzz   only that part of make test
 #   make bench    run benchmarks (not gated)
 #   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
 #   make install  install library, headers and pkg-config file (PREFIX=/usr/local)
 
 BUILD      ?= build
 BUILD_SAN  ?= build-asan
+BUILD_FUZZ ?= build-fuzz
+BUILD_TSAN ?= build-tsan
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS   ?=
@@ -15,7 +22,32 @@ SOAK_SECONDS ?= 600
 SOAK_SEED    ?= 1
 SOAK_CLIENTS ?= 8
 
-.PHONY: all deps build build-san run test test-fast bench soak install clean
+# Fuzzing (tests/fuzz/README.md): libFuzzer needs clang. make test runs each
+# fuzzer FUZZ_TEST_SECONDS; make fuzz runs each FUZZ_SECONDS, FUZZ_JOBS at once.
+FUZZ_CC           ?= clang
+FUZZ_TEST_SECONDS ?= 10
+FUZZ_SECONDS      ?= 600
+FUZZ_JOBS         ?= $(JOBS)
+
+# ThreadSanitizer (build-tsan): the unit and integration tests with every
+# program built with -fsanitize=thread. Every report of any process (tests,
+# and the servers and clients they start) goes to $(BUILD_TSAN)/tsan-reports/
+# and is printed after the run (one full report per distinct race).
+# TSAN_STRICT=1 (default): a report fails make test, like a failed test.
+# TSAN_STRICT=0: TEMPORARY report-only mode, until the races TSan reports in
+# Tidemark code today are fixed: reports are printed and counted, races do
+# not fail the run (a failed test still does). tests/tsan.supp suppresses
+# races inside third-party libraries only. TSAN_EXCLUDE: tests that do not
+# fit under TSan (unit_store_holes runs over 300 s).
+TSAN_STRICT  ?= 1
+TSAN_EXTRA   ?=
+TSAN_SUPP    := $(CURDIR)/tests/tsan.supp
+TSAN_EXCLUDE ?= ^(unit_store_holes)$$
+# TSan cannot map its shadow memory under some kernels' ASLR settings; run
+# without address randomisation where the system allows it.
+TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
+
+.PHONY: all deps build build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak install clean
 
 all: build
 
@@ -34,15 +66,54 @@ build: deps $(BUILD)/CMakeCache.txt
 build-san: deps $(BUILD_SAN)/CMakeCache.txt
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
+$(BUILD_FUZZ)/CMakeCache.txt:
+	CC=$(FUZZ_CC) cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_FUZZ=ON
+
+# Only the fuzzers (and their instrumented copy of the library) are built here.
+build-fuzz: deps $(BUILD_FUZZ)/CMakeCache.txt
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzzers
+
+$(BUILD_TSAN)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_TSAN=ON
+
+build-tsan: deps $(BUILD_TSAN)/CMakeCache.txt
+	cmake --build $(BUILD_TSAN) -j $(JOBS)
+
 run: build
 	./$(BUILD)/bin/tidemark-server $(RUN_ARGS)
 
-test: build build-san
+test: build build-san build-fuzz build-tsan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -LE nosan
+	$(MAKE) --no-print-directory test-fuzz test-tsan
 
-test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+test-fuzz: build-fuzz
+	cd $(BUILD_FUZZ) && FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) ctest --output-on-failure -j $(JOBS) -L '^fuzz$$' --timeout 300
+
+fuzz: build-fuzz
+	cd $(BUILD_FUZZ) && FUZZ_SECONDS=$(FUZZ_SECONDS) ctest --output-on-failure -j $(FUZZ_JOBS) -L '^fuzz$$' --timeout $$(( $(FUZZ_SECONDS) + 300 ))
+
+# Every report goes to a file (log_path), so races in servers and clients the
+# tests start are seen too, not only those of the test process itself.
+TSAN_REPORTS = $(abspath $(BUILD_TSAN))/tsan-reports
+test-tsan: build-tsan
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@echo "test-tsan: TSAN_STRICT=$(TSAN_STRICT); not run under TSan: $(TSAN_EXCLUDE)"
+	@cd $(BUILD_TSAN) && \
+	TSAN_OPTIONS="log_path=$(TSAN_REPORTS)/tsan suppressions=$(TSAN_SUPP) second_deadlock_stack=1 exitcode=$(if $(filter 0,$(TSAN_STRICT)),0,66) $(TSAN_EXTRA)" \
+	  $(TSAN_SETARCH) ctest --output-on-failure -j $(JOBS) -LE nosan -E '$(TSAN_EXCLUDE)' --timeout 600; \
+	rc=$$?; seen=""; \
+	n=$$(cat $(TSAN_REPORTS)/tsan.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer' || true); \
+	if [ "$$n" -gt 0 ]; then \
+	  for f in $(TSAN_REPORTS)/tsan.*; do \
+	    k=$$(grep '^SUMMARY' "$$f" | sort -u | tr '\n' '|'); \
+	    case "$$seen" in *"<$$k>"*) continue ;; esac; seen="$$seen<$$k>"; echo "==== $$f"; cat "$$f"; \
+	  done; \
+	  echo "test-tsan: $$n ThreadSanitizer report(s) in $(TSAN_REPORTS); distinct:"; \
+	  grep -h '^SUMMARY' $(TSAN_REPORTS)/tsan.* | sort | uniq -c | sort -rn; \
+	  if [ "$(TSAN_STRICT)" != 0 ]; then rc=1; else echo "test-tsan: TSAN_STRICT=0 (temporary, report-only): races do not fail the run"; fi; \
+	else echo "test-tsan: no ThreadSanitizer reports"; fi; \
+	exit $$rc
 
 bench: build
 	bash bench/run.sh $(BUILD)
@@ -57,4 +128,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ) $(BUILD_TSAN)

@@ -6,9 +6,13 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 
+# clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
+# llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's
+# ThreadSanitizer runtime (build-tsan).
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
       libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libcmocka-dev
-      redis-server haproxy nodejs npm curl)
+      redis-server haproxy nodejs npm curl
+      clang libclang-rt-14-dev llvm libtsan2)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
