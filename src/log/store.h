@@ -295,7 +295,11 @@ int tm_store_memory_open(const tm_store_options *opt, tm_store **out);
 int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store **out);
 /* Tests: cache entries of streams the SQLite store holds. */
 size_t tm_store_sqlite_cached_streams(tm_store *st);
-/* uri: "redis://HOST[:PORT][/DB]". TIDEMARK_EIO if the server cannot be reached. */
+/* uri: "redis://HOST[:PORT][/DB]". TIDEMARK_EIO if the server cannot be reached;
+ * a server still loading its dataset (-LOADING) is waited for, up to
+ * opt->ready_wait_ms (default 60 s, logged every 5 s), then TIDEMARK_ETIMEDOUT.
+ * A restarted server found loading on reconnect is waited for as long before
+ * queued writes fail. */
 int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store **out);
 
 /* For backends: deliver the commit notification. */

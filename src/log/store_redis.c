@@ -122,6 +122,8 @@
 #define WKEY_TTL_MS 86400000 /* a dead writer's token hash goes away */
 #define LEASE_MS 3000        /* a node not heard of this long is dead */
 #define LEASE_RENEW_MS 750
+#define READY_WAIT_MS 60000  /* default wait for a server still loading its dataset */
+#define LOADING_LOG_MS 5000  /* while waiting for it: say so this often */
 
 #define XSTR(x) STR_(x)
 #define STR_(x) #x
@@ -406,6 +408,8 @@ typedef struct rstore {
     pthread_t writer;
     redisContext *wc;
     int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
+    atomic_int loading;    /* the last connection attempt found the server loading its dataset */
+    int64_t loading_logged; /* writer: when that was last logged (monotonic ms) */
     int wkey_dirty;        /* tokens recorded by the previous batch */
     pthread_t *unreported; /* threads whose async request record failed (writer only) */
     size_t nunreported;
@@ -583,6 +587,17 @@ static redisContext *conn_open(rstore *r)
     freeReplyObject(info);
     if (!run_id[0])
         goto fail;
+    /* A server reading its AOF/RDB answers INFO and SELECT but refuses
+     * everything else with -LOADING: not usable yet (callers wait, bounded). */
+    redisReply *ping = redisCommand(c, "PING");
+    int loading = ping && ping->type == REDIS_REPLY_ERROR && strncmp(ping->str, "LOADING", 7) == 0;
+    freeReplyObject(ping);
+    atomic_store(&r->loading, loading);
+    if (loading) {
+        TM_DEBUG("redis: %s:%d is loading its dataset", r->host, r->port);
+        redisFree(c);
+        return NULL;
+    }
     note_identity(r, run_id);
     return c;
 fail:
@@ -1328,7 +1343,50 @@ static int writer_connect(rstore *r)
     if (r->down_since)
         TM_INFO("redis: write connection to %s:%d restored", r->host, r->port);
     r->down_since = 0;
+    r->loading_logged = 0;
     return 0;
+}
+
+static int64_t ready_wait(const rstore *r)
+{
+    return r->opt.ready_wait_ms > 0 ? r->opt.ready_wait_ms : READY_WAIT_MS;
+}
+
+/* While the server loads its dataset: say so once, then every LOADING_LOG_MS. */
+static void log_loading(rstore *r, int64_t since)
+{
+    int64_t now = tm_now_ms();
+    if (r->loading_logged && now - r->loading_logged < LOADING_LOG_MS)
+        return;
+    r->loading_logged = now;
+    TM_WARN("redis: %s:%d is loading its dataset into memory; waiting for it (%lld ms so far, "
+            "at most %lld ms)", r->host, r->port, (long long)(now - since), (long long)ready_wait(r));
+}
+
+/* At open: connect, waiting up to ready_wait for a server that is still
+ * loading its dataset (a node started beside a Redis that restarts).
+ * TIDEMARK_EIO when unreachable, TIDEMARK_ETIMEDOUT when still loading. */
+static int writer_connect_ready(rstore *r)
+{
+    int64_t t0 = tm_now_ms();
+    for (;;) {
+        if (writer_connect(r) == 0) {
+            if (r->loading_logged)
+                TM_INFO("redis: %s:%d has loaded its dataset (waited %lld ms)", r->host, r->port,
+                        (long long)(tm_now_ms() - t0));
+            r->loading_logged = 0;
+            return 0;
+        }
+        if (!atomic_load(&r->loading))
+            return TIDEMARK_EIO;
+        if (tm_now_ms() - t0 >= ready_wait(r)) {
+            TM_ERROR("redis: %s:%d is still loading its dataset after %lld ms: giving up (a longer "
+                     "wait: ready_wait_ms)", r->host, r->port, (long long)(tm_now_ms() - t0));
+            return TIDEMARK_ETIMEDOUT;
+        }
+        log_loading(r, t0);
+        sleep_ms(100);
+    }
 }
 
 static void writer_lost(rstore *r)
@@ -1364,6 +1422,13 @@ static void commit_batch(rstore *r, rop *batch)
         if (!r->wc && writer_connect(r) != 0) {
             if (!r->down_since)
                 r->down_since = tm_now_ms();
+            /* A restarted server still reading its dataset is coming back:
+             * wait for it up to ready_wait, not just the outage deadline. */
+            if (atomic_load(&r->loading)) {
+                log_loading(r, r->down_since);
+                if (deadline < r->down_since + ready_wait(r))
+                    deadline = r->down_since + ready_wait(r);
+            }
             if (tm_now_ms() >= deadline)
                 break;
             sleep_ms(backoff);
@@ -1381,8 +1446,8 @@ static void commit_batch(rstore *r, rop *batch)
             break;
         }
     }
-    TM_ERROR("redis: %s:%d unreachable for %d ms: failing queued operations", r->host, r->port,
-             OUTAGE_MS);
+    TM_ERROR("redis: %s:%d unreachable for %lld ms: failing queued operations", r->host, r->port,
+             (long long)(tm_now_ms() - (r->down_since ? r->down_since : now)));
     for (rop *o = batch; o; o = op_next(o)) {
         if (o->state == ST_TODO) {
             o->state = ST_DONE;
@@ -2928,10 +2993,11 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
         return TIDEMARK_ENOMEM;
     }
     /* Fail the open, not the first append, when Redis is not there. */
-    if (writer_connect(r) != 0) {
-        TM_ERROR("redis: cannot reach %s:%d (or load scripts)", r->host, r->port);
+    if ((rc = writer_connect_ready(r)) != 0) {
+        if (rc == TIDEMARK_EIO)
+            TM_ERROR("redis: cannot reach %s:%d (or load scripts)", r->host, r->port);
         r_free(r);
-        return TIDEMARK_EIO;
+        return rc;
     }
     check_durability(r);
     if (pthread_create(&r->writer, NULL, writer_main, r) != 0) {

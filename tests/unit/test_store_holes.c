@@ -415,7 +415,7 @@ static void test_attr_writes_linear(void **state)
     unsigned long long w0 = tm_faultvfs_wal_bytes();
     for (int i = 0; i < 800; i++) {
         snprintf(name, 2100, "sub:test://%04d/", i);
-        memset(name + strlen(name), 'u', 2000);
+        memset(name + strlen(name), 'u', 2040 - strlen(name));
         name[2040] = '\0';
         assert_int_equal(tm_store_session_set_attr(st, "s", name, "true"), 0);
     }
@@ -482,7 +482,7 @@ static void test_memory_attrs_linear(void **state)
     long long t0 = now_ms();
     for (int i = 0; i < 2000; i++) {
         snprintf(name, 2100, "sub:test://%04d/", i);
-        memset(name + strlen(name), 'u', 2000);
+        memset(name + strlen(name), 'u', 2040 - strlen(name));
         name[2040] = '\0';
         assert_int_equal(tm_store_session_set_attr(st, "s", name, "true"), 0);
     }

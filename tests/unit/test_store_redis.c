@@ -20,6 +20,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <strings.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +37,7 @@
 #include <unistd.h>
 
 static int g_port;
+static atomic_llong g_front_ready_at; /* test_waits_while_loading: -LOADING until then */
 static pid_t g_redis = -1;
 static int g_next_db = 1;
 static char g_dir[64];
@@ -907,6 +912,176 @@ static void test_outage_and_restart(void **state)
     tm_store_close(st);
 }
 
+/* ---- a server still loading its dataset (issue 10, item 13) ---------------------- */
+
+/* A front for the test's redis-server that, until `ready_at`, answers like a
+ * Redis reading a large AOF: INFO and SELECT work, everything else gets
+ * -LOADING. Then it proxies each new connection to the real server. */
+typedef struct loading_front {
+    int lfd, port;
+    long long ready_at;
+    atomic_int stop;
+    pthread_t th;
+} loading_front;
+
+static void send_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Answer one connection while "loading"; returns when the client hangs up. */
+static void front_loading(int fd)
+{
+    redisReader *rd = redisReaderCreate();
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+        redisReaderFeed(rd, buf, (size_t)n);
+        void *cmd = NULL;
+        while (redisReaderGetReply(rd, &cmd) == REDIS_OK && cmd) {
+            redisReply *c = cmd;
+            const char *name = c->type == REDIS_REPLY_ARRAY && c->elements ? c->element[0]->str : "";
+            if (strcasecmp(name, "INFO") == 0) {
+                const char *info = "# Server\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n";
+                char hdr[32];
+                int h = snprintf(hdr, sizeof hdr, "$%zu\r\n", strlen(info));
+                send_all(fd, hdr, (size_t)h);
+                send_all(fd, info, strlen(info));
+                send_all(fd, "\r\n", 2);
+            } else if (strcasecmp(name, "SELECT") == 0) {
+                send_all(fd, "+OK\r\n", 5);
+            } else {
+                const char *e = "-LOADING Redis is loading the dataset in memory\r\n";
+                send_all(fd, e, strlen(e));
+            }
+            freeReplyObject(cmd);
+            cmd = NULL;
+        }
+    }
+    redisReaderFree(rd);
+}
+
+/* Copy bytes both ways between a client and the real server. */
+static void front_proxy(int fd)
+{
+    int up = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (up < 0 || connect(up, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (up >= 0)
+            close(up);
+        return;
+    }
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = up, .events = POLLIN}};
+    char buf[65536];
+    for (;;) {
+        if (poll(p, 2, 1000) < 0)
+            break;
+        int done = 0;
+        for (int i = 0; i < 2 && !done; i++) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+            if (n <= 0)
+                done = 1;
+            else
+                send_all(p[1 - i].fd, buf, (size_t)n);
+        }
+        if (done)
+            break;
+    }
+    close(up);
+}
+
+static void *front_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    if (now_ms() < g_front_ready_at)
+        front_loading(fd);
+    else
+        front_proxy(fd);
+    close(fd);
+    return NULL;
+}
+
+static void *front_main(void *arg)
+{
+    loading_front *f = arg;
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        pthread_t t;
+        if (pthread_create(&t, NULL, front_conn, (void *)(intptr_t)fd) == 0)
+            pthread_detach(t);
+        else
+            close(fd);
+    }
+    return NULL;
+}
+
+static void front_start(loading_front *f, int loading_ms)
+{
+    memset(f, 0, sizeof *f);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->lfd, 64), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
+    f->port = ntohs(a.sin_port);
+    g_front_ready_at = now_ms() + loading_ms;
+    assert_int_equal(pthread_create(&f->th, NULL, front_main, f), 0);
+}
+
+static void front_stop(loading_front *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+}
+
+/* A node started while Redis loads its dataset waits for it, then works. */
+static void test_waits_while_loading(void **state)
+{
+    (void)state;
+    loading_front f;
+    front_start(&f, 1500);
+    char u[96];
+    snprintf(u, sizeof u, "redis://127.0.0.1:%d/%d", f.port, g_next_db++);
+    tm_store_options o = {.durability = TM_DURABILITY_PROCESS};
+    tm_store *st = NULL;
+    long long t0 = now_ms();
+    assert_int_equal(tm_store_redis_open(u, &o, &st), 0);
+    long long waited = now_ms() - t0;
+    print_message("opened after %lld ms of -LOADING\n", waited);
+    assert_true(waited >= 1000);
+    tm_session_rec rec = {.id = "L", .protocol_version = "2025-11-25", .client = "{}",
+                          .created_ms = 1, .last_seen_ms = 1};
+    assert_int_equal(tm_store_session_create(st, &rec), 0);
+    char r[TM_STREAM_MAX];
+    assert_int_equal(tm_store_stream_open(st, "L", NULL, r), 0);
+    assert_int_equal(tm_store_append(st, "L", r, "x", 1, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(st), 0);
+    tm_store_close(st);
+    /* Bounded: past ready_wait_ms the open fails, with a code of its own. */
+    g_front_ready_at = now_ms() + 60000;
+    o.ready_wait_ms = 500;
+    t0 = now_ms();
+    assert_int_equal(tm_store_redis_open(u, &o, &st), TIDEMARK_ETIMEDOUT);
+    assert_true(now_ms() - t0 < 5000);
+    front_stop(&f);
+}
+
 static void test_uris(void **state)
 {
     (void)state;
@@ -969,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_age_retention),
         cmocka_unit_test(test_emit_early),
         cmocka_unit_test(test_uris),
+        cmocka_unit_test(test_waits_while_loading),
         cmocka_unit_test(test_outage_and_restart), /* last: restarts the server */
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
