@@ -292,6 +292,26 @@ static void trim(mstore *m, mstream *s)
     }
 }
 
+/* A stream that ended keeps its events, not the room it grew for: a
+ * session's finished calls each hold only what a durable store would keep
+ * (issue 10: 1.1 KB per call for the life of the session). Lock held. */
+static void shrink_closed(mstream *s)
+{
+    if (s->off) {
+        memmove(s->ev, s->ev + s->off, s->n * sizeof *s->ev);
+        s->off = 0;
+    }
+    if (s->cap > s->n) {
+        mevent *ev = s->n ? realloc(s->ev, s->n * sizeof *ev) : NULL;
+        if (ev || !s->n) {
+            if (!s->n)
+                free(s->ev);
+            s->ev = ev;
+            s->cap = s->n;
+        }
+    }
+}
+
 /* Run an effect inside a savepoint of the effect database; on failure it
  * leaves no trace. Caller holds the lock. */
 static int run_effect(mstore *m, const tm_append_req *r)
@@ -335,7 +355,7 @@ static int m_append_ex(tm_store *st, const tm_append_req *r)
         goto out;
     }
     if (s->off + s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
+        size_t cap = s->cap ? s->cap * 2 : 4; /* most calls' streams hold a few events */
         mevent *ev = realloc(s->ev, cap * sizeof *ev);
         if (!ev) {
             rc = TIDEMARK_ENOMEM;
@@ -347,8 +367,10 @@ static int m_append_ex(tm_store *st, const tm_append_req *r)
     s->ev[s->off + s->n] = (mevent){copy, len, tm_wall_ms()};
     s->n++;
     seq = ++s->head;
-    if (r->flags & TM_APPEND_FINAL)
+    if (r->flags & TM_APPEND_FINAL) {
         s->closed = 1;
+        shrink_closed(s);
+    }
     if (r->request_key) {
         tm_request_rec *q = tm_map_get(ses->requests, r->request_key);
         if (q) {
@@ -381,6 +403,7 @@ static int m_close_stream(tm_store *st, const char *session, const char *stream)
     uint64_t head = 0;
     if (s) {
         s->closed = 1;
+        shrink_closed(s);
         head = s->head;
     }
     pthread_mutex_unlock(&m->mu);
