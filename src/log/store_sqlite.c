@@ -1321,12 +1321,30 @@ static int q_session_get(tm_store *st, const char *id, tm_session_rec *out)
 static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
 {
     sqstore *q = (sqstore *)st;
-    /* Throttled and asynchronous: last-seen only feeds idle expiry. */
+    /* Throttled and asynchronous: last-seen only feeds idle expiry. A
+     * session not cached yet is looked up once (TIDEMARK_ENOTFOUND). */
     pthread_mutex_lock(&q->c_mu);
     ssess *ss = tm_map_get(q->sessions, id);
-    if (!ss && (ss = calloc(1, sizeof *ss)) != NULL && tm_map_put(q->sessions, id, ss) != 0) {
-        free(ss);
-        ss = NULL;
+    if (!ss) {
+        pthread_mutex_unlock(&q->c_mu);
+        sqlite3 *db = rconn_get(q);
+        json_t *rows = NULL;
+        const char *args[1] = {id};
+        int rc = db ? tm_sqlite_query_json(db, "SELECT 1 AS x FROM tm_sessions WHERE id = ?1", args,
+                                           1, &rows)
+                    : TIDEMARK_EIO;
+        if (db)
+            rconn_put(q, db);
+        size_t n = json_array_size(rows);
+        json_decref(rows);
+        if (rc || n == 0)
+            return rc ? rc : TIDEMARK_ENOTFOUND;
+        pthread_mutex_lock(&q->c_mu);
+        if (!(ss = tm_map_get(q->sessions, id)) && (ss = calloc(1, sizeof *ss)) != NULL &&
+            tm_map_put(q->sessions, id, ss) != 0) {
+            free(ss);
+            ss = NULL;
+        }
     }
     int64_t every = q->opt.touch_every_ms > 0 ? q->opt.touch_every_ms : TOUCH_EVERY_MS;
     int due = ss && now_ms - ss->touched_ms >= every;

@@ -707,6 +707,7 @@ typedef struct conc {
     tm_store *st;
     pthread_mutex_t mu;
     int seen[N_STREAMS][PER_STREAM + 2]; /* listener hits per (stream, seq) */
+    uint64_t covered[N_STREAMS];         /* TM_CONTRACT_WAKEUPS: highest head heard */
     pthread_barrier_t go;                /* start all writers at once */
     int stray;                           /* listener calls for unknown (session, stream) */
     int out_of_range;
@@ -731,8 +732,17 @@ static void conc_listener(void *ud, const char *session, const char *stream, uin
         c->stray++;
     else if (seq < 1 || seq > PER_STREAM)
         c->out_of_range++;
+#ifdef TM_CONTRACT_WAKEUPS
+    /* A store whose listener is a wake-up ("durable up to seq", possibly
+     * once for several events, possibly again for a head): a head covers
+     * every seq up to it, and each seq must be covered exactly once. */
+    else
+        for (; c->covered[k] < seq; c->covered[k]++)
+            c->seen[k][c->covered[k] + 1]++;
+#else
     else
         c->seen[k][seq]++;
+#endif
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -1,11 +1,10 @@
-/* test_store_sqlite.c - the memory backend's contract tests, run on the SQLite
- * store: each test opens a fresh database in a scratch folder (removed at the
- * end). Appends wait for durability, as the contract's synchronous checks
- * expect of the in-memory store. Left out, because the SQLite store
- * documents other behaviour: session_touch is throttled and asynchronous
- * (touch, delete), close_stream is queued like an append (close), and the
- * commit listener is a wake-up that may repeat a head (concurrent). The
- * SQLite store's durability is tested end to end (durable_sqlite, crash_sqlite). */
+/* test_store_sqlite.c - the memory backend's contract tests, all of them, run
+ * on the SQLite store: each test opens a fresh database in a scratch folder
+ * (removed at the end). Appends, closes and touches wait for durability
+ * (store_contract.h), as the contract's synchronous checks expect of the
+ * in-memory store; touches are not throttled here (touch_every_ms 1). The
+ * SQLite store's durability is tested end to end (durable_sqlite,
+ * crash_sqlite) and its holes in test_store_holes.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -30,6 +29,7 @@ static int contract_open(const char *uri, const tm_store_options *opt, tm_store 
     snprintf(path, sizeof path, "%s/t%d.db", g_dir, g_next_db++);
     tm_store_options o = *opt;
     o.durability = TM_DURABILITY_PROCESS;
+    o.touch_every_ms = 1;
     return tm_store_sqlite_open(path, &o, out);
 }
 
@@ -118,16 +118,20 @@ int main(void)
     (void)memory_contract_main;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_session_create_get),
+        cmocka_unit_test(test_session_touch),
+        cmocka_unit_test(test_session_delete),
         cmocka_unit_test(test_stream_open_numbering),
         cmocka_unit_test(test_stream_g_reopen_keeps_seqs),
         cmocka_unit_test(test_append_seqs_cb_listener),
         cmocka_unit_test(test_append_final_closes),
+        cmocka_unit_test(test_close_stream),
         cmocka_unit_test(test_read_order_and_limits),
         cmocka_unit_test(test_read_after_max_seq),
         cmocka_unit_test(test_bytes_exact),
         cmocka_unit_test(test_retention_trimming),
         cmocka_unit_test(test_retention_long_run),
         cmocka_unit_test(test_event_epoch_untrimmed),
+        cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
