@@ -409,6 +409,8 @@ typedef struct rstore {
     redisContext *wc;
     int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
     atomic_int loading;    /* the last connection attempt found the server loading its dataset */
+    atomic_int w_down;     /* the write connection is down (tm_store_writable) */
+    atomic_ullong fail_ctr_hi; /* highest queue position of an op that failed with EIO */
     int64_t loading_logged; /* writer: when that was last logged (monotonic ms) */
     int wkey_dirty;        /* tokens recorded by the previous batch */
     pthread_t *unreported; /* threads whose async request record failed (writer only) */
@@ -1340,6 +1342,7 @@ static int writer_connect(rstore *r)
         return TIDEMARK_EIO;
     }
     r->wc = c;
+    atomic_store(&r->w_down, 0);
     if (r->down_since)
         TM_INFO("redis: write connection to %s:%d restored", r->host, r->port);
     r->down_since = 0;
@@ -1393,6 +1396,7 @@ static void writer_lost(rstore *r)
 {
     redisFree(r->wc);
     r->wc = NULL;
+    atomic_store(&r->w_down, 1);
     if (!r->down_since)
         r->down_since = tm_now_ms();
 }
@@ -1489,6 +1493,8 @@ static void wake_add(wake_set *w, const char *session, const char *name, uint64_
  * settled in queue order, so the thread's earlier ops are known here. */
 static void settle_unreported(rstore *r, rop *o)
 {
+    if (o->link.status == TIDEMARK_EIO && o->link.ctr > atomic_load(&r->fail_ctr_hi))
+        atomic_store(&r->fail_ctr_hi, o->link.ctr); /* for tm_store_sync_since */
     if (o->kind == OP_REQ_BEGIN && !o->link.sync && o->link.status != 0 && o->link.status != TIDEMARK_EEXIST) {
         pthread_t *v = realloc(r->unreported, (r->nunreported + 1) * sizeof *v);
         if (v) {
@@ -2814,6 +2820,25 @@ static int r_sync(tm_store *st)
     return run_sync(r, o);
 }
 
+/* Exact where sync's per-thread rule is not (a record queued on one thread,
+ * the barrier on another): any op queued at or after mark that failed. */
+static int r_sync_since(tm_store *st, uint64_t mark)
+{
+    rstore *r = (rstore *)st;
+    int rc = r_sync(st);
+    if (rc == 0 && atomic_load(&r->fail_ctr_hi) >= (mark ? mark : 1))
+        rc = TIDEMARK_EIO;
+    return rc;
+}
+
+static uint64_t r_mark(tm_store *st) { return tm_opqueue_mark(&((rstore *)st)->queue); }
+
+/* Down while the write connection is lost (queued writes wait, then fail). */
+static int r_writable(tm_store *st)
+{
+    return atomic_load(&((rstore *)st)->w_down) ? TIDEMARK_EIO : 0;
+}
+
 static void free_stream_cb(const char *k, void *v, void *ud)
 {
     (void)k;
@@ -2889,6 +2914,9 @@ static const struct tm_store_ops redis_ops = {
     .rows = r_rows,
     .sessions_expire = r_sessions_expire,
     .sync = r_sync,
+    .sync_since = r_sync_since,
+    .mark = r_mark,
+    .writable = r_writable,
     .publish = r_publish,
     .request_claim = r_request_claim,
 };
