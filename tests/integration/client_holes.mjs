@@ -121,6 +121,22 @@ async function cutThenResume(name, reason, answer) {
 
 const endWith = (res, blocks) => { sseHead(res, 100); for (const b of blocks) res.write(b); res.end(); };
 
+// Control for the cases above: under an idempotency key the call may be re-sent.
+async function idempotencyKeyControl() {
+  const srv = await startHostile({ onCall: async (ctx) => {
+    if (ctx.n === 1) return ctx.req.socket.destroy();
+    await streamStart(ctx, 5, 5);
+    await send(ctx.res, sseBlock({ id: eid("r1", 7), data: resultMsg(ctx.id, "streamed 5") }));
+    ctx.res.end();
+  } });
+  try {
+    const r = await runClient(callArgs(srv.url, newState(), ["--idempotency-key", "k-1", "--timeout", "10000"]));
+    check("idempotency_key: re-sent under its key, answered", r.code === 0 && /streamed 5/.test(r.out) &&
+      srv.stats.calls === 2 && srv.stats.callKeys.every((k) => k === "k-1"),
+      `${brief(r)}; calls ${srv.stats.calls} keys ${srv.stats.callKeys}`);
+  } finally { await srv.close(); }
+}
+
 const scenarios = {
   // 1. The resume is answered by the result as the first event of another stream.
   stream_switch: () => cutThenResume("stream_switch", "stream_mismatch", ({ res }, id) =>
@@ -153,7 +169,10 @@ const scenarios = {
   garbage_http: () => noResend("garbage_http", ({ req }) => {
     req.socket.end("this is not an HTTP response\r\n\r\n\u0000\u0001");
   }),
-  silent_close: () => noResend("silent_close", ({ req }) => { req.socket.destroy(); }),
+  silent_close: async () => {
+    await noResend("silent_close", ({ req }) => { req.socket.destroy(); });
+    await idempotencyKeyControl();
+  },
   // The call's answer cut inside its headers: libcurl reports a complete 200
   // with no body, which is no answer.
   call_headers_cut: () => noResend("call_headers_cut", ({ req }) => {
@@ -190,21 +209,6 @@ const scenarios = {
     res.end();
   }),
   accepted_answer: () => noResend("accepted_answer", ({ res }) => { res.writeHead(202); res.end(); }),
-  idempotency_key: async () => {
-    // Control: under an idempotency key the call may be re-sent.
-    const srv = await startHostile({ onCall: async (ctx) => {
-      if (ctx.n === 1) return ctx.req.socket.destroy();
-      await streamStart(ctx, 5, 5);
-      await send(ctx.res, sseBlock({ id: eid("r1", 7), data: resultMsg(ctx.id, "streamed 5") }));
-      ctx.res.end();
-    } });
-    try {
-      const r = await runClient(callArgs(srv.url, newState(), ["--idempotency-key", "k-1", "--timeout", "10000"]));
-      check("idempotency_key: re-sent under its key, answered", r.code === 0 && /streamed 5/.test(r.out) &&
-        srv.stats.calls === 2 && srv.stats.callKeys.every((k) => k === "k-1"),
-        `${brief(r)}; calls ${srv.stats.calls} keys ${srv.stats.callKeys}`);
-    } finally { await srv.close(); }
-  },
 
   // 6. retry: 999999999 after progress 3: the client must time out at
   // --timeout, and a SIGTERM must leave the call resumable.
