@@ -52,7 +52,8 @@ function startClient(args, { timeoutMs = 30000, rss = false } = {}) {
   const timer = setTimeout(() => { killed = true; proc.kill("SIGKILL"); }, timeoutMs);
   proc.stdout.on("data", (d) => { out += d; });
   proc.stderr.on("data", (d) => { err += d; });
-  const done = new Promise((resolve) => proc.on("exit", (code, sig) => {
+  // "close", not "exit": exit may come before the last of stdout is read.
+  const done = new Promise((resolve) => proc.on("close", (code, sig) => {
     clearTimeout(timer);
     if (sampler) clearInterval(sampler);
     const reason = (/"reason":\s*"([a-z_]+)"/.exec(out) ?? [])[1] ?? "";
