@@ -220,8 +220,9 @@ const scenarios = {
     });
     try {
       const r = await runClient(callArgs(srv.url, newState(), ["--timeout", "3000"]), { timeoutMs: 20000 });
+      // Bounded by the deadline (plus start-up under a loaded sanitizer build), not by the retry.
       check("retry_timeout: exit 3 timeout at --timeout 3000", r.code === 3 && r.reason === "timeout" &&
-        r.ms < 3000 + 2000, brief(r));
+        r.ms >= 3000 && r.ms < 3000 + 4000, brief(r));
       check("retry_timeout: no resume sent after the deadline", srv.stats.gets.length === 0,
         JSON.stringify(srv.stats.gets));
     } finally { await srv.close(); }
@@ -249,7 +250,7 @@ const scenarios = {
       const t0 = Date.now();
       c.proc.kill("SIGTERM");
       const r = await c.done;
-      check("retry_sigterm: SIGTERM ends the client promptly, exit 3", r.code === 3 && Date.now() - t0 < 3000, brief(r));
+      check("retry_sigterm: SIGTERM ends the client promptly, exit 3", r.code === 3 && Date.now() - t0 < 5000, brief(r));
       check("retry_sigterm: nothing sent after SIGTERM", srv.stats.gets.length === 0 && srv.stats.calls === 1,
         `gets ${JSON.stringify(srv.stats.gets)} calls ${srv.stats.calls}`);
       const res = await runClient(["--state", state, "--record-effects", srv.url, "resume"]);
@@ -270,7 +271,7 @@ const scenarios = {
     try {
       const r = await runClient(callArgs(srv.url, newState(), ["--timeout", "5000"]), { timeoutMs: 20000 });
       check("storm: ends in transport failure (exit 3) by --timeout", r.code === 3 &&
-        ["timeout", "reconnect_exhausted"].includes(r.reason) && r.ms < 5000 + 2000, brief(r));
+        ["timeout", "reconnect_exhausted"].includes(r.reason) && r.ms < 5000 + 4000, brief(r));
       check("storm: resumes bounded by the attempt budget (<= 8)", srv.stats.gets.length <= 8 &&
         srv.stats.gets.length >= 2, `${srv.stats.gets.length} resume GETs`);
       check("storm: the call POSTed once", srv.stats.calls === 1, `${srv.stats.calls} POSTs`);
