@@ -112,13 +112,15 @@ static json_t *tools_call(tidemark_call_t *c)
     }
     json_decref(e.desc);
     c->hints = e.hints;
-    /* DESIGN §6: the "started" record was queued with the stream's first
-     * event; a tool that is not idempotent runs only once it is durable. */
+    /* The "started" record was queued with the stream's first event; a
+     * tool that is not idempotent runs only once it is durable: exactly,
+     * by the store position taken before it was queued. */
     if (c->recorded && !c->recovering && !(e.hints & TIDEMARK_TOOL_IDEMPOTENT)) {
-        int rc = tm_store_sync(c->srv->store);
+        int rc = tm_store_sync_since(c->srv->store, c->mark);
         if (rc)
-            return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Request record failed",
-                                    "store_error", NULL);
+            return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                    "The request could not be recorded; the tool did not run",
+                                    "store_failed", NULL);
     }
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "started_before_run");
     json_t *owned_args = args ? json_incref(args) : json_object();

@@ -698,6 +698,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
     pthread_mutex_init(&j->mu, NULL);
     j->remaining = (int)(nreq + ninvalid) + 1; /* +1 held while submitting */
 
+    uint64_t mark = tm_store_mark(srv->store); /* before the records: see dispatch.c */
     if (j->sse) {
         int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
         /* Record every call as started before the stream's first event, so
@@ -761,6 +762,7 @@ static void handle_post(tidemark_server_t *srv, tm_http_req *r)
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
         if (is_call(&msgs[i]) && j->sse)
             c->recorded = 1; /* its record was begun above */
+        c->mark = mark;
         pthread_mutex_lock(&sess->mu);
         if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
             c->registered = 1;

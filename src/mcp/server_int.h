@@ -73,6 +73,7 @@ struct tidemark_call {
     char addr[64];            /* the client's address ("" for the server's own work) */
     char stream[TM_STREAM_MAX]; /* where its response went (set when appended) */
     int holds_sess;           /* owns a reference to sess (kept past its job) */
+    uint64_t mark;            /* the store's queue position before its record was queued */
     atomic_int cancelled;
     int registered;           /* present in sess->calls */
 };
