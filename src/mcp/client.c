@@ -904,6 +904,21 @@ static void x_not_a_stream(rq *r, long status)
             json_pack("{s:s,s:i}", "last_event_id", r->last_id, "status", (int)status));
 }
 
+/* A resume refused only because the server still holds the stream on an
+ * earlier connection (typically that of a killed client, until the server
+ * notices its peer is gone): transient, and a GET repeats nothing. */
+static int still_attached(rq *r, long status)
+{
+    if (!r->is_get || status != 409 || !r->body.len)
+        return 0;
+    json_t *v = json_loadb(r->body.data, r->body.len, 0, NULL);
+    const char *why = json_string_value(
+        json_object_get(json_object_get(json_object_get(v, "error"), "data"), "reason"));
+    int yes = why && strcmp(why, "stream_attached") == 0;
+    json_decref(v);
+    return yes;
+}
+
 static void x_done_inner(rq *r, int rc, long status)
 {
     tidemark_client_t *c = r->c;
@@ -941,11 +956,13 @@ static void x_done_inner(rq *r, int rc, long status)
         }
         return;
     }
-    if (!r->sse && status >= 400) {
+    if (!r->sse && status >= 400 && !still_attached(r, status)) {
         x_http_error(r, status);
         return;
     }
-    /* The stream ended (or was cut) before the response: reconnect. */
+    /* The stream ended (or was cut, or is still held elsewhere) before the
+     * response: reconnect, within the attempt budget. */
+    tm_buf_reset(&r->body);
     if (r->parser)
         tm_sse_parser_finish(r->parser);
     pthread_mutex_lock(&c->mu);

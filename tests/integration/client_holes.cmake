@@ -7,7 +7,8 @@ if(NODE_EXECUTABLE)
   set(TM_CLIENT_HOLES
     stream_switch opaque_switch empty_id missing_id json_on_resume
     malformed_utf8 not_json
-    garbage_sse garbage_http silent_close call_headers_cut resume_headers_cut empty_answer accepted_answer
+    garbage_sse garbage_http silent_close call_headers_cut resume_headers_cut resume_attached
+    empty_answer accepted_answer
     retry_timeout retry_sigterm storm early_flood long_id nul_id)
   foreach(s ${TM_CLIENT_HOLES})
     add_test(NAME client_holes_${s}

@@ -204,6 +204,33 @@ const scenarios = {
         eff.every((e) => e.n === 1), JSON.stringify(eff));
     } finally { await srv.close(); }
   },
+  // A resume refused 409 stream_attached (the server still holds the stream
+  // on a killed client's connection) is transient: resume again.
+  resume_attached: async () => {
+    let callId = null;
+    const srv = await startHostile({
+      onCall: async (ctx) => { callId = ctx.id; await streamStart(ctx, 3, 5); ctx.res.end(); },
+      onGet: ({ res, n }) => {
+        if (n === 1) {
+          res.writeHead(409, { "Content-Type": "application/json" });
+          return res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32600,
+            message: "Conflict", data: { reason: "stream_attached" } } }));
+        }
+        endWith(res, [sseBlock({ id: eid("r1", 5), data: progressMsg(callId, 4, 5) }),
+          sseBlock({ id: eid("r1", 6), data: progressMsg(callId, 5, 5) }),
+          sseBlock({ id: eid("r1", 7), data: resultMsg(callId, "streamed 5") })]);
+      },
+    });
+    try {
+      const state = newState();
+      const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+      check("resume_attached: resumed again after 409 stream_attached (exit 0)", r.code === 0 &&
+        /streamed 5/.test(r.out) && srv.stats.gets.length === 2, `${brief(r)}; gets ${srv.stats.gets.length}`);
+      const eff = await effectsOf(srv.url, state);
+      check("resume_attached: effects r1 2..7 exactly once", seqsOf(eff, "r1").join() === "2,3,4,5,6,7" &&
+        eff.every((e) => e.n === 1), JSON.stringify(eff));
+    } finally { await srv.close(); }
+  },
   // A 200 with an empty body, or a 202, is no answer to a request.
   empty_answer: () => noResend("empty_answer", ({ res }) => {
     res.writeHead(200, { "Content-Type": "application/json" });
