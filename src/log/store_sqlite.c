@@ -2376,9 +2376,12 @@ static int check_integrity(sqstore *q, const char *why)
 static int check_head(sqstore *q, int existed, const tm_head_rec *h)
 {
     if (strcmp(h->dbid, q->dbid) != 0) {
-        TM_WARN("sqlite: %s.head names database %s (%llu commits), not %s (%s): replacing it",
-                q->path, h->dbid, h->commits, q->dbid,
-                existed ? "another database is in its place" : "the database was made anew");
+        /* A database made anew where one was removed is the usual case (a
+         * fresh start, a test); another one copied into its place is not. */
+        tm_log(existed ? TM_LOG_WARN : TM_LOG_INFO,
+               "sqlite: %s.head names database %s (%llu commits), not %s (%s): replacing it",
+               q->path, h->dbid, h->commits, q->dbid,
+               existed ? "another database is in its place" : "the database was made anew");
         return 0;
     }
     if (q->commits >= h->commits)
