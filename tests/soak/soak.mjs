@@ -125,7 +125,8 @@ function runClient(args, env, killAfterMs) {
     p.stderr.on("data", (d) => (err += d));
     let timer = null;
     if (killAfterMs) timer = setTimeout(() => p.kill("SIGKILL"), killAfterMs);
-    p.on("exit", (code, sig) => { clearTimeout(timer); resolve({ code, sig, out, err }); });
+    // "close", not "exit": exit can come before the last of stdout (the typed reason).
+    p.on("close", (code, sig) => { clearTimeout(timer); resolve({ code, sig, out, err }); });
   });
 }
 
