@@ -173,16 +173,16 @@ static int join_path(char *out, size_t n, const char *dir, const char *name)
     return k < 0 || (size_t)k >= n ? TIDEMARK_ERANGE : 0;
 }
 
+/* A database and every file SQLite and the store keep beside it. */
 static void remove_db(const char *path)
 {
-    char p[PATH_MAX + 8];
+    static const char *const suffix[] = {"-wal", "-shm", "-journal", ".head", ".lock"};
+    char p[PATH_MAX + 16];
     unlink(path);
-    snprintf(p, sizeof p, "%s-wal", path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-journal", path);
-    unlink(p);
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        snprintf(p, sizeof p, "%s%s", path, suffix[i]);
+        unlink(p);
+    }
 }
 
 static const char *dur_name(tm_durability d)
