@@ -12,6 +12,9 @@
  *                            asks for, and TYPE when it holds one '/')
  *  'c' CONTENT-TYPE [TYPE]   tm_policy_media_type_is
  *  'v' VERSION               tm_protocol_version_supported
+ *  'f' TE CL...              tm_http_framing_check (src/transport/http_server.c):
+ *                            TE "1" when Transfer-Encoding is present, then
+ *                            every Content-Length value
  * Every function is also called with NULL header values and must be total:
  * 0 or 1, no crash, the same answer twice.
  *
@@ -29,10 +32,15 @@
  *  - Content-Type: optional whitespace, the type (any case), then nothing,
  *    or optional whitespace and ';' (RFC 9110 media-type).
  *  - Versions: exactly one of the supported version strings.
+ *  - Framing (RFC 9112 6.3, request smuggling): unambiguous (NULL) only
+ *    with no Content-Length, or one that is 1 to 19 digits and no
+ *    Transfer-Encoding; else the reason: repeated, with Transfer-Encoding,
+ *    or invalid, in that order.
  */
 #include "fuzz_util.h"
 #include "mcp/http_policy.h"
 #include "mcp/jsonrpc.h"
+#include "transport/http_server.h"
 
 #include <strings.h>
 
@@ -174,6 +182,20 @@ static int ref_version(const char *v)
                  strcmp(v, "2025-03-26") == 0);
 }
 
+static const char *ref_framing(const char *const *cl, size_t n, int te)
+{
+    if (n > 1)
+        return "repeated_content_length";
+    if (n == 1 && te)
+        return "content_length_with_transfer_encoding";
+    if (n == 1) {
+        size_t len = strlen(cl[0]);
+        if (len < 1 || len > 19 || strspn(cl[0], "0123456789") != len)
+            return "invalid_content_length";
+    }
+    return NULL;
+}
+
 static int bit(int v)
 {
     FUZZ_CHECK(v == 0 || v == 1, "returned %d, not 0 or 1", v);
@@ -249,6 +271,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(ref_version(tm_protocol_versions[i]), "listed version %s unknown",
                        tm_protocol_versions[i]);
         break;
+    case 'f': {
+        int te = nf > 0 && strcmp(fields[0], "1") == 0;
+        const char *const *cl = (const char *const *)fields + (nf ? 1 : 0);
+        size_t n = nf ? nf - 1 : 0;
+        const char *got = tm_http_framing_check(cl, n, te);
+        const char *want = ref_framing(cl, n, te);
+        FUZZ_CHECK((got == NULL) == (want == NULL) && (!got || strcmp(got, want) == 0),
+                   "framing of %zu Content-Length(s) [%s]%s: %s, want %s", n,
+                   n ? fz_show(cl[0], strlen(cl[0])) : "", te ? " with TE" : "", got ? got : "ok",
+                   want ? want : "ok");
+        break;
+    }
     default:
         break;
     }

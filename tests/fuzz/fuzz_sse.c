@@ -69,6 +69,8 @@ static int on_event(void *ud, const tm_sse_event *ev)
     puts_(&r->log, ev->type);
     puts_(&r->log, ev->id ? ev->id : "\x01-");
     puts_(&r->log, ev->own_id ? "1" : "0");
+    FUZZ_CHECK(ev->bad_id == 0 || ev->bad_id == 1, "bad_id %d", ev->bad_id);
+    puts_(&r->log, ev->bad_id ? "1" : "0");
     put(&r->log, ev->data, ev->data_len);
     return 0;
 }
@@ -263,6 +265,7 @@ static void fuzz_frame(fz *f)
                 puts_(&want, evs && evs[0] ? evs : "message");
                 puts_(&want, have_last ? last : "\x01-");
                 puts_(&want, ids ? "1" : "0");
+                puts_(&want, "0"); /* bad_id: a framed id never holds a NUL */
                 put_normalized(&want, data, dl);
             } else {
                 FUZZ_CHECK(bad && rc == TIDEMARK_EINVAL, "tm_sse_frame failed: %d", rc);
