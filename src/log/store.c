@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops)
+int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops, const tm_store_options *opt)
 {
     st->ops = ops;
-    st->listener = NULL;
-    st->listener_ud = NULL;
-    st->bus = NULL;
-    st->bus_ud = NULL;
+    st->listener = opt ? opt->listener : NULL;
+    st->listener_ud = opt ? opt->listener_ud : NULL;
+    st->bus = opt ? opt->bus : NULL;
+    st->bus_ud = opt ? opt->bus_ud : NULL;
     return tm_random_hex(st->epoch, TM_EPOCH_LEN / 2);
 }
 

@@ -75,6 +75,13 @@ typedef struct tm_store_options {
                                  than its head file recorded (else TIDEMARK_ERANGE) */
     int64_t ready_wait_ms;    /* Redis: how long to wait for a server that is still
                                  loading its dataset, at open and on reconnect (0 = 60000) */
+    /* Told of durable events and bus messages from the moment the store's
+     * threads run (set here, they are never read before they are written;
+     * tm_store_set_listener after open is for single-threaded tests). */
+    void (*listener)(void *ud, const char *session, const char *stream, uint64_t seq);
+    void *listener_ud;
+    void (*bus)(void *ud, const char *channel, const void *data, size_t len);
+    void *bus_ud;
 } tm_store_options;
 
 #define TM_APPEND_FINAL 1u /* the stream ends with this event */
@@ -170,7 +177,9 @@ struct tm_store {
 /* Open a store by URI: "memory", "sqlite:PATH" or "redis://HOST[:PORT][/DB]".
  * Returns 0 or a negative code. */
 int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out);
-/* Set the listener told of every durable event. Call before use. */
+/* Set the listener told of every durable event. Call before any write, and
+ * only where no store thread can call it yet (tests); servers pass it in
+ * tm_store_options instead. */
 void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud);
 /* Set the listener told of every bus message. Call before use. */
 void tm_store_set_bus_listener(tm_store *st, tm_bus_listener fn, void *ud);
@@ -306,7 +315,8 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);
 /* For backends: deliver a bus message to this node's bus listener. */
 void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len);
-/* For backends: initialise the common header with a fresh random epoch. */
-int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops);
+/* For backends: initialise the common header with a fresh random epoch and
+ * opt's listeners (opt may be NULL). Before the backend starts a thread. */
+int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops, const tm_store_options *opt);
 
 #endif

@@ -642,7 +642,7 @@ int tm_store_memory_open(const tm_store_options *opt, tm_store **out)
     mstore *m = calloc(1, sizeof *m);
     if (!m)
         return TIDEMARK_ENOMEM;
-    int rc = tm_store_init_base(&m->base, &memory_ops);
+    int rc = tm_store_init_base(&m->base, &memory_ops, opt);
     if (rc) {
         free(m);
         return rc;

@@ -3000,7 +3000,7 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     pthread_mutex_init(&r->p_mu, NULL);
     pthread_cond_init(&r->p_cv, NULL);
     if (rc == 0)
-        rc = tm_store_init_base(&r->base, &redis_ops);
+        rc = tm_store_init_base(&r->base, &redis_ops, opt);
     if (rc == 0)
         rc = parse_uri(uri, &r->host, &r->port, &r->db);
     if (rc == 0)

@@ -2501,7 +2501,7 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
         return TIDEMARK_ENOMEM;
     q->lock_fd = -1;
     q->head.fd = -1;
-    int rc = tm_store_init_base(&q->base, &sqlite_ops);
+    int rc = tm_store_init_base(&q->base, &sqlite_ops, opt);
     if (rc) {
         free(q);
         return rc;

@@ -1172,13 +1172,15 @@ int tidemark_server_start(tidemark_server_t *srv)
                                     : 5000
                               : 5000,
     };
+    so.listener = on_commit;
+    so.listener_ud = srv;
+    so.bus = tm_sess_on_bus;
+    so.bus_ud = srv;
     int rc = tm_store_open(srv->store_uri, &so, &srv->store);
     if (rc) {
         TM_ERROR("cannot open store %s: %s", srv->store_uri, tidemark_strerror(rc));
         return rc;
     }
-    tm_store_set_listener(srv->store, on_commit, srv);
-    tm_store_set_bus_listener(srv->store, tm_sess_on_bus, srv);
     for (size_t i = 0; i < srv->nschemas; i++) {
         if ((rc = tm_store_exec_schema(srv->store, srv->schemas[i])) != 0) {
             TM_ERROR("application schema failed: %s", tidemark_strerror(rc));
@@ -1199,9 +1201,13 @@ int tidemark_server_start(tidemark_server_t *srv)
                          .request_deadline_ms = srv->cfg.request_deadline_ms,
                          .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body};
     atomic_store(&srv->stopping, 0);
-    rc = tm_http_start(&hc, srv->store, on_http, srv, &srv->http);
+    tm_http *h = NULL;
+    rc = tm_http_new(&hc, srv->store, on_http, srv, &h);
     free(busy_body);
     if (rc)
+        goto fail;
+    srv->http = h; /* before any thread of it can call back */
+    if ((rc = tm_http_listen(h)) != 0)
         goto fail;
     atomic_store(&srv->running, 1);
     /* Finish what a dead process left started, before anyone can retry it:
@@ -1224,8 +1230,11 @@ fail:
     srv->pool = NULL;
     tm_sched_free(srv->sched);
     srv->sched = NULL;
+    tm_http_stop(srv->http);
     tm_store_close(srv->store);
     srv->store = NULL;
+    tm_http_free(srv->http); /* after the store: its writer may still wake streams */
+    srv->http = NULL;
     return rc;
 }
 
@@ -1307,9 +1316,10 @@ static void server_stop_locked(tidemark_server_t *srv)
     tm_sched_free(srv->sched); /* empty: the pool ran everything it admitted */
     srv->sched = NULL;
     tm_http_stop(srv->http);
-    srv->http = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
+    tm_http_free(srv->http); /* after the store: its writer may still wake streams */
+    srv->http = NULL;
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, unref_each, NULL);
     tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)tm_map_count(srv->sessions));

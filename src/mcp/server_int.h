@@ -84,7 +84,7 @@ struct tidemark_server {
     char **metrics_addrs;     /* owned copy of cfg.metrics_addresses */
     char *host, *path, *store_uri, *name, *version, *instructions;
     tm_store *store;
-    tm_http *http;
+    tm_http *_Atomic http;    /* read by store threads (commit wake-ups) as it is set */
     tm_pool *pool;
     tm_sched *sched;          /* admits handler calls to the pool fairly */
     tm_registry *reg;

@@ -71,6 +71,7 @@ struct tm_http {
     unsigned nconns;
     tm_map *per_addr;  /* address -> unsigned count, while any is open */
     char *busy_body;   /* owned copy of cfg.busy_body */
+    int listen_fd;     /* ours until libmicrohttpd takes it */
 };
 
 /* An SSE connection attached to one store stream. */
@@ -914,6 +915,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 static void http_free(tm_http *h)
 {
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
     tm_map_free(h->hub);
     tm_map_free(h->per_addr);
     free(h->busy_body);
@@ -929,6 +932,7 @@ static tm_http *http_new(const tm_http_config *cfg)
     tm_http *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
+    h->listen_fd = -1;
     h->cfg = *cfg;
     unsigned *v[] = {&h->cfg.keepalive_ms, &h->cfg.io_threads, &h->cfg.max_connections,
                      &h->cfg.max_per_address, &h->cfg.request_deadline_ms,
@@ -991,8 +995,8 @@ static int listen_on(const char *host, unsigned port, int *fd, unsigned *bound)
     return 0;
 }
 
-int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
-                  tm_http **out)
+int tm_http_new(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
+                tm_http **out)
 {
     tm_http *h = http_new(cfg);
     if (!h)
@@ -1000,16 +1004,21 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
     h->store = store;
     h->fn = fn;
     h->ud = ud;
-    int lfd = -1;
-    int rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &lfd, &h->port);
+    int rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &h->listen_fd, &h->port);
     if (rc) {
         http_free(h);
         return rc;
     }
+    *out = h;
+    return 0;
+}
+
+int tm_http_listen(tm_http *h)
+{
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
-                            MHD_OPTION_LISTEN_SOCKET, lfd,
+                            MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.io_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             /* a backstop: the reaper applies our deadlines */
@@ -1022,17 +1031,14 @@ int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         TM_ERROR("cannot start the HTTP server (libmicrohttpd refused its options)");
-        close(lfd);
-        http_free(h);
         return TIDEMARK_EIO;
     }
+    h->listen_fd = -1; /* libmicrohttpd's now: it closes it when it stops */
     h->ka_running = 1;
     if (pthread_create(&h->ka_thread, NULL, ka_loop, h) != 0) {
         h->ka_running = 0;
-        tm_http_stop(h);
         return TIDEMARK_EIO;
     }
-    *out = h;
     return 0;
 }
 
@@ -1054,6 +1060,15 @@ void tm_http_stop(tm_http *h)
     atomic_store(&h->stopping, 1);
     tm_map_each(h->hub, close_matching, &all);
     pthread_mutex_unlock(&h->hub_mu);
-    MHD_stop_daemon(h->d); /* closes the listening socket too */
+    if (h->d)
+        MHD_stop_daemon(h->d); /* closes the listening socket too */
+    h->d = NULL;
+}
+
+void tm_http_free(tm_http *h)
+{
+    if (!h)
+        return;
+    tm_http_stop(h);
     http_free(h);
 }

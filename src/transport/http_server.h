@@ -32,14 +32,22 @@ typedef struct tm_http_config {
 /* Called once per complete request on an I/O thread. Must not block. */
 typedef void (*tm_http_handler)(void *ud, tm_http_req *req);
 
-/* Start serving. OUT h. */
-int tm_http_start(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
-                  tm_http **h);
+/* Bind the listening socket (errors say why: "address already in use" is
+ * TIDEMARK_EBUSY). No thread runs yet, so the caller can publish h before
+ * any callback can use it. OUT h. */
+int tm_http_new(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
+                tm_http **h);
+/* Start the I/O threads and the ticker: requests flow from here on. */
+int tm_http_listen(tm_http *h);
 /* The bound port. */
 unsigned tm_http_port(const tm_http *h);
-/* Stop: end every stream, close the listener, free. Every request handed
- * to the handler must have been answered before. */
+/* Stop: end every stream, stop the threads, close the listener. Every
+ * request handed to the handler must have been answered before. h stays
+ * valid (tm_http_wake is then a no-op) until tm_http_free, so callers whose
+ * other threads may still wake streams (the store's writer) free it after
+ * those stopped. */
 void tm_http_stop(tm_http *h);
+void tm_http_free(tm_http *h);
 
 /* Request accessors; strings stay valid until the reply is sent. */
 const char *tm_http_req_method(const tm_http_req *r);
