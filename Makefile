@@ -38,12 +38,14 @@ FUZZ_JOBS         ?= $(JOBS)
 # Tidemark code today are fixed: reports are printed and counted, races do
 # not fail the run (a failed test still does). tests/tsan.supp suppresses
 # races inside third-party libraries only. TSAN_EXCLUDE: a regex of tests
-# that do not fit under TSan (today none: every test runs, the slowest take
-# about 35 s); put a test here rather than raising make test's time.
+# that do not fit under TSan; put a test here rather than raising make
+# test's time or making the run flaky. holes_streams holds 8,000 SSE
+# streams open: under TSan it takes 45-80 s and about one run in two fails
+# to connect (no race reported), so it runs in the other builds only.
 TSAN_STRICT  ?= 1
 TSAN_EXTRA   ?=
 TSAN_SUPP    := $(CURDIR)/tests/tsan.supp
-TSAN_EXCLUDE ?= ^$$
+TSAN_EXCLUDE ?= ^(holes_streams)$$
 # TSan cannot map its shadow memory under some kernels' ASLR settings; run
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
