@@ -3,6 +3,7 @@
 #include "tidemark/tidemark.h"
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,15 +16,18 @@ void tm_buf_init(tm_buf *b, size_t max)
 
 static int grow(tm_buf *b, size_t need)
 {
-    if (need > b->max)
+    /* need + 1 (the NUL) and the doubling below must not wrap, whatever
+     * max a caller chose (SIZE_MAX included). */
+    if (need > b->max || need >= SIZE_MAX / 2)
         return TIDEMARK_ERANGE;
     if (need + 1 <= b->cap)
         return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need + 1)
         cap *= 2;
-    if (cap > b->max + 1)
-        cap = b->max + 1;
+    size_t limit = b->max < SIZE_MAX / 2 ? b->max + 1 : SIZE_MAX / 2;
+    if (cap > limit)
+        cap = limit;
     char *p = realloc(b->data, cap);
     if (!p)
         return TIDEMARK_ENOMEM;

@@ -189,17 +189,27 @@ int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out)
                            NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
     sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC);
+    int rc = 0;
     if (sqlite3_step(s) == SQLITE_ROW) {
-        snprintf(out->event_id, sizeof out->event_id, "%s", sqlite3_column_text(s, 0));
-        out->seq = (uint64_t)sqlite3_column_int64(s, 1);
-        out->known = 1;
+        /* A cursor is kept whole or not at all: a cut one would name
+         * another event. */
+        const unsigned char *id = sqlite3_column_text(s, 0);
+        if (!id || (size_t)sqlite3_column_bytes(s, 0) >= sizeof out->event_id) {
+            rc = TIDEMARK_ERANGE;
+        } else {
+            memcpy(out->event_id, id, (size_t)sqlite3_column_bytes(s, 0) + 1);
+            out->seq = (uint64_t)sqlite3_column_int64(s, 1);
+            out->known = 1;
+        }
     }
     sqlite3_finalize(s);
-    return 0;
+    return rc;
 }
 
 int tm_cstate_cursor_set(tm_cstate *st, const char *stream, const char *event_id, uint64_t seq)
 {
+    if (strlen(event_id) >= sizeof ((tm_cursor *)0)->event_id)
+        return TIDEMARK_ERANGE;
     char q[32];
     snprintf(q, sizeof q, "%llu", (unsigned long long)seq);
     const char *a[3] = {stream, event_id, q};

@@ -597,7 +597,11 @@ static int accept_event(tidemark_client_t *c, rq *r, const inev *e)
         return TIDEMARK_EIO;
     }
     tm_cursor cur;
-    tm_cstate_cursor_get(c->st, key, &cur);
+    if (tm_cstate_cursor_get(c->st, key, &cur) != 0) {
+        tm_cstate_rollback(c->st);
+        rq_fail(r, TIDEMARK_EIO, "state_error", "the saved cursor cannot be read", NULL);
+        return TIDEMARK_EIO;
+    }
     in.cursor = cur.seq;
     in.dispatched = e->id[0] && tm_cstate_dispatch_state(c->st, e->id) != TM_DISPATCH_NONE;
     in.last_dispatched = tm_cstate_last_dispatched(c->st, key);
@@ -800,7 +804,7 @@ static void x_headers(void *ud, long status, const char *ctype, const char *sid)
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
     }
-    if (sid && !c->session) {
+    if (sid) { /* c->session is read and freed by other threads: only under c->mu */
         pthread_mutex_lock(&c->mu);
         if (!c->session)
             c->session = strdup(sid);
@@ -1474,7 +1478,7 @@ static int connect_inner(tidemark_client_t *c, json_t **err)
         pthread_mutex_lock(&c->mu);
         c->session = id;
         c->proto = version;
-        c->server_info = server ? json_loads(server, 0, NULL) : NULL;
+        c->server_info = server ? json_loads(server, JSON_ALLOW_NUL, NULL) : NULL;
         pthread_mutex_unlock(&c->mu);
         free(url);
         free(server);
@@ -1600,10 +1604,14 @@ static tm_verdict load_cursor(tidemark_client_t *c, rq *r, const char *stream, j
     uint64_t last = 0;
     if (tm_cstate_begin(c->st) != 0)
         return TM_V_DISPATCH; /* no cursor known: decided like a request cut before any event */
-    tm_cstate_cursor_get(c->st, stream, &cur);
-    if (cur.known)
+    int rc = tm_cstate_cursor_get(c->st, stream, &cur);
+    if (rc == 0 && cur.known)
         last = tm_cstate_last_dispatched(c->st, stream);
     tm_cstate_rollback(c->st);
+    if (rc) { /* unreadable: never resume from a cursor we cannot prove */
+        *why = json_pack("{s:s,s:s}", "stream", stream, "detail", "saved cursor unreadable");
+        return TM_V_BAD_ID;
+    }
     if (!cur.known)
         return TM_V_DISPATCH;
     snprintf(r->last_id, sizeof r->last_id, "%s", cur.event_id);
@@ -1627,7 +1635,7 @@ static void resume_one(tidemark_client_t *c, json_t *row, json_t *results)
         return;
     r->recorded = 1;
     r->msg = tm_jsonrpc_request(json_integer(id), json_string_value(json_object_get(row, "method")),
-                                json_loads(params ? params : "{}", 0, NULL));
+                                json_loads(params ? params : "{}", JSON_ALLOW_NUL, NULL));
     json_t *why = NULL;
     tm_verdict v = stream ? load_cursor(c, r, stream, &why) : TM_V_DISPATCH;
     pending_add(c, r);

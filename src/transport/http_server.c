@@ -676,11 +676,15 @@ static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
     pthread_mutex_lock(&r->mu);
     r->resp = resp;
     r->status = status;
-    if (r->suspended) {
-        r->suspended = 0;
-        MHD_resume_connection(r->conn);
-    }
+    int wake = r->suspended;
+    r->suspended = 0;
+    struct MHD_Connection *conn = r->conn;
     pthread_mutex_unlock(&r->mu);
+    /* Outside r->mu: once resumed, the request may complete and free r (its
+     * mutex too) before this thread would have unlocked it. While it is
+     * suspended nothing else can complete it, so conn is still valid here. */
+    if (wake)
+        MHD_resume_connection(conn);
 }
 
 void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,

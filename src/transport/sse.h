@@ -6,7 +6,9 @@
 
 /* Append one event: optional "event:" name, "id:" and the data, split into
  * one "data:" line per line of data so CR/LF inside data cannot end the
- * event early. An empty data still yields "data:" (priming event). */
+ * event early. An empty data still yields "data:" (priming event). An event
+ * name or id holding CR or LF (which would forge a line) is refused with
+ * TIDEMARK_EINVAL and nothing is appended. */
 int tm_sse_frame(tm_buf *out, const char *event, const char *id, const char *data, size_t len);
 /* Append "retry: ms". */
 int tm_sse_frame_retry(tm_buf *out, unsigned ms);

@@ -10,13 +10,16 @@
 #include <cmocka.h>
 
 #include "base/buf.h"
+#include "log/client_state.h"
 #include "mcp/http_policy.h"
 #include "tidemark/tidemark.h"
 #include "transport/sse.h"
 #include "transport/sse_parser.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- fuzz_sse: corpus/sse/frame_crlf_name ------------------------------------------ */
 
@@ -98,12 +101,56 @@ static void test_accept_tab_is_whitespace(void **state)
     assert_false(tm_policy_accepts("application/json\tx", "application/json"));
 }
 
+/* ---- fuzz_client_state: corpus/client_state/cursor_256 ------------------------------- */
+
+static void test_cursor_is_kept_whole_or_refused(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/tm-findings-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tm_cstate *st;
+    assert_int_equal(tm_cstate_open(path, NULL, &st), 0);
+    char id[300];
+    memset(id, 'x', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    assert_int_equal(tm_cstate_begin(st), 0);
+    assert_int_equal(tm_cstate_cursor_set(st, "r1", id, 7), TIDEMARK_ERANGE);
+    id[255] = '\0'; /* the longest that fits */
+    assert_int_equal(tm_cstate_cursor_set(st, "r2", id, 8), 0);
+    tm_cursor c;
+    assert_int_equal(tm_cstate_cursor_get(st, "r2", &c), 0);
+    assert_true(c.known && c.seq == 8 && strcmp(c.event_id, id) == 0);
+    assert_int_equal(tm_cstate_cursor_get(st, "r1", &c), 0);
+    assert_false(c.known);
+    tm_cstate_rollback(st);
+    tm_cstate_close(st);
+    unlink(path);
+}
+
+/* ---- found while writing the harnesses: tm_buf_init(b, SIZE_MAX) ---------------------- */
+
+static void test_buf_without_bound_does_not_wrap(void **state)
+{
+    (void)state;
+    tm_buf b;
+    tm_buf_init(&b, SIZE_MAX);
+    assert_int_equal(tm_buf_add(&b, "abc", 3), 0);
+    assert_int_equal(b.len, 3);
+    assert_string_equal(b.data, "abc");
+    assert_true(b.cap >= 4);
+    tm_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frame_refuses_line_breaks_in_name_and_id),
         cmocka_unit_test(test_media_type_rejects_trailing_garbage),
         cmocka_unit_test(test_accept_tab_is_whitespace),
+        cmocka_unit_test(test_cursor_is_kept_whole_or_refused),
+        cmocka_unit_test(test_buf_without_bound_does_not_wrap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
