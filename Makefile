@@ -8,6 +8,7 @@
 #   make test-tsan / test-fuzz   only that part of make test
 #   make bench    run benchmarks (not gated)
 #   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
+#   make soak-hostile  long hostile-client soak (HOSTILE_SECONDS, SOAK_SEED)
 #   make install  install library, headers and pkg-config file (PREFIX=/usr/local)
 
 BUILD      ?= build
@@ -50,7 +51,7 @@ TSAN_EXCLUDE ?= ^(holes_streams)$$
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
 
-.PHONY: all deps build build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak install clean
+.PHONY: all deps build build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile install clean
 
 all: build
 
@@ -126,6 +127,11 @@ soak: build
 	  --server $(BUILD)/bin/tidemark-server-crashpoints \
 	  --client $(BUILD)/bin/tidemark-client-crashpoints \
 	  --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --clients $(SOAK_CLIENTS)
+
+HOSTILE_SECONDS ?= 600
+soak-hostile: build
+	node tests/soak/hostile.mjs --server $(BUILD)/bin/tidemark-server \
+	  --seconds $(HOSTILE_SECONDS) --seed $(SOAK_SEED)
 
 install: build
 	cmake --install $(BUILD)
