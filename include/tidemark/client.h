@@ -121,33 +121,33 @@ typedef struct tidemark_client_config {
 } tidemark_client_config_t;
 
 /* Fill a config with the defaults. */
-void tidemark_client_config_init(tidemark_client_config_t *cfg);
+TIDEMARK_API void tidemark_client_config_init(tidemark_client_config_t *cfg);
 /* Create a client; opens its state. OUT client (tidemark_client_free). */
-int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **client);
+TIDEMARK_API int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **client);
 /*
  * Start the session: reuse the one in the state file (then resume its open
  * streams from their cursors) or initialize a new one. OUT err (optional):
  * a typed error object {code, message, data:{reason}} on failure.
  */
-int tidemark_client_connect(tidemark_client_t *c, json_t **err);
+TIDEMARK_API int tidemark_client_connect(tidemark_client_t *c, json_t **err);
 /* The session id, the negotiated protocol version (after connect). */
-const char *tidemark_client_session(const tidemark_client_t *c);
-const char *tidemark_client_protocol_version(const tidemark_client_t *c);
+TIDEMARK_API const char *tidemark_client_session(const tidemark_client_t *c);
+TIDEMARK_API const char *tidemark_client_protocol_version(const tidemark_client_t *c);
 /* The server's initialize result (borrowed). */
-json_t *tidemark_client_server_info(const tidemark_client_t *c);
+TIDEMARK_API json_t *tidemark_client_server_info(const tidemark_client_t *c);
 
 /*
  * Send a request and wait for its response. OUT result: the result object,
  * or on TIDEMARK_EPEER the JSON-RPC error object; on other failures a typed
  * error {code, message, data:{reason}} when one is known.
  */
-int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
+TIDEMARK_API int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
                             tidemark_progress_fn progress, void *progress_ud, json_t **result);
 /* tools/call with arguments (borrowed, may be NULL). */
-int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
+TIDEMARK_API int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
                               tidemark_progress_fn progress, void *ud, json_t **result);
 /* Collect every page of a list method ("tools/list", ...): OUT items array. */
-int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field,
+TIDEMARK_API int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field,
                          json_t **items);
 /*
  * After a crash (or a stop, a timeout, a refusal): resume every request the
@@ -157,36 +157,36 @@ int tidemark_client_list(tidemark_client_t *c, const char *method, const char *f
  * outcome: its response, a lost session, or continuity_unprovable. OUT
  * results: array of {id, result} / {id, error}.
  */
-int tidemark_client_resume(tidemark_client_t *c, json_t **results);
+TIDEMARK_API int tidemark_client_resume(tidemark_client_t *c, json_t **results);
 /* Send a notification. */
-int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params);
+TIDEMARK_API int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params);
 /*
  * Open the standalone GET stream and deliver its events until stop_after_ms
  * passes (0 = until tidemark_client_stop) or the stream ends for good.
  */
-int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
+TIDEMARK_API int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
 /* Wait until the standalone GET stream has been requested on a connection
  * (servers may hold its headers until they have something to send), at
  * most timeout_ms. TIDEMARK_ETIMEDOUT otherwise. */
-int tidemark_client_wait_standalone(tidemark_client_t *c, int timeout_ms);
+TIDEMARK_API int tidemark_client_wait_standalone(tidemark_client_t *c, int timeout_ms);
 /* Make listen() and pending waits return (thread-safe). */
-void tidemark_client_stop(tidemark_client_t *c);
+TIDEMARK_API void tidemark_client_stop(tidemark_client_t *c);
 /* End the session on the server (DELETE) and forget it in the state. */
-int tidemark_client_end_session(tidemark_client_t *c);
+TIDEMARK_API int tidemark_client_end_session(tidemark_client_t *c);
 /* Stop the I/O thread and free. The session stays resumable from the state. */
-void tidemark_client_free(tidemark_client_t *c);
+TIDEMARK_API void tidemark_client_free(tidemark_client_t *c);
 
 /* The durable state as JSON: OUT {session, proven, cursors, dispatch,
  * outstanding} (caller decrefs). For operators and tests. */
-int tidemark_client_state(tidemark_client_t *c, json_t **state);
+TIDEMARK_API int tidemark_client_state(tidemark_client_t *c, json_t **state);
 
 /* Read the application's tables in the state file: OUT rows, an array of
  * objects (caller decrefs). */
-int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
+TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
                           size_t nargs, json_t **rows);
 
 /* Run one SQL statement in the client-state transaction (the effect's rows). */
-int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
+TIDEMARK_API int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
 
 #ifdef __cplusplus
 }

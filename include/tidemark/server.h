@@ -88,26 +88,26 @@ typedef struct tidemark_server_config {
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */
-void tidemark_server_config_init(tidemark_server_config_t *cfg);
+TIDEMARK_API void tidemark_server_config_init(tidemark_server_config_t *cfg);
 
 /* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
-int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **srv);
+TIDEMARK_API int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **srv);
 /* Open the store and start listening. Returns at once; the server runs on
  * its own threads until tidemark_server_stop. */
-int tidemark_server_start(tidemark_server_t *srv);
+TIDEMARK_API int tidemark_server_start(tidemark_server_t *srv);
 /* Start and serve until SIGINT or SIGTERM arrives, or another thread calls
  * tidemark_server_stop; then stop and return 0 (or start's error). It blocks
  * SIGINT and SIGTERM in the calling thread before the server's threads
  * start (they inherit the mask) and waits for them itself, so call it from
  * the main thread before creating threads of your own that do not block
  * them. */
-int tidemark_server_run(tidemark_server_t *srv);
+TIDEMARK_API int tidemark_server_run(tidemark_server_t *srv);
 /* The port actually bound (after start). */
-unsigned tidemark_server_port(const tidemark_server_t *srv);
+TIDEMARK_API unsigned tidemark_server_port(const tidemark_server_t *srv);
 /* Stop listening, cancel running calls, wait for handlers, close the store. */
-void tidemark_server_stop(tidemark_server_t *srv);
+TIDEMARK_API void tidemark_server_stop(tidemark_server_t *srv);
 /* Stop if running, then free everything. */
-void tidemark_server_free(tidemark_server_t *srv);
+TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
 
 /* ---- tools ------------------------------------------------------------- */
 
@@ -140,9 +140,9 @@ typedef struct tidemark_tool {
 } tidemark_tool_t;
 
 /* Register a tool (copied). Sends tools/list_changed when the server runs. */
-int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *tool);
+TIDEMARK_API int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *tool);
 /* Remove a tool by name. */
-int tidemark_server_remove_tool(tidemark_server_t *srv, const char *name);
+TIDEMARK_API int tidemark_server_remove_tool(tidemark_server_t *srv, const char *name);
 
 /* ---- resources --------------------------------------------------------- */
 
@@ -163,11 +163,11 @@ typedef struct tidemark_resource {
     void *ud;
 } tidemark_resource_t;
 
-int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *res);
+TIDEMARK_API int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *res);
 /* A template matches URIs of the form of its uriTemplate ({var} segments). */
-int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *tpl);
+TIDEMARK_API int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *tpl);
 /* Tell every session subscribed to uri that it changed. */
-int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri);
+TIDEMARK_API int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri);
 
 /* ---- prompts ----------------------------------------------------------- */
 
@@ -183,7 +183,7 @@ typedef struct tidemark_prompt {
     void *ud;
 } tidemark_prompt_t;
 
-int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *prompt);
+TIDEMARK_API int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *prompt);
 
 /* ---- completion -------------------------------------------------------- */
 
@@ -194,45 +194,45 @@ int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *
  */
 typedef int (*tidemark_complete_fn)(tidemark_call_t *call, json_t *ref, json_t *argument,
                                     json_t *context, json_t **values, void *ud);
-int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn fn, void *ud);
+TIDEMARK_API int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn fn, void *ud);
 
 /* ---- notifications to every session ------------------------------------ */
 
 /* Send notifications/{tools,resources,prompts}/list_changed to every session. */
-int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind);
+TIDEMARK_API int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind);
 
 /* ---- inside a running handler ------------------------------------------ */
 
 /* The session id of the call. */
-const char *tidemark_call_session(const tidemark_call_t *call);
+TIDEMARK_API const char *tidemark_call_session(const tidemark_call_t *call);
 /* The negotiated protocol version of the call's session. */
-const char *tidemark_call_protocol_version(const tidemark_call_t *call);
+TIDEMARK_API const char *tidemark_call_protocol_version(const tidemark_call_t *call);
 /* "<session>/<request id>": hand this to outside systems to dedup effects. */
-const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
+TIDEMARK_API const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
 /* 1 once the client cancelled the request (or the server is stopping). */
-int tidemark_call_cancelled(const tidemark_call_t *call);
+TIDEMARK_API int tidemark_call_cancelled(const tidemark_call_t *call);
 /* Send notifications/progress for the request's progress token (no-op when
  * the client gave none). total < 0 and message NULL are omitted. */
-int tidemark_call_progress(tidemark_call_t *call, double progress, double total,
+TIDEMARK_API int tidemark_call_progress(tidemark_call_t *call, double progress, double total,
                            const char *message);
 /* Send notifications/message at level (debug..emergency) if the session's
  * logging level lets it through. data is borrowed. */
-int tidemark_call_log(tidemark_call_t *call, const char *level, const char *logger, json_t *data);
+TIDEMARK_API int tidemark_call_log(tidemark_call_t *call, const char *level, const char *logger, json_t *data);
 /* Send any notification on the request's stream. params is borrowed. */
-int tidemark_call_notify(tidemark_call_t *call, const char *method, json_t *params);
+TIDEMARK_API int tidemark_call_notify(tidemark_call_t *call, const char *method, json_t *params);
 /*
  * Send a request to the client on the call's stream (sampling/createMessage,
  * elicitation/create, roots/list) and wait up to timeout_ms for its answer.
  * OUT result: the client's result (caller decrefs). TIDEMARK_EPEER when the
  * client answered with an error (then *result holds the error object).
  */
-int tidemark_call_request(tidemark_call_t *call, const char *method, json_t *params,
+TIDEMARK_API int tidemark_call_request(tidemark_call_t *call, const char *method, json_t *params,
                           int timeout_ms, json_t **result);
 /* 1 if the client declared the capability ("sampling", "elicitation", "roots"). */
-int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
+TIDEMARK_API int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
 /* End the call's SSE connection now (SEP-1699 polling): the client
  * reconnects with GET + Last-Event-ID and the call's events continue there. */
-int tidemark_call_close_stream(tidemark_call_t *call);
+TIDEMARK_API int tidemark_call_close_stream(tidemark_call_t *call);
 
 /* ---- exactly-once effects (DESIGN §6) ------------------------------------ */
 
@@ -248,35 +248,35 @@ typedef int (*tidemark_effect_fn)(tidemark_txn_t *txn, void *ud);
  * store, and on Redis it is the one way to have an atomic effect: the row is
  * written by the same script that commits the result, so every node sees it
  * and a crash or a lost node leaves both or neither. */
-int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row);
+TIDEMARK_API int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row);
 /* Run one SQL statement with text arguments bound to ?1..?n inside txn.
  * SQLite and memory stores only (TIDEMARK_ENOTSUP on Redis). */
-int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
+TIDEMARK_API int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
 /* From a tool handler: commit fn's rows in the same transaction as the
  * tool's result, so a crash leaves both or neither. free_ud (may be NULL)
  * releases ud after the commit. One effect per call. */
-int tidemark_call_set_effect(tidemark_call_t *call, tidemark_effect_fn fn, void *ud,
+TIDEMARK_API int tidemark_call_set_effect(tidemark_call_t *call, tidemark_effect_fn fn, void *ud,
                              void (*free_ud)(void *));
 /* Rows of an application table (tidemark_txn_insert) in commit order, each
  * {"id": n, <fields>}, keeping those whose fields equal every field of match
  * (NULL: all). OUT rows (caller decrefs). */
-int tidemark_server_rows(tidemark_server_t *srv, const char *table, json_t *match, json_t **rows);
+TIDEMARK_API int tidemark_server_rows(tidemark_server_t *srv, const char *table, json_t *match, json_t **rows);
 /* Application DDL (CREATE TABLE IF NOT EXISTS ...) run in the store at start.
  * Call before tidemark_server_start. The text is copied. SQL stores only:
  * on Redis the server does not start (TIDEMARK_ENOTSUP). */
-int tidemark_server_add_schema(tidemark_server_t *srv, const char *sql);
+TIDEMARK_API int tidemark_server_add_schema(tidemark_server_t *srv, const char *sql);
 /* Read application tables: OUT rows, an array of objects (caller decrefs). */
-int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *const *args,
+TIDEMARK_API int tidemark_server_query(tidemark_server_t *srv, const char *sql, const char *const *args,
                           size_t nargs, json_t **rows);
 
 /* ---- result helpers (return new references) ---------------------------- */
 
 /* {"content":[{"type":"text","text":text}]} */
-json_t *tidemark_result_text(const char *text);
+TIDEMARK_API json_t *tidemark_result_text(const char *text);
 /* {"content":[{"type":"text","text":text}],"isError":true} */
-json_t *tidemark_result_error(const char *text);
+TIDEMARK_API json_t *tidemark_result_error(const char *text);
 /* {"type":"text","text":text} */
-json_t *tidemark_content_text(const char *text);
+TIDEMARK_API json_t *tidemark_content_text(const char *text);
 
 #ifdef __cplusplus
 }

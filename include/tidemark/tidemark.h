@@ -8,9 +8,32 @@
 #ifndef TIDEMARK_TIDEMARK_H
 #define TIDEMARK_TIDEMARK_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Every public function is marked TIDEMARK_API: the library is built with
+ * -fvisibility=hidden, so only these are exported (nm -D lists tidemark_*
+ * and nothing else). */
+#if defined(TIDEMARK_BUILDING) && defined(__GNUC__)
+#define TIDEMARK_API __attribute__((visibility("default")))
+#else
+#define TIDEMARK_API
+#endif
+
+/*
+ * Structs a caller fills (configs, tools, resources, prompts) can grow
+ * without breaking programs built against an older header. New fields are
+ * only ever added at the end, and every function that takes such a struct
+ * is a macro that also passes sizeof the struct as the caller's header
+ * declared it (a *_sized function): the library reads that many bytes and
+ * gives every field beyond them its default. A struct larger than the
+ * library knows (a program built against a newer header) is accepted when
+ * the bytes it does not know are zero, and refused with TIDEMARK_ENOTSUP
+ * otherwise, so a setting is never silently ignored.
+ */
 
 /* The version of these headers. tidemark_version() tells the library's:
  * a program built against one version and run against another can compare. */
@@ -45,10 +68,10 @@ extern "C" {
 #define TIDEMARK_PROTOCOL_LATEST TIDEMARK_PROTOCOL_2025_11_25
 
 /* Returns a static, human-readable description of an error code. */
-const char *tidemark_strerror(int err);
+TIDEMARK_API const char *tidemark_strerror(int err);
 /* The library's version as text ("0.2.0"); OUT number (may be NULL): as
  * TIDEMARK_VERSION_NUMBER. */
-const char *tidemark_version(int *number);
+TIDEMARK_API const char *tidemark_version(int *number);
 
 #ifdef __cplusplus
 }

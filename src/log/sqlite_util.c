@@ -1,5 +1,6 @@
 /* sqlite_util.c - SQLite helpers and tidemark_txn_exec(). */
 #include "sqlite_util.h"
+#include "tidemark/server.h" /* the public declarations: exported */
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
 #include <errno.h>
