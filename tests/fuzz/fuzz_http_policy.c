@@ -1,5 +1,5 @@
 /*
- * fuzz_http_policy.c - the endpoint's header rules (src/mcp/http_policy.c)
+ * fuzz_http_policy.c - the endpoint's header rules (src/server/http_policy.c)
  * and the protocol version check (tm_protocol_version_supported,
  * src/mcp/jsonrpc.c): pure functions of header text, so each is compared
  * with a statement of its rule written here independently.
@@ -38,7 +38,7 @@
  *    or invalid, in that order.
  */
 #include "fuzz_util.h"
-#include "mcp/http_policy.h"
+#include "server/http_policy.h"
 #include "mcp/jsonrpc.h"
 #include "transport/http_server.h"
 

@@ -11,7 +11,7 @@
 
 #include "base/buf.h"
 #include "log/client_state.h"
-#include "mcp/http_policy.h"
+#include "server/http_policy.h"
 #include "tidemark/tidemark.h"
 #include "transport/sse.h"
 #include "transport/sse_parser.h"

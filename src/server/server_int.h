@@ -2,7 +2,7 @@
 #ifndef TM_SERVER_INT_H
 #define TM_SERVER_INT_H
 #include "tidemark/server.h"
-#include "jsonrpc.h"
+#include "../mcp/jsonrpc.h"
 #include "registry.h"
 #include "../base/map.h"
 #include "../base/pool.h"
