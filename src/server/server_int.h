@@ -142,9 +142,38 @@ void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len)
 /* Cancel an in-flight call by its request id. */
 void tm_sess_cancel(tm_sess *s, json_t *request_id);
 
-/* server.c: a call of job ended with response (stolen, may be NULL);
+/* endpoint.c: routes a request (tm_http_handler); the typed answers the
+ * handlers share (body stolen; extra stolen, merged into data). */
+void tm_on_http(void *ud, tm_http_req *r);
+void tm_reply_json(tm_http_req *r, unsigned status, json_t *body);
+void tm_reply_error(tm_http_req *r, unsigned status, int code, const char *reason,
+                    const char *message, json_t *extra);
+/* 503 store_unavailable (writes refused, temporary) or 500 store_error. */
+void tm_reply_store_error(tm_http_req *r, int rc);
+/* An unsupported MCP-Protocol-Version header: answered 400, returns 1. */
+int tm_refuse_version(tm_http_req *r);
+/* The request's session (new ref), or NULL after answering 400/404. */
+tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r);
+/* post.c, get.c, endpoint.c: the three methods of the MCP endpoint. */
+void tm_handle_post(tidemark_server_t *srv, tm_http_req *r);
+void tm_handle_get(tidemark_server_t *srv, tm_http_req *r);
+void tm_handle_delete(tidemark_server_t *srv, tm_http_req *r);
+/* post.c: m is a tools/call request. */
+int tm_is_call(const tm_msg *m);
+/* post.c: the JSON-RPC code of an invalid message's error. */
+int tm_invalid_code(const tm_msg *m);
+
+/* job.c: a call of job ended with response (stolen, may be NULL);
  * call (may be NULL) contributes its request record and effect. */
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
+/* job.c: free a job whose calls all completed (tm_job_complete does). */
+void tm_job_free(tm_job *j);
+/* job.c: method runs an application handler (may block: scheduled fairly). */
+int tm_runs_handler(const char *method);
+/* janitor.c: the background threads (recoverer always, janitor with a
+ * session TTL); stop joins them. */
+void tm_background_start(tidemark_server_t *srv);
+void tm_background_stop(tidemark_server_t *srv);
 /* recovery.c: finish the requests a dead process left started (DESIGN §6). */
 int tm_recover(tidemark_server_t *srv);
 /* recovery.c: the response of call c could not be made durable (status):

@@ -1,0 +1,129 @@
+/*
+ * janitor.c - the server's background threads: the janitor expires idle
+ * sessions; the recoverer finishes, again and again, what no live call owns
+ * (requests of nodes whose lease lapsed, on a shared store; calls whose
+ * response could not be written, once the store takes writes again).
+ */
+#include "server_int.h"
+#include "../base/log.h"
+#include "../base/metrics.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../base/clock.h"
+
+static void expired(void *ud, const char *id)
+{
+    tidemark_server_t *srv = ud;
+    pthread_mutex_lock(&srv->mu);
+    tm_sess *s = tm_map_del(srv->sessions, id);
+    if (s)
+        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+    pthread_mutex_unlock(&srv->mu);
+    if (s) {
+        tm_sess_close(s);
+        tm_sess_unref(s);
+    }
+    tm_http_close_session(srv->http, id);
+    TM_INFO("session %s expired (idle)", id);
+}
+
+typedef struct busy_ctx {
+    tidemark_server_t *srv;
+    int64_t now;
+} busy_ctx;
+
+static void touch_busy(const char *k, void *v, void *ud)
+{
+    (void)k;
+    busy_ctx *b = ud;
+    tm_sess *s = v;
+    pthread_mutex_lock(&s->mu);
+    int busy = tm_map_count(s->calls) > 0;
+    pthread_mutex_unlock(&s->mu);
+    /* A session with a call running or a stream attached is not idle. */
+    if (busy || tm_http_session_attached(b->srv->http, s->id))
+        tm_store_session_touch(b->srv->store, s->id, b->now);
+}
+
+/* Expire idle sessions (--session-ttl). */
+static void *janitor_main(void *arg)
+{
+    tidemark_server_t *srv = arg;
+    int64_t ttl_ms = (int64_t)srv->cfg.session_ttl_seconds * 1000;
+    int64_t period = ttl_ms / 4 < 1000 ? (ttl_ms / 4 > 50 ? ttl_ms / 4 : 50) : 1000;
+    pthread_mutex_lock(&srv->jan_mu);
+    while (srv->jan_running) {
+        struct timespec ts = tm_deadline_ms(period);
+        pthread_cond_timedwait(&srv->jan_cv, &srv->jan_mu, &ts);
+        if (!srv->jan_running)
+            break;
+        pthread_mutex_unlock(&srv->jan_mu);
+        busy_ctx b = {srv, tm_wall_ms()};
+        pthread_mutex_lock(&srv->mu);
+        tm_map_each(srv->sessions, touch_busy, &b);
+        pthread_mutex_unlock(&srv->mu);
+        tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
+        pthread_mutex_lock(&srv->jan_mu);
+    }
+    pthread_mutex_unlock(&srv->jan_mu);
+    return NULL;
+}
+
+/* Finish, again and again, not only at start-up: the requests of nodes
+ * whose lease lapsed (stores shared by nodes), and calls whose response
+ * could not be written (once the store takes writes again). */
+#define RECOVER_EVERY_MS 500
+static void *recoverer_main(void *arg)
+{
+    tidemark_server_t *srv = arg;
+    pthread_mutex_lock(&srv->jan_mu);
+    while (srv->rec_running) {
+        struct timespec ts = tm_deadline_ms(RECOVER_EVERY_MS);
+        pthread_cond_timedwait(&srv->jan_cv, &srv->jan_mu, &ts);
+        if (!srv->rec_running)
+            break;
+        pthread_mutex_unlock(&srv->jan_mu);
+        int rc = tm_store_shared(srv->store) ? tm_recover(srv) : 0;
+        if (rc)
+            TM_DEBUG("periodic recovery: %s", tidemark_strerror(rc));
+        tm_recover_failed(srv);
+        pthread_mutex_lock(&srv->jan_mu);
+    }
+    pthread_mutex_unlock(&srv->jan_mu);
+    return NULL;
+}
+
+void tm_background_start(tidemark_server_t *srv)
+{
+    srv->rec_running = 1;
+    if (pthread_create(&srv->recoverer, NULL, recoverer_main, srv) != 0) {
+        srv->rec_running = 0;
+        TM_ERROR("cannot start the recovery thread");
+    }
+    if (srv->cfg.session_ttl_seconds > 0) {
+        srv->jan_running = 1;
+        if (pthread_create(&srv->janitor, NULL, janitor_main, srv) != 0) {
+            srv->jan_running = 0;
+            TM_ERROR("cannot start the session expiry thread");
+        }
+    }
+}
+
+static void stop_thread(tidemark_server_t *srv, int *running, pthread_t t)
+{
+    if (!*running)
+        return;
+    pthread_mutex_lock(&srv->jan_mu);
+    *running = 0;
+    pthread_cond_broadcast(&srv->jan_cv);
+    pthread_mutex_unlock(&srv->jan_mu);
+    pthread_join(t, NULL);
+}
+
+void tm_background_stop(tidemark_server_t *srv)
+{
+    stop_thread(srv, &srv->rec_running, srv->recoverer);
+    stop_thread(srv, &srv->jan_running, srv->janitor);
+}

@@ -1,0 +1,213 @@
+/*
+ * job.c - one POST's requests and how they are answered: a call is started
+ * on the worker pool (handlers through the fair scheduler), its response is
+ * appended to the POST's stream together with its request record and its
+ * effect, and the last completion ends the stream or answers the POST.
+ * Also the request keys that make retries exactly-once.
+ */
+#include "server_int.h"
+#include "../base/log.h"
+#include "../base/metrics.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tm_job_free(tm_job *j)
+{
+    if (j->sess)
+        tm_sess_unref(j->sess);
+    json_decref(j->responses);
+    json_decref(j->root);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void call_release(tidemark_call_t *c)
+{
+    if (c->effect_free)
+        c->effect_free(c->effect_ud);
+    tm_call_free(c);
+}
+
+/* The response of a recorded call settled. A response that could not be
+ * made durable leaves the record "started": tell the client, typed, and
+ * have it finished once the store takes writes again. */
+static void response_done(void *ud, int status, uint64_t seq)
+{
+    (void)seq;
+    tidemark_call_t *c = ud;
+    if (status != 0)
+        tm_call_write_failed(c, status);
+    call_release(c);
+}
+
+static int run_effect(void *ud, tm_txn *txn)
+{
+    tidemark_call_t *c = ud;
+    return c->effect(txn, c->effect_ud);
+}
+
+/* Append a call's response to its job's stream (caller holds j->mu).
+ * Returns 1 when the call now belongs to the append (freed by its callback). */
+static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int last)
+{
+    tidemark_server_t *srv = j->srv;
+    size_t len, flen = 0;
+    char *bytes = tm_jsonrpc_dump(response, &len);
+    char *fallback = NULL;
+    tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes, .len = len,
+                       .flags = last ? TM_APPEND_FINAL : 0};
+    if (c && c->recorded) {
+        r.request_key = c->reqkey;
+        r.cb = response_done;
+        r.cb_ud = c;
+        snprintf(c->stream, sizeof c->stream, "%s", j->stream);
+        if (!c->holds_sess) { /* the callback may outlive the job and its reference */
+            tm_sess_ref(c->sess);
+            c->holds_sess = 1;
+        }
+    }
+    if (c && c->recorded && c->effect && !json_object_get(response, "error")) {
+        json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                     "The tool's effect failed and was rolled back", "effect_failed",
+                                     NULL);
+        fallback = tm_jsonrpc_dump(e, &flen);
+        json_decref(e);
+        r.effect = run_effect;
+        r.effect_ud = c;
+        r.fallback = fallback;
+        r.fallback_len = flen;
+    }
+    int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
+    if (rc) {
+        TM_WARN("session %s stream %s: response not appended: %s", j->sess->id, j->stream,
+                tidemark_strerror(rc));
+        if (r.cb)
+            tm_call_write_failed(c, rc); /* the callback never runs on a refused append */
+    }
+    free(bytes);
+    free(fallback);
+    return rc == 0 && r.cb;
+}
+
+/* The last completion closes the stream (SSE) or answers the POST (JSON).
+ * A recorded call's response completes its request record in the same
+ * transaction, together with its effect. The call is freed here (or once
+ * its response settled). */
+void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
+{
+    tidemark_server_t *srv = j->srv;
+    int keep_call = 0;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->remaining == 0;
+    if (j->sse) {
+        if (response)
+            keep_call = append_response(j, response, c, last);
+        else if (last && !atomic_load(&srv->stopping))
+            tm_store_close_stream(srv->store, j->sess->id, j->stream);
+        json_decref(response);
+    } else if (response) {
+        json_array_append_new(j->responses, response);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (c && !keep_call)
+        call_release(c);
+    if (!last)
+        return;
+    if (!j->sse && j->req) {
+        size_t n = json_array_size(j->responses);
+        if (n == 0)
+            tm_http_reply(j->req, 202, NULL, NULL, 0);
+        else
+            tm_reply_json(j->req, 200, j->batch ? json_incref(j->responses)
+                                             : json_incref(json_array_get(j->responses, 0)));
+    }
+    tm_job_free(j);
+}
+
+void tm_call_free(tidemark_call_t *c)
+{
+    if (c->holds_sess)
+        tm_sess_unref(c->sess);
+    json_decref(c->id);
+    free(c);
+}
+
+static void run_call(void *arg)
+{
+    tidemark_call_t *c = arg;
+    json_t *resp = tm_dispatch(c);
+    /* A recorded call always ends its stream with one response; but one cut
+     * short by a server shutdown stays "started", so the next start finishes
+     * it like after a crash (DESIGN §6) instead of telling the client it
+     * cancelled something it did not. */
+    if (!resp && c->recorded && !atomic_load(&c->srv->stopping))
+        resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);
+    if (c->registered) {
+        pthread_mutex_lock(&c->sess->mu);
+        if (tm_map_get(c->sess->calls, c->reqkey) == c)
+            tm_map_del(c->sess->calls, c->reqkey);
+        pthread_mutex_unlock(&c->sess->mu);
+    }
+    tm_job_complete(c->job, resp, c);
+}
+
+/* Methods that run application handlers, which may block for long: they
+ * go through the fair scheduler. The rest are quick and go straight to the
+ * pool, so a session at its cap can still ping, list, initialize. */
+int tm_runs_handler(const char *method)
+{
+    static const char *const m[] = {"tools/call", "resources/read", "prompts/get",
+                                    "completion/complete"};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
+{
+    if (tm_runs_handler(c->method))
+        return tm_sched_submit(srv->sched, c->sess->id, c->addr, run_call, c);
+    return tm_pool_submit(srv->pool, run_call, c);
+}
+
+/* ---- request keys ------------------------------------------------------------ */
+
+#define IDEM_KEY "dev.tidemark/idempotency-key"
+
+static json_t *idem_key_of(const tm_msg *m)
+{
+    return json_object_get(json_object_get(m->params, "_meta"), IDEM_KEY);
+}
+
+int tm_call_meta_check(tm_msg *m)
+{
+    json_t *k = idem_key_of(m);
+    if (!k)
+        return 0;
+    m->kind = TM_MSG_INVALID;
+    m->code = TM_RPC_INVALID_PARAMS;
+    if (!json_is_string(k) || json_string_length(k) == 0) {
+        m->why = "invalid_idempotency_key";
+        m->detail = "_meta[\"" IDEM_KEY "\"] must be a non-empty string";
+    } else if (json_string_length(k) > TM_IDEM_KEY_MAX_BYTES) {
+        m->why = "idempotency_key_too_long";
+        m->detail = "_meta[\"" IDEM_KEY "\"] is longer than " TM_STRINGIFY(TM_IDEM_KEY_MAX_BYTES) " bytes";
+    } else {
+        m->kind = TM_MSG_REQUEST;
+        m->code = 0;
+        return 0;
+    }
+    return 1;
+}
+
+int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX])
+{
+    json_t *k = idem_key_of(m);
+    if (json_is_string(k) && json_string_length(k) > 0)
+        return tm_jsonrpc_key_escape("k:", json_string_value(k), json_string_length(k), out,
+                                     TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
+    return tm_jsonrpc_id_key(m->id, out, TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
+}

@@ -1,0 +1,462 @@
+/*
+ * post.c - POST: initialize, notifications and responses from the client,
+ * retries of recorded calls, and new requests (a call's stream opened and
+ * its record begun before anything runs).
+ */
+#include "server_int.h"
+#include "http_policy.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/metrics.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct init_job {
+    tidemark_server_t *srv;
+    tm_http_req *req;
+    json_t *root;
+    tm_msg msg;
+} init_job;
+
+static void run_initialize(void *arg)
+{
+    init_job *ij = arg;
+    tm_sess *sess = NULL;
+    json_t *resp = tm_dispatch_initialize(ij->srv, &ij->msg, &sess);
+    if (sess) {
+        tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
+        tm_sess_unref(sess);
+        tm_reply_json(ij->req, 200, resp);
+    } else {
+        const char *why = json_string_value(
+            json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "reason"));
+        int unavailable = why && strcmp(why, "store_unavailable") == 0;
+        if (unavailable)
+            tm_http_req_add_header(ij->req, "Retry-After", "1");
+        tm_reply_json(ij->req, unavailable ? 503 : json_object_get(resp, "error") ? 400 : 200, resp);
+    }
+    json_decref(ij->root);
+    free(ij);
+}
+
+/* ---- POST ------------------------------------------------------------------ */
+
+int tm_invalid_code(const tm_msg *m)
+{
+    return m->code ? m->code : TM_RPC_INVALID_REQUEST;
+}
+
+int tm_is_call(const tm_msg *m)
+{
+    return m->kind == TM_MSG_REQUEST && strcmp(m->method, "tools/call") == 0;
+}
+
+static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m)
+{
+    if (strcmp(m->method, "notifications/cancelled") == 0) {
+        tm_sess_cancel(sess, json_object_get(m->params, "requestId"));
+    } else {
+        TM_DEBUG("session %s: notification %s", sess->id, m->method);
+    }
+    (void)srv;
+}
+
+/* Attach this POST to an existing stream of the session, from its start. */
+static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream)
+{
+    tm_http_stream_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
+                             .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
+    tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+    int rc = tm_http_reply_stream(r, &o);
+    if (rc == TIDEMARK_EBUSY) {
+        json_t *x = json_pack("{s:s}", "stream", stream);
+        tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
+                    "Conflict: the request is running and its stream is attached to a live connection",
+                    x);
+    } else if (rc) {
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
+    }
+}
+
+/*
+ * A tools/call that repeats a request of this session (same request id, or
+ * same dev.tidemark/idempotency-key) is a retry (DESIGN §6): completed ->
+ * the stored response, without running the tool again; running -> attach
+ * to its stream. Returns 1 when the POST was answered here.
+ */
+static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m)
+{
+    char key[TM_REQ_KEY_MAX], stream[TM_STREAM_MAX] = "";
+    if (tm_request_key(m, key) != 0)
+        return 0;
+    if (tm_call_write_pending(srv, sess->id, key)) {
+        /* Its result could not be written; the same reason until the store
+         * recovers and the call is settled (then: its record's answer). */
+        tm_http_req_add_header(r, "Retry-After", "1");
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_failed",
+                    "The result of this request could not be made durable yet", NULL);
+        return 1;
+    }
+    int same_id = 1;
+    pthread_mutex_lock(&sess->mu);
+    tidemark_call_t *live = tm_map_get(sess->calls, key);
+    if (live && live->job && live->job->sse) {
+        snprintf(stream, sizeof stream, "%s", live->job->stream);
+        same_id = json_equal(live->id, m->id);
+    }
+    pthread_mutex_unlock(&sess->mu);
+    tm_request_rec rec;
+    memset(&rec, 0, sizeof rec);
+    if (!stream[0]) {
+        if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+            return 0;
+        if (rec.state == TM_REQ_COMPLETED && rec.response) {
+            tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
+            json_t *resp = json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL);
+            if (resp && !json_equal(json_object_get(resp, "id"), m->id))
+                json_object_set(resp, "id", m->id); /* re-issued under a new request id */
+            tm_request_rec_clear(&rec);
+            tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+            if (!resp) {
+                tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", "stored response unreadable",
+                            NULL);
+                return 1;
+            }
+            tm_reply_json(r, 200, resp);
+            return 1;
+        }
+        snprintf(stream, sizeof stream, "%s", rec.stream ? rec.stream : "");
+        json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
+        same_id = orig && json_equal(json_object_get(orig, "id"), m->id);
+        json_decref(orig);
+        tm_request_rec_clear(&rec);
+        if (!stream[0])
+            return 0;
+    }
+    tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
+    if (!same_id) {
+        /* Its stream carries the other request id: point the client at it. */
+        json_t *x = json_pack("{s:s}", "stream", stream);
+        tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
+                    "Conflict: a request with this idempotency key is still running", x);
+        return 1;
+    }
+    attach_stream(srv, r, sess, stream);
+    return 1;
+}
+
+/* The messages of one POST. */
+typedef struct post_msgs {
+    json_t *root;  /* the parsed body; handed to the job that answers it */
+    tm_msg *m;
+    size_t n;
+    int batch;
+    size_t nreq, ninit, ninvalid, ncall, nhandler;
+} post_msgs;
+
+static void post_msgs_free(post_msgs *pm)
+{
+    json_decref(pm->root);
+    free(pm->m);
+}
+
+/* Content-Type, Accept, size, MCP-Protocol-Version. 0, or 1 when answered. */
+static int post_headers_refused(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *ctype = tm_http_req_header(r, "Content-Type");
+    const char *accept = tm_http_req_header(r, "Accept");
+    if (!tm_policy_media_type_is(ctype, "application/json")) {
+        tm_reply_error(r, 415, TM_RPC_INVALID_REQUEST, "unsupported_media_type",
+                       "Unsupported Media Type: Content-Type must be application/json", NULL);
+    } else if (!tm_policy_accepts(accept, "application/json") ||
+               !tm_policy_accepts(accept, "text/event-stream")) {
+        tm_reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
+                       "Not Acceptable: Accept must list application/json and text/event-stream",
+                       NULL);
+    } else if (tm_http_req_body_too_large(r)) {
+        tm_reply_error(r, 413, TM_RPC_INVALID_REQUEST, "body_too_large", "Payload Too Large",
+                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
+    } else {
+        return tm_refuse_version(r);
+    }
+    return 1;
+}
+
+/* Classify every message and count what the POST holds. */
+static int post_classify(post_msgs *pm)
+{
+    pm->m = calloc(pm->n, sizeof *pm->m);
+    if (!pm->m)
+        return TIDEMARK_ENOMEM;
+    for (size_t i = 0; i < pm->n; i++) {
+        tm_msg *m = &pm->m[i];
+        tm_jsonrpc_classify(pm->batch ? json_array_get(pm->root, i) : pm->root, m);
+        if (tm_is_call(m))
+            tm_call_meta_check(m);
+        if (m->kind == TM_MSG_INVALID)
+            pm->ninvalid++;
+        if (m->kind != TM_MSG_REQUEST)
+            continue;
+        pm->nreq++;
+        pm->ninit += strcmp(m->method, "initialize") == 0;
+        pm->ncall += tm_is_call(m);
+        pm->nhandler += tm_runs_handler(m->method) != 0;
+    }
+    return 0;
+}
+
+/* Parse the body into pm. 0, or 1 when answered (a parse or batch error). */
+static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    size_t len;
+    const char *body = tm_http_req_body(r, &len);
+    char perr[200];
+    if (tm_jsonrpc_parse(body, len, &pm->root, perr, sizeof perr) != 0) {
+        tm_reply_error(r, 400, TM_RPC_PARSE_ERROR, "parse_error", "Parse error",
+                       json_pack("{s:s}", "detail", perr));
+        return 1;
+    }
+    pm->batch = json_is_array(pm->root);
+    pm->n = pm->batch ? json_array_size(pm->root) : 1;
+    if (pm->batch && pm->n == 0) {
+        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
+                       "Invalid Request: empty batch", NULL);
+        return 1;
+    }
+    if (pm->n > srv->cfg.max_batch) {
+        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_too_large",
+                       "Invalid Request: too many messages in one batch",
+                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_batch));
+        return 1;
+    }
+    if (post_classify(pm) != 0) {
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* initialize: alone in its POST, run on a worker (it writes durably). */
+static void post_initialize(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    if (pm->batch)
+        return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
+                              "Invalid Request: initialize must not be part of a batch", NULL);
+    init_job *ij = calloc(1, sizeof *ij);
+    if (!ij)
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
+    ij->srv = srv;
+    ij->req = r;
+    ij->root = pm->root;
+    ij->msg = pm->m[0];
+    pm->root = NULL;
+    if (tm_pool_submit(srv->pool, run_initialize, ij) != 0) {
+        json_decref(ij->root);
+        free(ij);
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    }
+}
+
+/* Everything that is answered before a job exists: a batch on a version
+ * without batches, notifications and responses (202), a retry of a
+ * recorded call, a session over its queue (429). 1 when answered. */
+static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm)
+{
+    if (pm->batch && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_03_26) != 0) {
+        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
+                       "Invalid Request: JSON-RPC batches are not allowed in this protocol version",
+                       json_pack("{s:s}", "protocolVersion", sess->version));
+        return 1;
+    }
+    for (size_t i = 0; i < pm->n; i++) { /* notifications and responses take effect now */
+        if (pm->m[i].kind == TM_MSG_NOTIFICATION)
+            handle_notification(srv, sess, &pm->m[i]);
+        else if (pm->m[i].kind == TM_MSG_RESULT || pm->m[i].kind == TM_MSG_ERROR)
+            tm_sess_deliver_response(srv, sess, &pm->m[i]);
+    }
+    if (pm->nreq == 0 && pm->ninvalid == 0) {
+        tm_http_reply(r, 202, NULL, NULL, 0);
+        return 1;
+    }
+    if (!pm->batch && tm_is_call(&pm->m[0]) && answer_repeat(srv, r, sess, &pm->m[0]))
+        return 1;
+    /* Admission before anything is recorded: a refused call never ran,
+     * so the client may send it again under the same id. */
+    if (pm->nhandler && tm_sched_would_refuse(srv->sched, sess->id, (unsigned)pm->nhandler)) {
+        tm_metric_inc(TM_M_CALLS_REFUSED);
+        tm_http_req_add_header(r, "Retry-After", "1");
+        tm_reply_error(r, 429, TM_RPC_SERVER_ERROR, "too_many_requests",
+                       "Too Many Requests: this session has too many calls waiting",
+                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_queued_per_session));
+        return 1;
+    }
+    return 0;
+}
+
+static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r, post_msgs *pm)
+{
+    tm_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->srv = srv;
+    j->sess = sess;
+    j->req = r;
+    j->batch = pm->batch;
+    j->sse = pm->ncall > 0;
+    j->root = pm->root;
+    pm->root = NULL;
+    j->responses = json_array();
+    pthread_mutex_init(&j->mu, NULL);
+    j->remaining = (int)(pm->nreq + pm->ninvalid) + 1; /* +1 held while submitting */
+    return j;
+}
+
+/* Record every call as started before the stream's first event, so no
+ * emitted stream is ever left without an owner after a crash. */
+static int begin_records(tidemark_server_t *srv, tm_job *j, post_msgs *pm)
+{
+    for (size_t i = 0; i < pm->n; i++) {
+        if (!tm_is_call(&pm->m[i]))
+            continue;
+        char key[TM_REQ_KEY_MAX];
+        int rc = tm_request_key(&pm->m[i], key);
+        if (rc)
+            return rc;
+        char *message = tm_jsonrpc_dump(pm->m[i].raw, NULL);
+        const char *tool = json_string_value(json_object_get(pm->m[i].params, "name"));
+        tm_request_rec rec = {.session = j->sess->id, .key = key,
+                              .tool = (char *)(tool ? tool : ""), .stream = j->stream,
+                              .message = message};
+        rc = message ? tm_store_request_begin(srv->store, &rec, 0) : TIDEMARK_ENOMEM;
+        free(message);
+        if (rc && rc != TIDEMARK_EEXIST) /* EEXIST: a racing duplicate (memory store) */
+            return rc;
+    }
+    return 0;
+}
+
+/* A POST with calls is answered with the stream they write to: opened,
+ * its records begun, its priming event queued, then attached. On failure
+ * the POST is answered with the error and the job answers nothing. */
+static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
+{
+    tm_sess *sess = j->sess;
+    int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
+    if (rc == 0)
+        rc = begin_records(srv, j, pm);
+    if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
+        rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
+    tm_http_stream_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
+                             .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
+    if (rc == 0) {
+        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+        rc = tm_http_reply_stream(r, &o);
+    }
+    if (rc) {
+        tm_reply_store_error(r, rc);
+        j->sse = 0;
+        j->req = NULL;
+    }
+}
+
+static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uint64_t mark)
+{
+    tidemark_call_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->srv = j->srv;
+    c->sess = j->sess;
+    c->job = j;
+    c->id = json_incref(m->id);
+    c->method = m->method;
+    c->params = m->params;
+    snprintf(c->addr, sizeof c->addr, "%s", tm_http_req_peer(r));
+    c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
+    /* Both fit: classify and tm_call_meta_check bounded id and key. */
+    tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
+    tm_request_key(m, c->reqkey);
+    snprintf(c->idem, sizeof c->idem, "%s/%s", j->sess->id, c->reqkey);
+    c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
+    c->mark = mark;
+    return c;
+}
+
+/* Register c with its session (a retry finds it) and start it. */
+static void call_start(tm_job *j, tidemark_call_t *c)
+{
+    tm_sess *sess = j->sess;
+    pthread_mutex_lock(&sess->mu);
+    if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
+        c->registered = 1;
+    pthread_mutex_unlock(&sess->mu);
+    if (tm_call_submit(j->srv, c) == 0)
+        return;
+    if (c->registered) {
+        pthread_mutex_lock(&sess->mu);
+        tm_map_del(sess->calls, c->reqkey);
+        pthread_mutex_unlock(&sess->mu);
+    }
+    json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
+                                 "shutting_down", NULL);
+    tm_call_free(c);
+    tm_job_complete(j, e, NULL);
+}
+
+static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t mark)
+{
+    for (size_t i = 0; i < pm->n; i++) {
+        const tm_msg *m = &pm->m[i];
+        if (m->kind == TM_MSG_INVALID) {
+            tm_job_complete(j, tm_jsonrpc_error(m->id, tm_invalid_code(m), m->detail, m->why, NULL),
+                            NULL);
+            continue;
+        }
+        if (m->kind != TM_MSG_REQUEST)
+            continue;
+        tidemark_call_t *c = call_new(j, r, m, mark);
+        if (c)
+            call_start(j, c);
+        else
+            tm_job_complete(j, tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "out of memory",
+                                                "internal_error", NULL), NULL);
+    }
+    tm_job_complete(j, NULL, NULL); /* release the submit hold */
+}
+
+void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
+{
+    post_msgs pm = {0};
+    if (post_headers_refused(srv, r) || post_parse(srv, r, &pm))
+        return post_msgs_free(&pm);
+    if (pm.ninit) {
+        post_initialize(srv, r, &pm);
+        return post_msgs_free(&pm);
+    }
+    if (!pm.batch && pm.m[0].kind == TM_MSG_INVALID) {
+        tm_reply_json(r, 400, tm_jsonrpc_error(pm.m[0].id, tm_invalid_code(&pm.m[0]), pm.m[0].detail,
+                                               pm.m[0].why, NULL));
+        return post_msgs_free(&pm);
+    }
+    tm_sess *sess = tm_require_session(srv, r);
+    if (!sess)
+        return post_msgs_free(&pm);
+    if (post_answered_early(srv, r, sess, &pm)) {
+        tm_sess_unref(sess);
+        return post_msgs_free(&pm);
+    }
+    tm_job *j = job_new(srv, sess, r, &pm);
+    if (!j) {
+        tm_sess_unref(sess);
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        return post_msgs_free(&pm);
+    }
+    /* Before the records: a tool that is not idempotent waits for them by it. */
+    uint64_t mark = tm_store_mark(srv->store);
+    if (j->sse)
+        open_call_stream(srv, j, r, &pm);
+    submit_requests(j, r, &pm, mark); /* the job owns the session reference now */
+    post_msgs_free(&pm);
+}
