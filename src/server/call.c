@@ -1,6 +1,7 @@
 /* call.c - the API a running handler uses (progress, logging, requests to
  * the client, stream close), the registration API, result helpers. */
 #include "server_int.h"
+#include "feed.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
@@ -106,7 +107,7 @@ int tidemark_call_close_stream(tidemark_call_t *c)
     int rc = tm_store_bounds(c->srv->store, c->sess->id, st, &b);
     if (rc)
         return rc;
-    tm_http_close_stream(c->srv->http, c->sess->id, st, b.assigned);
+    tm_feed_close_after(c->srv, c->sess->id, st, b.assigned);
     return 0;
 }
 

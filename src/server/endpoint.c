@@ -4,6 +4,7 @@
  * metrics endpoints, DELETE, and the typed error answers the handlers share.
  */
 #include "server_int.h"
+#include "feed.h"
 #include "http_policy.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
@@ -171,7 +172,7 @@ void tm_handle_delete(tidemark_server_t *srv, tm_http_req *r)
         tm_sess_unref(sess);
     }
     pthread_mutex_unlock(&srv->mu);
-    tm_http_close_session(srv->http, sess->id);
+    tm_feed_end_session(srv, sess->id);
     tm_store_session_delete(srv->store, sess->id);
     TM_INFO("session %s deleted", sess->id);
     tm_sess_unref(sess);

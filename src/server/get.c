@@ -3,6 +3,7 @@
  * (docs/protocol.md, "GET"), or the session's standalone stream.
  */
 #include "server_int.h"
+#include "feed.h"
 #include "http_policy.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -80,7 +81,7 @@ static int resume_refused(tidemark_server_t *srv, tm_http_req *r, const tm_sess 
 /* Where the connection starts: after the cursor (a resume) or at the
  * standalone stream's head. 0, or 1 when answered. */
 static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *cursor,
-                        tm_resume_decision *d, tm_buf *prelude, tm_http_stream_opts *o)
+                        tm_resume_decision *d, tm_buf *prelude, tm_feed_opts *o)
 {
     if (cursor) {
         int rc = tm_resume_decide(srv->store, sess->id, cursor, d);
@@ -125,14 +126,14 @@ void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
         return;
     int64_t t0 = tm_now_us();
     const char *cursor = tm_http_req_header(r, "Last-Event-ID");
-    tm_http_stream_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms,
+    tm_feed_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms,
                              .announce_durable = srv->cfg.emit_early};
     tm_buf prelude;
     tm_buf_init(&prelude, 4096);
     tm_resume_decision d = {0};
     if (stream_start(srv, r, sess, cursor, &d, &prelude, &o) == 0) {
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
-        int rc = tm_http_reply_stream(r, &o);
+        int rc = tm_feed_attach(srv, r, &o);
         if (rc == TIDEMARK_EBUSY) {
             tm_metric_inc(TM_M_RESUME_CONFLICT);
             tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",

@@ -5,6 +5,7 @@
  * response could not be written, once the store takes writes again).
  */
 #include "server_int.h"
+#include "feed.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
@@ -25,7 +26,7 @@ static void expired(void *ud, const char *id)
         tm_sess_close(s);
         tm_sess_unref(s);
     }
-    tm_http_close_session(srv->http, id);
+    tm_feed_end_session(srv, id);
     TM_INFO("session %s expired (idle)", id);
 }
 
@@ -43,7 +44,7 @@ static void touch_busy(const char *k, void *v, void *ud)
     int busy = tm_map_count(s->calls) > 0;
     pthread_mutex_unlock(&s->mu);
     /* A session with a call running or a stream attached is not idle. */
-    if (busy || tm_http_session_attached(b->srv->http, s->id))
+    if (busy || tm_feed_session_attached(b->srv, s->id))
         tm_store_session_touch(b->srv->store, s->id, b->now);
 }
 

@@ -4,6 +4,7 @@
  * its record begun before anything runs).
  */
 #include "server_int.h"
+#include "feed.h"
 #include "http_policy.h"
 #include "../base/clock.h"
 #include "../base/log.h"
@@ -66,10 +67,10 @@ static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_
 /* Attach this POST to an existing stream of the session, from its start. */
 static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream)
 {
-    tm_http_stream_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
+    tm_feed_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
                              .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
     tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
-    int rc = tm_http_reply_stream(r, &o);
+    int rc = tm_feed_attach(srv, r, &o);
     if (rc == TIDEMARK_EBUSY) {
         json_t *x = json_pack("{s:s}", "stream", stream);
         tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
@@ -349,11 +350,11 @@ static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, 
         rc = begin_records(srv, j, pm);
     if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
-    tm_http_stream_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
+    tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
                              .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
     if (rc == 0) {
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
-        rc = tm_http_reply_stream(r, &o);
+        rc = tm_feed_attach(srv, r, &o);
     }
     if (rc) {
         tm_reply_store_error(r, rc);

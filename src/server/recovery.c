@@ -8,6 +8,7 @@
  * an end.
  */
 #include "server_int.h"
+#include "feed.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -258,7 +259,7 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
     char *bytes = tm_jsonrpc_dump(e, &len);
     json_decref(e);
     if (bytes && srv->http)
-        tm_http_stream_fail(srv->http, c->sess->id, c->stream, bytes, len);
+        tm_feed_fail(srv, c->sess->id, c->stream, bytes, len);
     free(bytes);
 }
 

@@ -4,6 +4,7 @@
  * stop, free. The request path is in endpoint.c, post.c, get.c and job.c.
  */
 #include "server_int.h"
+#include "feed.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -134,7 +135,7 @@ static void on_commit(void *ud, const char *session, const char *stream, uint64_
     (void)seq;
     tidemark_server_t *srv = ud;
     if (srv->http)
-        tm_http_wake(srv->http, session, stream);
+        tm_feed_wake(srv, session, stream);
 }
 
 /* Workers grow on demand up to cfg.workers; handler calls may take all but
@@ -231,7 +232,7 @@ int tidemark_server_start(tidemark_server_t *srv)
                          .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body};
     atomic_store(&srv->stopping, 0);
     tm_http *h = NULL;
-    rc = tm_http_new(&hc, srv->store, tm_on_http, srv, &h);
+    rc = tm_http_new(&hc, tm_on_http, srv, &h);
     free(busy_body);
     if (rc)
         goto fail;

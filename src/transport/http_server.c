@@ -1,9 +1,10 @@
 /*
- * http_server.c - libmicrohttpd glue: bounded body collection, asynchronous
- * replies (suspend/resume), and SSE stream connections fed from the store.
+ * http_server.c - libmicrohttpd glue: connection limits and deadlines,
+ * bounded body collection, asynchronous replies (suspend/resume), and SSE
+ * stream connections whose bytes come from a source the caller supplies.
  *
- * Lock order: hub -> stream connection -> store. The store calls
- * tm_http_wake() with none of its own locks held.
+ * Lock order: hub -> stream connection -> whatever a source takes (the
+ * server's feed reads the store). Wake-ups come with no lock of theirs held.
  */
 #include "http_server.h"
 #include "sse.h"
@@ -25,8 +26,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define READ_BATCH 64
 
 typedef struct hdr {
     char *name, *value;
@@ -53,7 +52,6 @@ typedef struct tconn {
 
 struct tm_http {
     struct MHD_Daemon *d;
-    tm_store *store;
     tm_http_handler fn;
     void *ud;
     tm_http_config cfg;
@@ -74,26 +72,21 @@ struct tm_http {
     int listen_fd;     /* ours until libmicrohttpd takes it */
 };
 
-/* An SSE connection attached to one store stream. */
+/* An SSE connection attached to one stream: bytes come from its source. */
 typedef struct sconn {
     tm_http *h;
     struct MHD_Connection *conn;
     pthread_mutex_t mu;
-    char key[256];
-    char *session, *stream;
-    uint64_t delivered;
-    uint64_t replay_until; /* durable head when a resume attached */
-    int announce;          /* emit-early: announce the durable head */
-    uint64_t announced;    /* last durable head announced */
+    char key[TM_HTTP_KEY_MAX];
+    tm_http_source src;
     tm_buf out;
     int suspended;
-    int close_requested;
-    uint64_t close_after; /* with close_requested: end once delivered >= this */
+    int ending;      /* asked to end (by the server, or a session closing) */
+    int end_now;     /* end without asking the source for more */
     int superseded;
-    int ended;             /* the reader ended the stream: everything is handed to MHD */
+    int ended;       /* the reader ended the stream: everything is handed to MHD */
     int ka_due;
     int attached;
-    tm_buf *last_words;    /* tm_http_stream_fail: sent once caught up, then the end */
 } sconn;
 
 struct tm_http_req {
@@ -115,11 +108,6 @@ struct tm_http_req {
 
 /* ---- stream connections ---------------------------------------------- */
 
-static void hub_key(char *out, size_t n, const char *session, const char *stream)
-{
-    snprintf(out, n, "%s/%s", session, stream);
-}
-
 static void sconn_resume_locked(sconn *s)
 {
     if (s->suspended) {
@@ -128,28 +116,10 @@ static void sconn_resume_locked(sconn *s)
     }
 }
 
-static int frame_event(void *ud, const tm_event *ev)
-{
-    sconn *s = ud;
-    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1];
-    tm_epoch_for_session(ev->epoch, s->session, epoch);
-    if (tm_event_id_format(id, sizeof id, epoch, s->stream, ev->seq) < 0)
-        return 1;
-    if (tm_sse_frame(&s->out, NULL, id, ev->data, ev->len) != 0)
-        return 1;
-    s->delivered = ev->seq;
-    tm_metric_inc(ev->seq <= s->replay_until ? TM_M_EVENTS_REPLAYED : TM_M_EVENTS_EMITTED);
-    return 0;
-}
-
-/* "event: tidemark-durable" (no id: not an event of the stream). */
-static int frame_durable(tm_buf *out, uint64_t head)
-{
-    char txt[64];
-    int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)head);
-    return tm_sse_frame(out, "tidemark-durable", NULL, txt, (size_t)n);
-}
-
+/* Copy out what is pending; else ask the source for more, or sleep until
+ * tm_http_wake, or end. Called by libmicrohttpd on its I/O thread; the
+ * source runs here, under the connection's lock (lock order: hub, then
+ * connection, then whatever the source takes). */
 static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -164,55 +134,13 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&s->mu);
             return (ssize_t)n;
         }
-        if (atomic_load(&h->stopping) || s->superseded)
+        if (atomic_load(&h->stopping) || s->superseded || s->end_now)
             break;
-        int rc = tm_store_read(h->store, s->session, s->stream, s->delivered, READ_BATCH,
-                               frame_event, s);
-        if (rc == TIDEMARK_ERANGE) {
-            /* Retention trimmed events this connection had not sent yet:
-             * say so with a typed gap event (never skip silently), then go
-             * on from the first retained event. */
-            tm_stream_bounds gb;
-            if (tm_store_bounds(h->store, s->session, s->stream, &gb) != 0 ||
-                gb.first_retained <= s->delivered + 1)
-                break;
-            char txt[96];
-            int n = snprintf(txt, sizeof txt, "{\"missing\":[%llu,%llu]}",
-                             (unsigned long long)s->delivered + 1,
-                             (unsigned long long)gb.first_retained - 1);
-            tm_sse_frame(&s->out, "gap", NULL, txt, (size_t)n);
-            s->delivered = gb.first_retained - 1;
+        int st = s->src.pull(s->src.ud, &s->out);
+        if (st == TM_HTTP_MORE)
             continue;
-        }
-        if (rc)
+        if (st == TM_HTTP_END)
             break;
-        if (s->out.len > 0)
-            continue;
-        tm_stream_bounds b;
-        if (tm_store_bounds(h->store, s->session, s->stream, &b) != 0)
-            break;
-        if (s->announce && b.head > s->announced && s->delivered > s->announced) {
-            /* Tell the client how far what it holds is durable: it never
-             * keeps a cursor above this (DESIGN §8). No id: not an event
-             * of the stream. */
-            uint64_t d = b.head < s->delivered ? b.head : s->delivered;
-            frame_durable(&s->out, d);
-            s->announced = d;
-            continue;
-        }
-        if (b.closed && s->delivered >= b.head)
-            break;
-        if (s->close_requested && s->delivered >= s->close_after)
-            break;
-        if (s->last_words) { /* nothing more will be committed: say why, then end */
-            tm_buf_add(&s->out, s->last_words->data, s->last_words->len);
-            tm_buf_free(s->last_words);
-            free(s->last_words);
-            s->last_words = NULL;
-            s->close_requested = 1;
-            s->close_after = s->delivered;
-            continue;
-        }
         if (s->ka_due) {
             s->ka_due = 0;
             tm_sse_frame_comment(&s->out, "keep-alive");
@@ -228,6 +156,15 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
     return MHD_CONTENT_READER_END_OF_STREAM;
 }
 
+static void sconn_destroy(sconn *s)
+{
+    if (s->src.free)
+        s->src.free(s->src.ud);
+    pthread_mutex_destroy(&s->mu);
+    tm_buf_free(&s->out);
+    free(s);
+}
+
 static void sconn_free(void *cls)
 {
     sconn *s = cls;
@@ -238,15 +175,7 @@ static void sconn_free(void *cls)
         tm_gauge_add(TM_G_STREAMS_OPEN, -1);
     }
     pthread_mutex_unlock(&h->hub_mu);
-    pthread_mutex_destroy(&s->mu);
-    tm_buf_free(&s->out);
-    if (s->last_words) {
-        tm_buf_free(s->last_words);
-        free(s->last_words);
-    }
-    free(s->session);
-    free(s->stream);
-    free(s);
+    sconn_destroy(s);
 }
 
 /* Whether the peer of a suspended connection has gone: EOF or error on a
@@ -267,10 +196,8 @@ static int peer_gone(struct MHD_Connection *c)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-void tm_http_wake(tm_http *h, const char *session, const char *stream)
+void tm_http_wake(tm_http *h, const char *key)
 {
-    char key[256];
-    hub_key(key, sizeof key, session, stream);
     pthread_mutex_lock(&h->hub_mu);
     sconn *s = tm_map_get(h->hub, key);
     if (s) {
@@ -281,61 +208,35 @@ void tm_http_wake(tm_http *h, const char *session, const char *stream)
     pthread_mutex_unlock(&h->hub_mu);
 }
 
-void tm_http_close_stream(tm_http *h, const char *session, const char *stream, uint64_t after_seq)
+int tm_http_signal(tm_http *h, const char *key, int (*fn)(void *src_ud, void *arg), void *arg)
 {
-    char key[256];
-    hub_key(key, sizeof key, session, stream);
     pthread_mutex_lock(&h->hub_mu);
     sconn *s = tm_map_get(h->hub, key);
     if (s) {
         pthread_mutex_lock(&s->mu);
-        s->close_requested = 1;
-        s->close_after = after_seq;
+        if (fn(s->src.ud, arg))
+            s->ending = 1;
         sconn_resume_locked(s);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&h->hub_mu);
-}
-
-void tm_http_stream_fail(tm_http *h, const char *session, const char *stream, const char *data,
-                         size_t len)
-{
-    char key[256];
-    hub_key(key, sizeof key, session, stream);
-    pthread_mutex_lock(&h->hub_mu);
-    sconn *s = tm_map_get(h->hub, key);
-    if (s) {
-        pthread_mutex_lock(&s->mu);
-        tm_buf *b = s->last_words ? NULL : calloc(1, sizeof *b);
-        if (b) {
-            tm_buf_init(b, len + 64);
-            if (tm_sse_frame(b, NULL, NULL, data, len) == 0) {
-                s->last_words = b;
-            } else {
-                tm_buf_free(b);
-                free(b);
-            }
-        }
-        sconn_resume_locked(s);
-        pthread_mutex_unlock(&s->mu);
-    }
-    pthread_mutex_unlock(&h->hub_mu);
+    return s ? 0 : TIDEMARK_ENOTFOUND;
 }
 
 typedef struct prefix_ctx {
     const char *prefix;
     size_t len;
-    int all;
+    int count;
 } prefix_ctx;
 
-static void close_matching(const char *key, void *val, void *ud)
+static void end_matching(const char *key, void *val, void *ud)
 {
     prefix_ctx *p = ud;
     sconn *s = val;
-    if (!p->all && strncmp(key, p->prefix, p->len) != 0)
+    if (strncmp(key, p->prefix, p->len) != 0)
         return;
     pthread_mutex_lock(&s->mu);
-    s->close_requested = 1;
+    s->ending = s->end_now = 1;
     sconn_resume_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
@@ -345,27 +246,23 @@ static void count_matching(const char *key, void *val, void *ud)
     (void)val;
     prefix_ctx *p = ud;
     if (strncmp(key, p->prefix, p->len) == 0)
-        p->all++;
+        p->count++;
 }
 
-int tm_http_session_attached(tm_http *h, const char *session)
+int tm_http_attached(tm_http *h, const char *prefix)
 {
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s/", session);
     prefix_ctx p = {prefix, strlen(prefix), 0};
     pthread_mutex_lock(&h->hub_mu);
     tm_map_each(h->hub, count_matching, &p);
     pthread_mutex_unlock(&h->hub_mu);
-    return p.all > 0;
+    return p.count > 0;
 }
 
-void tm_http_close_session(tm_http *h, const char *session)
+void tm_http_end(tm_http *h, const char *prefix)
 {
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s/", session);
     prefix_ctx p = {prefix, strlen(prefix), 0};
     pthread_mutex_lock(&h->hub_mu);
-    tm_map_each(h->hub, close_matching, &p);
+    tm_map_each(h->hub, end_matching, &p);
     pthread_mutex_unlock(&h->hub_mu);
 }
 
@@ -701,48 +598,19 @@ void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, co
     finish(r, resp, status);
 }
 
-int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
+/* Put s in the hub under its key, taking over from a connection that is
+ * no longer live. TIDEMARK_EBUSY when a live one holds the key. */
+static int hub_attach(tm_http *h, sconn *s)
 {
-    tm_http *h = r->h;
-    sconn *s = calloc(1, sizeof *s);
-    if (!s)
-        return TIDEMARK_ENOMEM;
-    s->h = h;
-    s->conn = r->conn;
-    pthread_mutex_init(&s->mu, NULL);
-    tm_buf_init(&s->out, 16u << 20);
-    s->session = strdup(o->session);
-    s->stream = strdup(o->stream);
-    s->delivered = o->after_seq;
-    s->replay_until = o->replay_until;
-    s->announce = o->announce_durable;
-    s->announced = o->after_seq;
-    hub_key(s->key, sizeof s->key, o->session, o->stream);
-    if (!s->session || !s->stream)
-        goto nomem;
-    if (o->retry_ms && tm_sse_frame_retry(&s->out, o->retry_ms))
-        goto nomem;
-    /* first thing on an early stream: durable so far, after_seq */
-    if (s->announce && frame_durable(&s->out, o->after_seq))
-        goto nomem;
-    if (o->prelude && tm_buf_add(&s->out, o->prelude, o->prelude_len))
-        goto nomem;
-
     pthread_mutex_lock(&h->hub_mu);
     sconn *old = tm_map_get(h->hub, s->key);
     if (old) {
         pthread_mutex_lock(&old->mu);
-        int dead = old->superseded || old->close_requested || old->ended ||
+        int dead = old->superseded || old->ending || old->ended ||
                    (old->suspended && peer_gone(old->conn));
         if (!dead) {
             pthread_mutex_unlock(&old->mu);
             pthread_mutex_unlock(&h->hub_mu);
-            s->attached = 0;
-            tm_buf_free(&s->out);
-            free(s->session);
-            free(s->stream);
-            pthread_mutex_destroy(&s->mu);
-            free(s);
             return TIDEMARK_EBUSY;
         }
         /* The old peer is gone; let its connection end and take over. */
@@ -753,17 +621,39 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
         tm_map_del(h->hub, s->key);
         tm_gauge_add(TM_G_STREAMS_OPEN, -1);
     }
-    if (tm_map_put(h->hub, s->key, s) != 0) {
-        pthread_mutex_unlock(&h->hub_mu);
-        goto nomem;
+    int rc = tm_map_put(h->hub, s->key, s);
+    if (rc == 0) {
+        s->attached = 1;
+        tm_gauge_add(TM_G_STREAMS_OPEN, 1);
     }
-    s->attached = 1;
-    tm_gauge_add(TM_G_STREAMS_OPEN, 1);
     pthread_mutex_unlock(&h->hub_mu);
+    return rc;
+}
 
+int tm_http_reply_source(tm_http_req *r, const char *key, const tm_http_source *src)
+{
+    tm_http *h = r->h;
+    if (strlen(key) >= TM_HTTP_KEY_MAX)
+        return TIDEMARK_ERANGE;
+    sconn *s = calloc(1, sizeof *s);
+    if (!s)
+        return TIDEMARK_ENOMEM;
+    s->h = h;
+    s->conn = r->conn;
+    pthread_mutex_init(&s->mu, NULL);
+    tm_buf_init(&s->out, 16u << 20);
+    snprintf(s->key, sizeof s->key, "%s", key);
+    s->src = *src;
+    int rc = hub_attach(h, s);
+    if (rc) {
+        s->src.free = NULL; /* not ours on failure: the caller still owns it */
+        sconn_destroy(s);
+        return rc;
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, sconn_read, s, sconn_free);
     if (!resp) {
+        s->src.free = NULL;
         sconn_free(s);
         return TIDEMARK_ENOMEM;
     }
@@ -773,13 +663,6 @@ int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o)
     set_state(h, r->tc, C_STREAM);
     finish(r, resp, 200);
     return 0;
-nomem:
-    tm_buf_free(&s->out);
-    free(s->session);
-    free(s->stream);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
-    return TIDEMARK_ENOMEM;
 }
 
 static void req_free(tm_http_req *r)
@@ -999,13 +882,11 @@ static int listen_on(const char *host, unsigned port, int *fd, unsigned *bound)
     return 0;
 }
 
-int tm_http_new(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
-                tm_http **out)
+int tm_http_new(const tm_http_config *cfg, tm_http_handler fn, void *ud, tm_http **out)
 {
     tm_http *h = http_new(cfg);
     if (!h)
         return TIDEMARK_ENOMEM;
-    h->store = store;
     h->fn = fn;
     h->ud = ud;
     int rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &h->listen_fd, &h->port);
@@ -1059,11 +940,8 @@ void tm_http_stop(tm_http *h)
     pthread_mutex_unlock(&h->ka_mu);
     if (ticking)
         pthread_join(h->ka_thread, NULL);
-    prefix_ctx all = {"", 0, 1};
-    pthread_mutex_lock(&h->hub_mu);
     atomic_store(&h->stopping, 1);
-    tm_map_each(h->hub, close_matching, &all);
-    pthread_mutex_unlock(&h->hub_mu);
+    tm_http_end(h, ""); /* every stream */
     if (h->d)
         MHD_stop_daemon(h->d); /* closes the listening socket too */
     h->d = NULL;

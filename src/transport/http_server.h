@@ -1,14 +1,15 @@
 /*
  * http_server.h - Streamable HTTP server plumbing on libmicrohttpd.
  *
- * The transport knows HTTP and SSE, not MCP: it hands each complete request
- * to a handler, which answers exactly once, from any thread, with a plain
- * body or with an SSE stream read from the store. Stream connections sleep
- * (MHD suspend) until the store commits an event for them.
+ * The transport knows HTTP and SSE, not MCP and not the store: it hands each
+ * complete request to a handler, which answers exactly once, from any
+ * thread, with a plain body or with an SSE stream whose bytes come from a
+ * source (tm_http_source). Stream connections sleep (MHD suspend) until
+ * they are woken by key.
  */
 #ifndef TM_HTTP_SERVER_H
 #define TM_HTTP_SERVER_H
-#include "../log/store.h"
+#include "../base/buf.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,8 +36,7 @@ typedef void (*tm_http_handler)(void *ud, tm_http_req *req);
 /* Bind the listening socket (errors say why: "address already in use" is
  * TIDEMARK_EBUSY). No thread runs yet, so the caller can publish h before
  * any callback can use it. OUT h. */
-int tm_http_new(const tm_http_config *cfg, tm_store *store, tm_http_handler fn, void *ud,
-                tm_http **h);
+int tm_http_new(const tm_http_config *cfg, tm_http_handler fn, void *ud, tm_http **h);
 /* Start the I/O threads and the ticker: requests flow from here on. */
 int tm_http_listen(tm_http *h);
 /* The bound port. */
@@ -71,38 +71,42 @@ int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value);
 void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,
                    size_t len);
 
-typedef struct tm_http_stream_opts {
-    const char *session;
-    const char *stream;
-    uint64_t after_seq;  /* send events with seq > after_seq */
-    unsigned retry_ms;   /* 0: no "retry:" field */
-    const char *prelude; /* raw SSE bytes sent first (e.g. a gap event), or NULL */
-    size_t prelude_len;
-    uint64_t replay_until; /* events up to here count as replayed (metrics) */
-    int announce_durable;  /* emit-early mode: send "event: tidemark-durable" as the
-                              durable head passes what was sent (DESIGN §8) */
-} tm_http_stream_opts;
+/* The bytes of one SSE connection. The transport asks pull for more each
+ * time it has sent everything it holds, on an I/O thread, with the
+ * connection's lock held (so pull must not block for long and must not
+ * call back into the transport). pull appends whole SSE events (or retry
+ * lines, comments) to out and returns:
+ *   TM_HTTP_MORE  it appended something: send it, then ask again;
+ *   TM_HTTP_WAIT  nothing now: sleep until tm_http_wake(key) or tm_http_signal;
+ *   TM_HTTP_END   the stream is done: end the response once out is sent.
+ * free releases ud once the connection is gone. */
+enum { TM_HTTP_MORE = 1, TM_HTTP_WAIT = 0, TM_HTTP_END = -1 };
+typedef struct tm_http_source {
+    int (*pull)(void *ud, tm_buf *out);
+    void (*free)(void *ud);
+    void *ud;
+} tm_http_source;
 
-/* Answer with an SSE stream of the store's stream, replay then live, ending
- * when the stream is closed and fully sent. Returns TIDEMARK_EBUSY, without
- * answering, when a live connection already holds that stream. */
-int tm_http_reply_stream(tm_http_req *r, const tm_http_stream_opts *o);
+#define TM_HTTP_KEY_MAX 256
 
-/* The store committed an event (or closed) on session/stream: wake its reader. */
-void tm_http_wake(tm_http *h, const char *session, const char *stream);
-/* End the connection attached to session/stream once events up to
- * after_seq are sent (server-initiated close, SEP-1699). The client resumes
- * with GET. */
-void tm_http_close_stream(tm_http *h, const char *session, const char *stream, uint64_t after_seq);
-/* The rest of session/stream cannot be written: send data (a message, as
- * one SSE event without an id, since it is no event of the stream) on the
- * connection attached to it, if any, after what it has sent, then end it. */
-void tm_http_stream_fail(tm_http *h, const char *session, const char *stream, const char *data,
-                         size_t len);
-/* 1 if some connection is attached to a stream of session. */
-int tm_http_session_attached(tm_http *h, const char *session);
-/* End every connection attached to a stream of session. */
-void tm_http_close_session(tm_http *h, const char *session);
+/* Answer with an SSE stream fed by src, attached under key (at most one
+ * live connection per key; a connection whose stream ended, that was asked
+ * to end, or whose peer is gone is taken over). On success the connection
+ * owns src (src->free runs when it goes); on failure the caller still does.
+ * TIDEMARK_EBUSY, without answering, when a live connection holds key. */
+int tm_http_reply_source(tm_http_req *r, const char *key, const tm_http_source *src);
+
+/* Something new may be there for the connection under key: wake it. */
+void tm_http_wake(tm_http *h, const char *key);
+/* Run fn(src->ud, arg) on the connection under key with its lock held,
+ * then wake it; fn returning nonzero marks the connection as ending (a
+ * resume may take its key over at once). TIDEMARK_ENOTFOUND: none. */
+int tm_http_signal(tm_http *h, const char *key, int (*fn)(void *src_ud, void *arg), void *arg);
+/* 1 if some connection is attached under a key starting with prefix. */
+int tm_http_attached(tm_http *h, const char *prefix);
+/* End every connection whose key starts with prefix ("" = all) once what
+ * it holds is sent. */
+void tm_http_end(tm_http *h, const char *prefix);
 /* Open connections now (for metrics and tests). */
 unsigned tm_http_connections(tm_http *h);
 

@@ -1,0 +1,243 @@
+/* feed.c - the store side of an SSE connection (see feed.h). */
+#include "feed.h"
+#include "../base/metrics.h"
+#include "../transport/sse.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define READ_BATCH 64
+
+typedef struct feed {
+    tm_store *store;
+    char *session, *stream;
+    uint64_t delivered;
+    uint64_t replay_until;
+    int announce;          /* emit-early: announce the durable head */
+    uint64_t announced;    /* last durable head announced */
+    tm_buf head;           /* retry, first announcement, prelude: sent first */
+    int close_requested;
+    uint64_t close_after;  /* with close_requested: end once delivered >= this */
+    tm_buf *last_words;    /* tm_feed_fail: sent once caught up, then the end */
+    tm_buf *out;           /* during a pull */
+} feed;
+
+static void key_of(char *out, size_t n, const char *session, const char *stream)
+{
+    snprintf(out, n, "%s/%s", session, stream);
+}
+
+static int frame_event(void *ud, const tm_event *ev)
+{
+    feed *f = ud;
+    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1];
+    tm_epoch_for_session(ev->epoch, f->session, epoch);
+    if (tm_event_id_format(id, sizeof id, epoch, f->stream, ev->seq) < 0)
+        return 1;
+    if (tm_sse_frame(f->out, NULL, id, ev->data, ev->len) != 0)
+        return 1;
+    f->delivered = ev->seq;
+    tm_metric_inc(ev->seq <= f->replay_until ? TM_M_EVENTS_REPLAYED : TM_M_EVENTS_EMITTED);
+    return 0;
+}
+
+/* "event: tidemark-durable" (no id: not an event of the stream). */
+static int frame_durable(tm_buf *out, uint64_t head)
+{
+    char txt[64];
+    int n = snprintf(txt, sizeof txt, "{\"durable_head\":%llu}", (unsigned long long)head);
+    return tm_sse_frame(out, "tidemark-durable", NULL, txt, (size_t)n);
+}
+
+/* Retention trimmed events this connection had not sent yet: say so with a
+ * typed gap event (never skip silently), then go on from the first retained
+ * event. */
+static int pull_gap(feed *f, tm_buf *out)
+{
+    tm_stream_bounds gb;
+    if (tm_store_bounds(f->store, f->session, f->stream, &gb) != 0 ||
+        gb.first_retained <= f->delivered + 1)
+        return TM_HTTP_END;
+    char txt[96];
+    int n = snprintf(txt, sizeof txt, "{\"missing\":[%llu,%llu]}",
+                     (unsigned long long)f->delivered + 1,
+                     (unsigned long long)gb.first_retained - 1);
+    if (tm_sse_frame(out, "gap", NULL, txt, (size_t)n) != 0)
+        return TM_HTTP_END;
+    f->delivered = gb.first_retained - 1;
+    return TM_HTTP_MORE;
+}
+
+/* Caught up with the store: announce, end, last words, or wait. */
+static int pull_caught_up(feed *f, tm_buf *out)
+{
+    tm_stream_bounds b;
+    if (tm_store_bounds(f->store, f->session, f->stream, &b) != 0)
+        return TM_HTTP_END;
+    if (f->announce && b.head > f->announced && f->delivered > f->announced) {
+        /* Tell the client how far what it holds is durable: it never keeps
+         * a cursor above this. No id: not an event of the stream. */
+        uint64_t d = b.head < f->delivered ? b.head : f->delivered;
+        frame_durable(out, d);
+        f->announced = d;
+        return TM_HTTP_MORE;
+    }
+    if (b.closed && f->delivered >= b.head)
+        return TM_HTTP_END;
+    if (f->close_requested && f->delivered >= f->close_after)
+        return TM_HTTP_END;
+    if (f->last_words) { /* nothing more will be committed: say why, then end */
+        tm_buf_add(out, f->last_words->data, f->last_words->len);
+        tm_buf_free(f->last_words);
+        free(f->last_words);
+        f->last_words = NULL;
+        f->close_requested = 1;
+        f->close_after = f->delivered;
+        return TM_HTTP_MORE;
+    }
+    return TM_HTTP_WAIT;
+}
+
+static int feed_pull(void *ud, tm_buf *out)
+{
+    feed *f = ud;
+    if (f->head.len > 0) {
+        int rc = tm_buf_add(out, f->head.data, f->head.len);
+        tm_buf_free(&f->head);
+        return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
+    }
+    f->out = out;
+    size_t before = out->len;
+    int rc = tm_store_read(f->store, f->session, f->stream, f->delivered, READ_BATCH, frame_event, f);
+    f->out = NULL;
+    if (rc == TIDEMARK_ERANGE)
+        return pull_gap(f, out);
+    if (rc)
+        return TM_HTTP_END;
+    if (out->len > before)
+        return TM_HTTP_MORE;
+    return pull_caught_up(f, out);
+}
+
+static void feed_free(void *ud)
+{
+    feed *f = ud;
+    tm_buf_free(&f->head);
+    if (f->last_words) {
+        tm_buf_free(f->last_words);
+        free(f->last_words);
+    }
+    free(f->session);
+    free(f->stream);
+    free(f);
+}
+
+static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
+{
+    feed *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->store = srv->store;
+    f->session = strdup(o->session);
+    f->stream = strdup(o->stream);
+    f->delivered = o->after_seq;
+    f->replay_until = o->replay_until;
+    f->announce = o->announce_durable;
+    f->announced = o->after_seq;
+    tm_buf_init(&f->head, 1u << 20);
+    int bad = !f->session || !f->stream ||
+              (o->retry_ms && tm_sse_frame_retry(&f->head, o->retry_ms)) ||
+              (f->announce && frame_durable(&f->head, o->after_seq)) || /* durable so far */
+              (o->prelude && tm_buf_add(&f->head, o->prelude, o->prelude_len));
+    if (bad) {
+        feed_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o)
+{
+    feed *f = feed_new(srv, o);
+    if (!f)
+        return TIDEMARK_ENOMEM;
+    char key[TM_HTTP_KEY_MAX];
+    key_of(key, sizeof key, o->session, o->stream);
+    tm_http_source src = {.pull = feed_pull, .free = feed_free, .ud = f};
+    int rc = tm_http_reply_source(r, key, &src);
+    if (rc)
+        feed_free(f);
+    return rc;
+}
+
+void tm_feed_wake(tidemark_server_t *srv, const char *session, const char *stream)
+{
+    tm_http *h = srv->http;
+    if (!h)
+        return;
+    char key[TM_HTTP_KEY_MAX];
+    key_of(key, sizeof key, session, stream);
+    tm_http_wake(h, key);
+}
+
+static int set_close_after(void *ud, void *arg)
+{
+    feed *f = ud;
+    f->close_requested = 1;
+    f->close_after = *(const uint64_t *)arg;
+    return 1; /* ending: a resume may take over */
+}
+
+void tm_feed_close_after(tidemark_server_t *srv, const char *session, const char *stream,
+                         uint64_t after_seq)
+{
+    char key[TM_HTTP_KEY_MAX];
+    key_of(key, sizeof key, session, stream);
+    tm_http_signal(srv->http, key, set_close_after, &after_seq);
+}
+
+typedef struct words {
+    const char *data;
+    size_t len;
+} words;
+
+static int set_last_words(void *ud, void *arg)
+{
+    feed *f = ud;
+    const words *w = arg;
+    tm_buf *b = f->last_words ? NULL : calloc(1, sizeof *b);
+    if (!b)
+        return 0;
+    tm_buf_init(b, w->len + 64);
+    if (tm_sse_frame(b, NULL, NULL, w->data, w->len) == 0) {
+        f->last_words = b;
+    } else {
+        tm_buf_free(b);
+        free(b);
+    }
+    return 0;
+}
+
+void tm_feed_fail(tidemark_server_t *srv, const char *session, const char *stream,
+                  const char *data, size_t len)
+{
+    char key[TM_HTTP_KEY_MAX];
+    key_of(key, sizeof key, session, stream);
+    words w = {data, len};
+    tm_http_signal(srv->http, key, set_last_words, &w);
+}
+
+int tm_feed_session_attached(tidemark_server_t *srv, const char *session)
+{
+    char prefix[TM_HTTP_KEY_MAX];
+    key_of(prefix, sizeof prefix, session, "");
+    return tm_http_attached(srv->http, prefix);
+}
+
+void tm_feed_end_session(tidemark_server_t *srv, const char *session)
+{
+    char prefix[TM_HTTP_KEY_MAX];
+    key_of(prefix, sizeof prefix, session, "");
+    tm_http_end(srv->http, prefix);
+}
