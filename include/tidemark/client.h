@@ -22,14 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tidemark/tidemark.h"
+#include "tidemark/txn.h" /* tidemark_txn_t, tidemark_txn_insert, tidemark_txn_exec */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct tidemark_client tidemark_client_t;
-/* The client-state transaction an atomic handler writes its effects in. */
-typedef struct tidemark_txn tidemark_txn_t;
 
 /* How the cursor is saved relative to the application's effect. */
 typedef enum tidemark_persist {
@@ -184,9 +183,6 @@ TIDEMARK_API int tidemark_client_state(tidemark_client_t *c, json_t **state);
  * objects (caller decrefs). */
 TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
                           size_t nargs, json_t **rows);
-
-/* Run one SQL statement in the client-state transaction (the effect's rows). */
-TIDEMARK_API int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tidemark/tidemark.h"
+#include "tidemark/txn.h" /* tidemark_txn_t, tidemark_txn_insert, tidemark_txn_exec */
 
 #ifdef __cplusplus
 extern "C" {
@@ -236,22 +237,13 @@ TIDEMARK_API int tidemark_call_close_stream(tidemark_call_t *call);
 
 /* ---- exactly-once effects (DESIGN §6) ------------------------------------ */
 
-/* A handle on the store transaction that commits a tool's result. */
-typedef struct tidemark_txn tidemark_txn_t;
-/* An effect: runs inside that transaction; return 0, or a negative code to
- * discard the effect (the call then ends with an effect_failed error). */
+/* An effect: runs inside the store transaction that commits the tool's
+ * result (tidemark_txn_t, txn.h), writing with tidemark_txn_insert (rows,
+ * every store; on Redis the one way to an atomic effect) or tidemark_txn_exec
+ * (SQL: SQLite and memory stores); return 0, or a negative code to discard
+ * the effect (the call then ends with an effect_failed error). */
 typedef int (*tidemark_effect_fn)(tidemark_txn_t *txn, void *ud);
 
-/* Insert one row into the application table `table` ([A-Za-z0-9_.-]{1,64})
- * inside txn. row: a JSON object (not stolen) without an "id" field; the
- * store numbers a table's rows 1, 2, ... in commit order. Works on every
- * store, and on Redis it is the one way to have an atomic effect: the row is
- * written by the same script that commits the result, so every node sees it
- * and a crash or a lost node leaves both or neither. */
-TIDEMARK_API int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row);
-/* Run one SQL statement with text arguments bound to ?1..?n inside txn.
- * SQLite and memory stores only (TIDEMARK_ENOTSUP on Redis). */
-TIDEMARK_API int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs);
 /* From a tool handler: commit fn's rows in the same transaction as the
  * tool's result, so a crash leaves both or neither. free_ud (may be NULL)
  * releases ud after the commit. One effect per call. */

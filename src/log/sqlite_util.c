@@ -1,6 +1,6 @@
-/* sqlite_util.c - SQLite helpers and tidemark_txn_exec(). */
+/* sqlite_util.c - SQLite helpers and the SQLite transaction (txn.h). */
 #include "sqlite_util.h"
-#include "tidemark/server.h" /* the public declarations: exported */
+#include "txn.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
 #include <errno.h>
@@ -99,18 +99,6 @@ int tm_sqlite_query_json(sqlite3 *db, const char *sql, const char *const *args, 
     return 0;
 }
 
-int tidemark_txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args,
-                      size_t nargs)
-{
-    if (!txn || !sql)
-        return TIDEMARK_EINVAL;
-    if (!txn->db) {
-        TM_WARN("tidemark_txn_exec: this store has no SQL (use tidemark_txn_insert)");
-        return TIDEMARK_ENOTSUP;
-    }
-    return tm_sqlite_exec_args(txn->db, sql, args, nargs);
-}
-
 int tm_table_name_ok(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -125,27 +113,52 @@ int tm_table_name_ok(const char *name)
     return 1;
 }
 
-int tidemark_txn_insert(struct tidemark_txn *txn, const char *table, json_t *row)
+/* ---- the SQLite transaction (txn.h) ---------------------------------------------------- */
+
+static sqlite3 *txn_db(struct tidemark_txn *txn) { return txn->impl; }
+
+/* A row into tm_rows, numbered after the table's last. A database without
+ * tm_rows (the client's state) gets it, in the same transaction. */
+static int sqlite_txn_insert(struct tidemark_txn *txn, const char *table, const char *doc)
 {
-    if (!txn || !tm_table_name_ok(table) || !json_is_object(row) || json_object_get(row, "id"))
-        return TIDEMARK_EINVAL;
-    char *doc = json_dumps(row, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!doc)
-        return TIDEMARK_ENOMEM;
-    int rc;
-    if (txn->insert) {
-        rc = txn->insert(txn, table, doc);
-    } else if (txn->db) {
-        const char *args[2] = {table, doc};
-        rc = tm_sqlite_exec_args(txn->db,
-                                 "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1, ?2"
-                                 " FROM tm_rows WHERE tbl = ?1",
-                                 args, 2);
-    } else {
-        rc = TIDEMARK_ENOTSUP;
+    static const char sql[] = "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1,"
+                              " ?2 FROM tm_rows WHERE tbl = ?1";
+    sqlite3 *db = txn_db(txn);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_ERROR) { /* no tm_rows yet */
+        rc = sqlite3_exec(db, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     }
-    free(doc);
-    return rc;
+    if (rc != SQLITE_OK) {
+        TM_WARN("sqlite: insert into tm_rows: %s", sqlite3_errmsg(db));
+        return tm_sqlite_err(rc);
+    }
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, doc, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        TM_WARN("sqlite: insert into tm_rows: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : tm_sqlite_err(rc);
+}
+
+static int sqlite_txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args,
+                           size_t nargs)
+{
+    return tm_sqlite_exec_args(txn_db(txn), sql, args, nargs);
+}
+
+static const struct tm_txn_ops sqlite_txn_ops = {
+    .name = "sqlite",
+    .insert = sqlite_txn_insert,
+    .exec = sqlite_txn_exec,
+};
+
+void tm_txn_sqlite_init(struct tidemark_txn *txn, sqlite3 *db)
+{
+    *txn = (struct tidemark_txn){.ops = &sqlite_txn_ops, .impl = db};
 }
 
 int tm_sqlite_rows(sqlite3 *db, const char *table, json_t **rows)

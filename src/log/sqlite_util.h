@@ -1,20 +1,12 @@
-/* sqlite_util.h - small helpers over SQLite shared by the store backends:
- * statements with text arguments, rows as JSON, the effect transaction. */
+/* sqlite_util.h - small helpers over SQLite shared by the store backends
+ * and the client's state: statements with text arguments, rows as JSON, the
+ * files beside a database. The SQLite transaction is in txn.h. */
 #ifndef TM_SQLITE_UTIL_H
 #define TM_SQLITE_UTIL_H
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stddef.h>
-
-/* The handle atomic effects write through (public name tidemark_txn_t).
- * SQLite-backed stores set db: SQL effects and rows go into the open
- * transaction. A store without SQL (Redis) leaves db NULL and sets insert,
- * which buffers each row for the script that commits the result. */
-struct tidemark_txn {
-    sqlite3 *db;
-    int (*insert)(struct tidemark_txn *txn, const char *table, const char *doc);
-    void *ud; /* insert's */
-};
+#include "txn.h"
 
 /* The application-rows table (tidemark_txn_insert), in every SQLite store. */
 #define TM_SQLITE_ROWS_SCHEMA                                                          \

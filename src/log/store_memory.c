@@ -316,7 +316,8 @@ static void shrink_closed(mstream *s)
  * leaves no trace. Caller holds the lock. */
 static int run_effect(mstore *m, const tm_append_req *r)
 {
-    struct tidemark_txn txn = {.db = m->fx};
+    struct tidemark_txn txn;
+    tm_txn_sqlite_init(&txn, m->fx);
     if (sqlite3_exec(m->fx, "SAVEPOINT fx", NULL, NULL, NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
     int rc = r->effect(r->effect_ud, &txn);

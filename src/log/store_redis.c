@@ -1004,7 +1004,7 @@ static int run_sync(rstore *r, rop *o)
 /* tidemark_txn_insert on Redis: keep the row for the append script. */
 static int buffer_row(struct tidemark_txn *txn, const char *table, const char *doc)
 {
-    rop *o = txn->ud;
+    rop *o = txn->impl;
     if (!o->rows && !(o->rows = json_array()))
         return TIDEMARK_ENOMEM;
     json_t *row = json_pack("[ss]", table, doc);
@@ -1013,11 +1013,14 @@ static int buffer_row(struct tidemark_txn *txn, const char *table, const char *d
     return 0;
 }
 
+/* A Redis transaction: rows only (no SQL), kept on the op. */
+static const struct tm_txn_ops redis_txn_ops = {.name = "redis", .insert = buffer_row};
+
 /* Run o's effect once (the first time o is built): its rows ride in o's
  * script. A failed effect leaves no row; o then carries the fallback. */
 static void run_effect(rop *o)
 {
-    struct tidemark_txn txn = {.db = NULL, .insert = buffer_row, .ud = o};
+    struct tidemark_txn txn = {.ops = &redis_txn_ops, .impl = o};
     o->fx_done = 1;
     int rc = o->effect(o->effect_ud, &txn);
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");

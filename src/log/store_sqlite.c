@@ -505,7 +505,8 @@ static void touch_stream(sstream **touched, sstream *s)
 
 static int apply_effect(sqstore *q, op *o)
 {
-    struct tidemark_txn txn = {.db = q->wdb};
+    struct tidemark_txn txn;
+    tm_txn_sqlite_init(&txn, q->wdb);
     if (wexec(q, "SAVEPOINT fx") != 0)
         return TIDEMARK_EIO;
     int rc = o->effect(o->effect_ud, &txn);
