@@ -133,8 +133,9 @@ soak-hostile: build
 	node tests/soak/hostile.mjs --server $(BUILD)/bin/tidemark-server \
 	  --seconds $(HOSTILE_SECONDS) --seed $(SOAK_SEED)
 
+# --prefix: the prefix asked for now, not the one cached when build/ was made.
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ) $(BUILD_TSAN)

@@ -10,7 +10,9 @@ int main(int argc, char **argv)
 {
     server_cli cli;
     int rc = server_cli_parse(&cli, argc, argv, "tidemark-server",
-                              "Tidemark MCP server (Streamable HTTP) with demo tools echo and stream.");
+                              "Tidemark MCP server (Streamable HTTP) with five demo tools: echo {text},\n"
+                              "stream {n, delay_ms?, close_after?}, ledger_append {entry, delay_ms?},\n"
+                              "ledger_read {entry?} and external_call {delay_ms}.");
     if (rc)
         return rc > 0 ? 0 : 2;
     tidemark_server_t *srv;

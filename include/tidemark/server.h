@@ -89,10 +89,13 @@ typedef struct tidemark_server_config {
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */
-TIDEMARK_API void tidemark_server_config_init(tidemark_server_config_t *cfg);
+TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size);
+#define tidemark_server_config_init(cfg) tidemark_server_config_init_sized((cfg), sizeof *(cfg))
 
 /* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
-TIDEMARK_API int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **srv);
+TIDEMARK_API int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
+                                           tidemark_server_t **srv);
+#define tidemark_server_new(cfg, srv) tidemark_server_new_sized((cfg), sizeof *(cfg), (srv))
 /* Open the store and start listening. Returns at once; the server runs on
  * its own threads until tidemark_server_stop. */
 TIDEMARK_API int tidemark_server_start(tidemark_server_t *srv);
@@ -141,7 +144,9 @@ typedef struct tidemark_tool {
 } tidemark_tool_t;
 
 /* Register a tool (copied). Sends tools/list_changed when the server runs. */
-TIDEMARK_API int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *tool);
+TIDEMARK_API int tidemark_server_add_tool_sized(tidemark_server_t *srv, const tidemark_tool_t *tool,
+                                                size_t size);
+#define tidemark_server_add_tool(srv, tool) tidemark_server_add_tool_sized((srv), (tool), sizeof *(tool))
 /* Remove a tool by name. */
 TIDEMARK_API int tidemark_server_remove_tool(tidemark_server_t *srv, const char *name);
 
@@ -164,9 +169,16 @@ typedef struct tidemark_resource {
     void *ud;
 } tidemark_resource_t;
 
-TIDEMARK_API int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *res);
+TIDEMARK_API int tidemark_server_add_resource_sized(tidemark_server_t *srv,
+                                                    const tidemark_resource_t *res, size_t size);
+#define tidemark_server_add_resource(srv, res) \
+    tidemark_server_add_resource_sized((srv), (res), sizeof *(res))
 /* A template matches URIs of the form of its uriTemplate ({var} segments). */
-TIDEMARK_API int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *tpl);
+TIDEMARK_API int tidemark_server_add_resource_template_sized(tidemark_server_t *srv,
+                                                             const tidemark_resource_t *tpl,
+                                                             size_t size);
+#define tidemark_server_add_resource_template(srv, tpl) \
+    tidemark_server_add_resource_template_sized((srv), (tpl), sizeof *(tpl))
 /* Tell every session subscribed to uri that it changed. */
 TIDEMARK_API int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri);
 
@@ -184,7 +196,10 @@ typedef struct tidemark_prompt {
     void *ud;
 } tidemark_prompt_t;
 
-TIDEMARK_API int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *prompt);
+TIDEMARK_API int tidemark_server_add_prompt_sized(tidemark_server_t *srv,
+                                                  const tidemark_prompt_t *prompt, size_t size);
+#define tidemark_server_add_prompt(srv, prompt) \
+    tidemark_server_add_prompt_sized((srv), (prompt), sizeof *(prompt))
 
 /* ---- completion -------------------------------------------------------- */
 

@@ -73,6 +73,16 @@ TIDEMARK_API const char *tidemark_strerror(int err);
  * TIDEMARK_VERSION_NUMBER. */
 TIDEMARK_API const char *tidemark_version(int *number);
 
+/* The library's diagnostics go to stderr, one line each. Level: "error",
+ * "warn", "info" (default) or "debug"; format: "text" (default) or "json"
+ * (one object per line: ts in ISO-8601 UTC, level, msg). Both thread-safe;
+ * TIDEMARK_EINVAL for an unknown name. tidemark_log writes one line of the
+ * application's own through the same logger (dropped below the level). */
+TIDEMARK_API int tidemark_log_set_level(const char *level);
+TIDEMARK_API int tidemark_log_set_format(const char *format);
+TIDEMARK_API void tidemark_log(const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,6 @@
 /* server_cli.c - flags and run loop shared by tidemark-server and
  * tidemark-everything. */
 #include "server_cli.h"
-#include "../../src/base/log.h"
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -29,7 +28,8 @@ static void usage(FILE *f, const char *prog, const char *about)
             "                         (emit first, announce the durable head; DESIGN §8)\n"
             "  --retain-events N      keep at most N events per stream (default: all)\n"
             "  --retain-seconds S     keep events at most S seconds (default: forever)\n"
-            "  --session-ttl S        expire sessions idle for S seconds (default: never)\n"
+            "  --session-ttl-seconds S  expire sessions idle S seconds (default 86400;\n"
+            "                         0 = never)\n"
             "  --on-gap error|event   stale cursor: 400 resumption_gap (default) or an\n"
             "                         'event: gap' followed by the retained events\n"
             "  --retry-ms MS          SSE retry advertised to clients (default 1000; 0 = none)\n"
@@ -123,7 +123,8 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"workers", required_argument, 0, 'w'},     {"allow-origin", required_argument, 0, 'o'},
         {"allow-host", required_argument, 0, 'H'},  {"log-level", required_argument, 0, 'L'},
         {"durability", required_argument, 0, 'D'}, {"emit", required_argument, 0, 'E'},
-        {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl", required_argument, 0, 'T'},
+        {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl-seconds", required_argument, 0, 'T'},
+        {"session-ttl", required_argument, 0, 'T'}, /* the old spelling, kept working */
         {"accept-loss", no_argument, 0, 'A'},
         {"metrics-address", required_argument, 0, 'M'}, {"log-format", required_argument, 0, 'F'},
         {"version", no_argument, 0, 'V'},
@@ -137,7 +138,8 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
     int c;
     unsigned long long v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
         switch (c) {
         case 'l': {
             const char *colon = strrchr(optarg, ':');
@@ -195,13 +197,10 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->hosts[cli->nhosts++] = optarg;
             cli->cfg.allowed_hosts = cli->hosts;
             break;
-        case 'L': {
-            enum tm_log_level l;
-            if (tm_log_parse_level(optarg, &l)) goto bad;
-            tm_log_set_level(l);
+        case 'L':
+            if (tidemark_log_set_level(optarg)) goto bad;
             cli->log_level = optarg;
             break;
-        }
         case 'D':
             if (strcmp(optarg, "power") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_POWER;
             else if (strcmp(optarg, "process") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_PROCESS;
@@ -226,12 +225,9 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->metrics[cli->nmetrics++] = optarg;
             cli->cfg.metrics_addresses = cli->metrics;
             break;
-        case 'F': {
-            enum tm_log_format f;
-            if (tm_log_parse_format(optarg, &f)) goto bad;
-            tm_log_set_format(f);
+        case 'F':
+            if (tidemark_log_set_format(optarg)) goto bad;
             break;
-        }
         case 'V': printf("%s %s\n", prog, tidemark_version(NULL)); return 1;
         case 'h': usage(stdout, prog, about); return 1;
         default:
@@ -244,7 +240,8 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         }
         continue;
     bad:
-        fprintf(stderr, "%s: bad option value '%s' (see --help)\n", prog, optarg);
+        fprintf(stderr, "%s: --%s: bad value '%s' (see --help)\n", prog,
+                li >= 0 ? opts[li].name : "?", optarg);
         return -1;
     }
     if (optind < argc) {
@@ -281,7 +278,7 @@ static void raise_fd_limit(const server_cli *cli)
     rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < want)
-        TM_WARN("open-file limit %llu is below --max-connections %u + 512: connections past it are "
+        tidemark_log("warn", "open-file limit %llu is below --max-connections %u + 512: connections past it are "
                 "not accepted (raise ulimit -n)",
                 (unsigned long long)rl.rlim_cur, cli->cfg.max_connections);
 }
@@ -306,7 +303,7 @@ int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
     fflush(stdout);
     int sig;
     sigwait(&set, &sig);
-    TM_INFO("signal %d: stopping", sig);
+    tidemark_log("info", "signal %d: stopping", sig);
     tidemark_server_stop(srv);
     return 0;
 }

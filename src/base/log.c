@@ -89,3 +89,34 @@ void tm_log(enum tm_log_level lvl, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
 }
+
+int tidemark_log_set_level(const char *level)
+{
+    enum tm_log_level l;
+    int rc = level ? tm_log_parse_level(level, &l) : TIDEMARK_EINVAL;
+    if (rc == 0)
+        tm_log_set_level(l);
+    return rc;
+}
+
+int tidemark_log_set_format(const char *format)
+{
+    enum tm_log_format f;
+    int rc = format ? tm_log_parse_format(format, &f) : TIDEMARK_EINVAL;
+    if (rc == 0)
+        tm_log_set_format(f);
+    return rc;
+}
+
+void tidemark_log(const char *level, const char *fmt, ...)
+{
+    enum tm_log_level l;
+    if (!level || tm_log_parse_level(level, &l) != 0)
+        l = TM_LOG_INFO;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tm_log(l, "%s", msg);
+}

@@ -1,6 +1,7 @@
 /* call.c - the API a running handler uses (progress, logging, requests to
  * the client, stream close), the registration API, result helpers. */
 #include "server_int.h"
+#include "../base/abi.h"
 #include "feed.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
@@ -219,9 +220,14 @@ static void list_changed(tidemark_server_t *srv, const char *kind)
         tidemark_server_list_changed(srv, kind);
 }
 
-int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *t)
+int tidemark_server_add_tool_sized(tidemark_server_t *srv, const tidemark_tool_t *tool, size_t size)
 {
-    if (!t || !t->name || !t->fn)
+    tidemark_tool_t tt = {0};
+    int rc = tool ? tm_abi_copy(&tt, sizeof tt, tool, size) : TIDEMARK_EINVAL;
+    if (rc)
+        return rc;
+    const tidemark_tool_t *t = &tt;
+    if (!t->name || !t->fn)
         return TIDEMARK_EINVAL;
     json_t *d = json_object();
     set_str(d, "name", t->name);
@@ -249,7 +255,7 @@ int tidemark_server_add_tool(tidemark_server_t *srv, const tidemark_tool_t *t)
         json_object_set_new(a, "openWorldHint", json_boolean(t->hints & TIDEMARK_TOOL_OPEN_WORLD));
         json_object_set_new(d, "annotations", a);
     }
-    int rc = tm_registry_put(srv->reg, TM_REG_TOOL, t->name, d, (void *)t->fn, t->ud, t->hints);
+    rc = tm_registry_put(srv->reg, TM_REG_TOOL, t->name, d, (void *)t->fn, t->ud, t->hints);
     if (rc == 0)
         list_changed(srv, "tools");
     return rc;
@@ -279,19 +285,35 @@ static int add_res(tidemark_server_t *srv, const tidemark_resource_t *r, tm_reg_
     return rc;
 }
 
-int tidemark_server_add_resource(tidemark_server_t *srv, const tidemark_resource_t *r)
+static int add_res_sized(tidemark_server_t *srv, const tidemark_resource_t *r, size_t size,
+                         tm_reg_kind k)
 {
-    return add_res(srv, r, TM_REG_RESOURCE);
+    tidemark_resource_t rr = {0};
+    int rc = r ? tm_abi_copy(&rr, sizeof rr, r, size) : TIDEMARK_EINVAL;
+    return rc ? rc : add_res(srv, &rr, k);
 }
 
-int tidemark_server_add_resource_template(tidemark_server_t *srv, const tidemark_resource_t *r)
+int tidemark_server_add_resource_sized(tidemark_server_t *srv, const tidemark_resource_t *r,
+                                       size_t size)
 {
-    return add_res(srv, r, TM_REG_TEMPLATE);
+    return add_res_sized(srv, r, size, TM_REG_RESOURCE);
 }
 
-int tidemark_server_add_prompt(tidemark_server_t *srv, const tidemark_prompt_t *p)
+int tidemark_server_add_resource_template_sized(tidemark_server_t *srv, const tidemark_resource_t *r,
+                                                size_t size)
 {
-    if (!p || !p->name || !p->fn)
+    return add_res_sized(srv, r, size, TM_REG_TEMPLATE);
+}
+
+int tidemark_server_add_prompt_sized(tidemark_server_t *srv, const tidemark_prompt_t *prompt,
+                                     size_t size)
+{
+    tidemark_prompt_t pp = {0};
+    int prc = prompt ? tm_abi_copy(&pp, sizeof pp, prompt, size) : TIDEMARK_EINVAL;
+    if (prc)
+        return prc;
+    const tidemark_prompt_t *p = &pp;
+    if (!p->name || !p->fn)
         return TIDEMARK_EINVAL;
     json_t *d = json_object();
     set_str(d, "name", p->name);

@@ -9,6 +9,7 @@
 #include "../base/metrics.h"
 #include "../base/str.h"
 #include "../base/clock.h"
+#include "../base/abi.h"
 #include "tidemark/tidemark.h"
 #include <errno.h>
 #include <signal.h>
@@ -18,7 +19,7 @@
 #include <string.h>
 
 
-void tidemark_server_config_init(tidemark_server_config_t *c)
+static void config_defaults(tidemark_server_config_t *c)
 {
     memset(c, 0, sizeof *c);
     c->host = "127.0.0.1";
@@ -43,6 +44,16 @@ void tidemark_server_config_init(tidemark_server_config_t *c)
     c->page_size = 100;
     c->name = "tidemark";
     c->version = TIDEMARK_VERSION;
+}
+
+void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size)
+{
+    tidemark_server_config_t def;
+    config_defaults(&def);
+    if (cfg) /* only the bytes the caller's header declared */
+        memcpy(cfg, &def, size < sizeof def ? size : sizeof def);
+    if (cfg && size > sizeof def)
+        memset((char *)cfg + sizeof def, 0, size - sizeof def);
 }
 
 static char *dup_or(const char *s, const char *def)
@@ -89,14 +100,19 @@ static void fill_limits(tidemark_server_config_t *c, const tidemark_server_confi
         c->max_uri_length = TM_URI_MAX;
 }
 
-int tidemark_server_new(const tidemark_server_config_t *cfg, tidemark_server_t **out)
+int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
+                              tidemark_server_t **out)
 {
+    tidemark_server_config_t def;
+    config_defaults(&def);
+    tidemark_server_config_t mine = def;
+    int rc = tm_abi_copy(&mine, sizeof mine, cfg, cfg ? size : 0);
+    if (rc)
+        return rc;
     tidemark_server_t *s = calloc(1, sizeof *s);
     if (!s)
         return TIDEMARK_ENOMEM;
-    tidemark_server_config_t def;
-    tidemark_server_config_init(&def);
-    s->cfg = cfg ? *cfg : def;
+    s->cfg = mine;
     s->host = dup_or(s->cfg.host, def.host);
     s->path = dup_or(s->cfg.path, def.path);
     s->store_uri = dup_or(s->cfg.store, def.store);

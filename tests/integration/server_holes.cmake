@@ -41,3 +41,10 @@ if(NODE_EXECUTABLE)
             --server $<TARGET_FILE:tidemark-server> --seconds 20 --seed 1)
   set_tests_properties(hostile_short PROPERTIES TIMEOUT 300)
 endif()
+if(NODE_EXECUTABLE)
+  # Install into a temporary prefix; build and run examples/ against it.
+  add_test(NAME install_examples
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/install_examples.mjs
+            ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${PROJECT_VERSION})
+  set_tests_properties(install_examples PROPERTIES TIMEOUT 300)
+endif()
