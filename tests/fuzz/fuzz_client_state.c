@@ -1,5 +1,5 @@
 /*
- * fuzz_client_state.c - the client's state file (src/log/client_state.c):
+ * fuzz_client_state.c - the client's state file (src/client/cstate.c):
  * what is written into it and what is decoded from it after a restart -
  * the session row and the server info JSON, cursors, the dispatch log, the
  * outstanding requests and their params JSON.
@@ -18,7 +18,7 @@
  *   R TABLE COLUMN TYPE VALUE      a damaged file: UPDATE TABLE SET COLUMN
  *                                  to VALUE of TYPE i, r, t (bytes), b or n
  * Then everything is read back with the loading functions and decoded the
- * way src/mcp/client.c decodes it (connect_inner: the server info;
+ * way the client (src/client/) decodes it (connect_inner: the server info;
  * tidemark_client_resume: params, method, stream, cursor).
  *
  * Invariants, while no R line damaged the file: every value reads back
@@ -30,7 +30,7 @@
  * call returns a code, every string returned is a C string.
  */
 #include "fuzz_util.h"
-#include "log/client_state.h"
+#include "client/cstate.h"
 #include "mcp/jsonrpc.h"
 #include "tidemark/tidemark.h"
 #include "base/log.h"

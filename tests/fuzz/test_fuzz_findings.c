@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "base/buf.h"
-#include "log/client_state.h"
+#include "client/cstate.h"
 #include "server/http_policy.h"
 #include "tidemark/tidemark.h"
 #include "transport/sse.h"

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "mcp/validator.h"
+#include "client/validator.h"
 
 /* A structured id on the provable stream being read: the seq rows. The
  * whole validator must agree with the seq rows alone there. */

@@ -9,7 +9,7 @@
  * block).
  */
 #include "tidemark/client.h"
-#include "jsonrpc.h"
+#include "../mcp/jsonrpc.h"
 #include "validator.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
@@ -19,7 +19,7 @@
 #include "../base/pool.h"
 #include "../base/str.h"
 #include "../base/random.h"
-#include "../log/client_state.h"
+#include "cstate.h"
 #include "../log/event_id.h"
 #include "../log/sqlite_util.h"
 #include "../transport/http_client.h"

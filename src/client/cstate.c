@@ -1,6 +1,6 @@
-/* client_state.c - durable client state in SQLite; see client_state.h. */
-#include "client_state.h"
-#include "sqlite_util.h"
+/* cstate.c - durable client state in SQLite; see cstate.h. */
+#include "cstate.h"
+#include "../log/sqlite_util.h"
 #include "../base/clock.h"
 #include "tidemark/tidemark.h"
 #include <pthread.h>

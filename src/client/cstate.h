@@ -1,12 +1,12 @@
 /*
- * client_state.h - the client's durable state, in SQLite:
+ * cstate.h - the client's durable state, in SQLite:
  * the session, a cursor per stream, the dispatch log (event id -> processed
  * | committed) and the outstanding requests. Thread-safe (one connection,
  * one mutex); transactions are explicit so an application's effect, its
  * dispatch row and the cursor can share one.
  */
-#ifndef TM_CLIENT_STATE_H
-#define TM_CLIENT_STATE_H
+#ifndef TM_CLIENT_CSTATE_H
+#define TM_CLIENT_CSTATE_H
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdint.h>
