@@ -26,7 +26,7 @@ extern "C" {
 typedef struct tidemark_server tidemark_server_t;
 typedef struct tidemark_call tidemark_call_t;
 
-/* What a resume of a stale cursor yields (DESIGN.md §5). */
+/* What a resume of a stale cursor yields (docs/protocol.md, "GET"). */
 typedef enum tidemark_on_gap {
     TIDEMARK_ON_GAP_ERROR = 0, /* 400 resumption_gap */
     TIDEMARK_ON_GAP_EVENT = 1, /* "event: gap", then the retained events */
@@ -49,7 +49,8 @@ typedef struct tidemark_server_config {
     uint64_t session_ttl_seconds; /* idle sessions expire after this; default 86400
                                     (24 h: clients that never DELETE theirs must not
                                     grow the store for ever); 0 = never */
-    int emit_early;              /* emit before durable, announce the durable head (DESIGN §8) */
+    int emit_early;              /* emit before durable, announce the durable head
+                                    (docs/design.md, "Emit-then-reconcile") */
     unsigned retry_ms;           /* SSE "retry:" advertised; 0 = none; default 1000 */
     unsigned keepalive_ms;       /* SSE keep-alive comment interval; default 15000 */
     size_t max_body;             /* request body limit in bytes; default 4 MiB */
@@ -250,7 +251,7 @@ TIDEMARK_API int tidemark_call_client_has(const tidemark_call_t *call, const cha
  * reconnects with GET + Last-Event-ID and the call's events continue there. */
 TIDEMARK_API int tidemark_call_close_stream(tidemark_call_t *call);
 
-/* ---- exactly-once effects (DESIGN §6) ------------------------------------ */
+/* ---- exactly-once effects ------------------------------------------------ */
 
 /* An effect: runs inside the store transaction that commits the tool's
  * result (tidemark_txn_t, txn.h), writing with tidemark_txn_insert (rows,

@@ -25,7 +25,7 @@ static void usage(FILE *f, const char *prog, const char *about)
             "                         or memory (nothing survives a restart)\n"
             "  --durability LEVEL     power (fsync every commit, default) or process\n"
             "  --emit MODE            durable (commit, then emit; default) or early\n"
-            "                         (emit first, announce the durable head; DESIGN §8)\n"
+            "                         (emit first, announce the durable head)\n"
             "  --retain-events N      keep at most N events per stream (default: all)\n"
             "  --retain-seconds S     keep events at most S seconds (default: forever)\n"
             "  --session-ttl-seconds S  expire sessions idle S seconds (default 86400;\n"

@@ -140,7 +140,7 @@ static void run_call(void *arg)
     json_t *resp = tm_dispatch(c);
     /* A recorded call always ends its stream with one response; but one cut
      * short by a server shutdown stays "started", so the next start finishes
-     * it like after a crash (DESIGN §6) instead of telling the client it
+     * it like after a crash instead of telling the client it
      * cancelled something it did not. */
     if (!resp && c->recorded && !atomic_load(&c->srv->stopping))
         resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);

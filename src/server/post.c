@@ -83,7 +83,7 @@ static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
 
 /*
  * A tools/call that repeats a request of this session (same request id, or
- * same dev.tidemark/idempotency-key) is a retry (DESIGN §6): completed ->
+ * same dev.tidemark/idempotency-key) is a retry: completed ->
  * the stored response, without running the tool again; running -> attach
  * to its stream. Returns 1 when the POST was answered here.
  */

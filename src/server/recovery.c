@@ -2,7 +2,7 @@
  * recovery.c - at start-up (and, on a store shared by several nodes,
  * periodically: tm_recover is then run for requests of nodes whose lease
  * lapsed), finish every request a dead process left
- * "started" (DESIGN.md §6): tools registered atomic or idempotent run again
+ * "started": tools registered atomic or idempotent run again
  * and continue their stream (progress never goes backwards); any other tool
  * gets a typed outcome_unknown response. A resuming client always reaches
  * an end.

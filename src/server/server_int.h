@@ -174,7 +174,7 @@ int tm_runs_handler(const char *method);
  * session TTL); stop joins them. */
 void tm_background_start(tidemark_server_t *srv);
 void tm_background_stop(tidemark_server_t *srv);
-/* recovery.c: finish the requests a dead process left started (DESIGN §6). */
+/* recovery.c: finish the requests a dead process left started. */
 int tm_recover(tidemark_server_t *srv);
 /* recovery.c: the response of call c could not be made durable (status):
  * its record stays "started"; the client's stream gets a typed store_failed
