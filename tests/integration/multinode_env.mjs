@@ -4,7 +4,7 @@
 // stickiness in front. Every process is started on a port picked here and
 // stopped by PID; every wait has a deadline.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -136,30 +136,14 @@ export class Cluster {
 
   async startLb() {
     this.lbPort = await freePort();
-    // Round-robin per request, no stickiness; SSE: no buffering (HAProxy
-    // streams responses), long client/server timeouts. Host passes through.
-    // A node that is down is skipped after a failed connect (redispatch).
-    const servers = this.nodePorts.map((p, i) =>
-      `  server n${i} 127.0.0.1:${p} check inter 200 fall 1 rise 1`).join("\n");
-    const cfg = `global
-  maxconn 4096
-defaults
-  mode http
-  timeout connect 1s
-  timeout client 10m
-  timeout server 10m
-  timeout tunnel 10m
-  timeout http-keep-alive 10s
-  retries 3
-  option redispatch 1
-  retry-on conn-failure empty-response
-frontend fe
-  bind 127.0.0.1:${this.lbPort}
-  default_backend be
-backend be
-  balance roundrobin
-${servers}
-`;
+    // The configuration users get (examples/haproxy.cfg), with our ports:
+    // its frontend port, and one server line per node in the shape of its first.
+    const shipped = readFileSync(new URL("../../examples/haproxy.cfg", import.meta.url), "utf8");
+    const first = shipped.match(/^\s*server \S+ 127\.0\.0\.1:\d+(.*)$/m);
+    if (!first) throw new Error("examples/haproxy.cfg: no server line");
+    const servers = this.nodePorts.map((p, i) => `  server n${i} 127.0.0.1:${p}${first[1]}`).join("\n");
+    const cfg = shipped.replace(/^\s*server .*\n?/gm, "")
+      .replace(/bind 127\.0\.0\.1:\d+/, `bind 127.0.0.1:${this.lbPort}`).trimEnd() + "\n" + servers + "\n";
     const cfgPath = join(this.dir, "haproxy.cfg");
     writeFileSync(cfgPath, cfg);
     const chk = spawnSync("haproxy", ["-c", "-q", "-f", cfgPath], { encoding: "utf8" });
