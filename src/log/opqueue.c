@@ -71,7 +71,8 @@ tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, i
     return batch;
 }
 
-void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o))
+void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, void *ud),
+                       void *ud)
 {
     pthread_mutex_lock(&q->mu);
     for (tm_qop *o = batch, *next; o; o = next) {
@@ -80,7 +81,7 @@ void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o))
         if (o->sync)
             o->done = 1; /* the waiter frees it */
         else
-            release(o);
+            release(o, ud);
     }
     pthread_cond_broadcast(&q->done_cv);
     pthread_mutex_unlock(&q->mu);

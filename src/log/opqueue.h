@@ -1,8 +1,8 @@
-/* opqueue.h - the queue between a store's callers and its single writer
- * thread (group commit), shared by the SQLite and Redis stores. Callers push
- * ops; the writer takes what is queued as one batch, commits it, then
+/* opqueue.h - the queue between a store's callers and its writer thread
+ * (writer.h: group commit, shared by the SQLite and Redis stores). Callers
+ * push ops; the writer takes what is queued as one batch, commits it, then
  * settles the batch: an op a caller waits for is marked done (the caller
- * frees it), the others are released by the store. */
+ * frees it), the others are released. */
 #ifndef TM_OPQUEUE_H
 #define TM_OPQUEUE_H
 #include <pthread.h>
@@ -41,8 +41,9 @@ int tm_opqueue_wait(tm_opqueue *q, tm_qop *o);
  * stopped with nothing left. Returns the batch, or NULL. */
 tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, int *stop);
 /* Writer: settle a batch taken with tm_opqueue_take: ops a caller waits for
- * are marked done and their callers woken; release(o) gets the others. */
-void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o));
+ * are marked done and their callers woken; release(o, ud) gets the others. */
+void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, void *ud),
+                       void *ud);
 /* The position the next op pushed will get (every later push is at or after it). */
 uint64_t tm_opqueue_mark(tm_opqueue *q);
 /* Tell the writer to stop once the queue is empty. */

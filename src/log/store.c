@@ -245,4 +245,17 @@ int tm_store_sync_since(tm_store *st, uint64_t mark)
     return st->ops->sync_since ? st->ops->sync_since(st, mark) : st->ops->sync(st);
 }
 
+uint64_t tm_retain_first_by_count(const tm_store_options *opt, uint64_t first, uint64_t head)
+{
+    uint64_t keep = opt->retain_events;
+    if (!keep || head < first || head - first + 1 <= keep)
+        return first;
+    return head - keep + 1;
+}
+
+int64_t tm_retain_cutoff_ms(const tm_store_options *opt, int64_t now_ms)
+{
+    return opt->retain_ms > 0 ? now_ms - opt->retain_ms : INT64_MIN;
+}
+
 int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }

@@ -315,6 +315,12 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);
 /* For backends: deliver a bus message to this node's bus listener. */
 void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len);
+/* For backends, retention (one rule for every store; Redis applies it in its
+ * scripts): the first seq a stream holding first..head keeps under opt's
+ * count limit (first itself when nothing goes), and the wall-clock time
+ * before which events go under its age limit (INT64_MIN: no limit). */
+uint64_t tm_retain_first_by_count(const tm_store_options *opt, uint64_t first, uint64_t head);
+int64_t tm_retain_cutoff_ms(const tm_store_options *opt, int64_t now_ms);
 /* For backends: initialise the common header with a fresh random epoch and
  * opt's listeners (opt may be NULL). Before the backend starts a thread. */
 int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops, const tm_store_options *opt);

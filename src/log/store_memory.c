@@ -277,9 +277,9 @@ out:
 
 static void trim(mstore *m, mstream *s)
 {
-    uint64_t keep = m->opt.retain_events;
-    int64_t cutoff = m->opt.retain_ms > 0 ? tm_wall_ms() - m->opt.retain_ms : INT64_MIN;
-    while (s->n > 0 && ((keep && s->n > keep) || s->ev[s->off].created_ms < cutoff)) {
+    uint64_t keep_from = tm_retain_first_by_count(&m->opt, s->first, s->head);
+    int64_t cutoff = tm_retain_cutoff_ms(&m->opt, tm_wall_ms());
+    while (s->n > 0 && (s->first < keep_from || s->ev[s->off].created_ms < cutoff)) {
         free(s->ev[s->off].data);
         s->off++;
         s->n--;

@@ -83,7 +83,7 @@
  * commit listener run with no store lock held.
  */
 #include "store.h"
-#include "opqueue.h"
+#include "writer.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
@@ -115,7 +115,6 @@
 #define BATCH_MAX 1024       /* ops per pipeline */
 #define READ_CHUNK 256       /* entries per XRANGE */
 #define EXPIRE_CHUNK 256     /* sessions per expiry script */
-#define TOUCH_EVERY_MS 5000
 #define CACHE_MAX 4096       /* stream entries kept before idle ones are dropped */
 #define SUB_PING_MS 5000     /* subscriber: ping an idle connection */
 #define SUB_DEAD_MS 15000    /* subscriber: nothing heard this long: reconnect */
@@ -125,202 +124,36 @@
 #define READY_WAIT_MS 60000  /* default wait for a server still loading its dataset */
 #define LOADING_LOG_MS 5000  /* while waiting for it: say so this often */
 
-#define XSTR(x) STR_(x)
-#define STR_(x) #x
-
 /* ---- Lua -------------------------------------------------------------------- */
 
-/* Shared helpers, prepended to every script. */
-static const char lua_helpers[] =
-    "local function now_ms()\n"
-    "  local t = redis.call('TIME')\n"
-    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "end\n"
-    "local function eid(seq) return string.format('%d-0', seq) end\n"
-    "local function eseq(id) return tonumber(string.match(id, '^(%d+)')) end\n"
-    "local function field(kv, name)\n"
-    "  for i = 1, #kv, 2 do if kv[i] == name then return kv[i + 1] end end\n"
-    "  return false\n"
-    "end\n"
-    /* Retention by count and age. The trim record (first, te) keeps a gap
-     * exact: te is the epoch of seq first-1, the last event trimmed. */
-    "local function trim(meta, sk, keep, maxage)\n"
-    "  if keep <= 0 and maxage <= 0 then return end\n"
-    "  local h = redis.call('HMGET', meta, 'head', 'first')\n"
-    "  local head, first = tonumber(h[1]), tonumber(h[2])\n"
-    "  local nf = first\n"
-    "  if keep > 0 and head - nf + 1 > keep then nf = head - keep + 1 end\n"
-    "  if maxage > 0 then\n"
-    "    local cutoff = now_ms() - maxage\n"
-    "    local more, count = true, 1\n" /* the oldest first: usually not expired */
-    "    while more and nf <= head do\n"
-    "      local es = redis.call('XRANGE', sk, eid(nf), '+', 'COUNT', count)\n"
-    "      count = 128\n"
-    "      if #es == 0 then break end\n"
-    "      for _, e in ipairs(es) do\n"
-    "        if tonumber(field(e[2], 't')) >= cutoff then more = false break end\n"
-    "        nf = eseq(e[1]) + 1\n"
-    "      end\n"
-    "    end\n"
-    "  end\n"
-    "  if nf <= first then return end\n"
-    "  local last = redis.call('XRANGE', sk, eid(nf - 1), eid(nf - 1))\n"
-    "  local te = ''\n"
-    "  if last[1] then te = field(last[1][2], 'e') or '' end\n"
-    "  redis.call('XTRIM', sk, 'MINID', eid(nf))\n"
-    "  redis.call('HSET', meta, 'first', nf, 'te', te)\n"
-    "end\n"
-    "local function del_session(id, sessions, started)\n"
-    "  local p = 'tm:{' .. id .. '}:'\n"
-    "  if redis.call('EXISTS', p .. 'sess') == 0 then return false end\n"
-    "  for _, n in ipairs(redis.call('SMEMBERS', p .. 'streams')) do\n"
-    "    redis.call('DEL', p .. 's:' .. n, p .. 'm:' .. n)\n"
-    "  end\n"
-    "  for _, k in ipairs(redis.call('SMEMBERS', p .. 'reqs')) do\n"
-    "    redis.call('DEL', p .. 'q:' .. k)\n"
-    "    redis.call('SREM', started, string.len(id) .. ':' .. id .. k)\n"
-    "  end\n"
-    "  redis.call('DEL', p .. 'sess', p .. 'streams', p .. 'reqs')\n"
-    "  redis.call('ZREM', sessions, id)\n"
-    "  return true\n"
-    "end\n";
-
-/* Scripts whose ARGV starts with (token hash, token, retry): a retry whose
- * token has a recorded result returns it instead of running again. */
-#define LUA_TOKEN                                                                  \
-    "if ARGV[3] == '1' then\n"                                                     \
-    "  local r = redis.call('HGET', ARGV[1], ARGV[2])\n"                           \
-    "  if r then return {0, tonumber(r), 1} end\n"                                 \
-    "end\n"                                                                        \
-    "local function ok(v) redis.call('HSET', ARGV[1], ARGV[2], v) return {0, v} end\n"
+/* The scripts are the .lua files of src/log/redis/, embedded at build time
+ * (src/log/redis/scripts.cmake): tm_lua_<name>, and tm_lua_errors, the
+ * error codes as Lua locals. */
+#include "tm_redis_scripts.h"
+#define LUA(name) ((const char *)tm_lua_##name)
 
 enum script {
     SC_APPEND, SC_CLOSE, SC_OPEN, SC_SESS_CREATE, SC_SESS_TOUCH, SC_SESS_ATTRS, SC_SESS_DELETE,
     SC_REQ_BEGIN, SC_EXPIRE, SC_SWEEP, SC_COUNT
 };
 
-static const char *const lua_bodies[SC_COUNT] = {
-    /* SC_APPEND. KEYS meta, stream, started. ARGV token(1-3), 4 epoch,
-     * 5 data, 6 final, 7 keep, 8 max age, 9 expected seq (0: any), 10 request
-     * record key or '', 11 started member, 12 channel, 13 writer, 14 stream
-     * name, 15 session, 16 effect rows: '' or a JSON array of [table, doc],
-     * 17 '1' when this is the batch's last append to the stream: it publishes
-     * the stream's head, whatever its outcome (one wake-up per stream per
-     * batch, not one per event). */
-    [SC_APPEND] = LUA_TOKEN
-    "local meta, sk = KEYS[1], KEYS[2]\n"
-    "local function wake(head, closed)\n"
-    "  if ARGV[17] == '1' then\n"
-    "    redis.call('PUBLISH', ARGV[12], ARGV[13] .. ' ' .. string.format('%d', head) .. ' ' ..\n"
-    "                closed .. ' ' .. ARGV[14] .. ' ' .. ARGV[15])\n"
-    "  end\n"
-    "end\n"
-    "local h = redis.call('HMGET', meta, 'head', 'closed')\n"
-    "if not h[1] then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "if h[2] == '1' then wake(tonumber(h[1]), '1') return {" XSTR(TIDEMARK_ECLOSED) "} end\n"
-    "local seq = tonumber(h[1]) + 1\n"
-    "local expect = tonumber(ARGV[9])\n"
-    "if expect > 0 and expect ~= seq then\n"
-    "  wake(seq - 1, '0')\n"
-    "  return {" XSTR(TIDEMARK_EBUSY) ", seq - 1}\n"
-    "end\n"
-    "local t = now_ms()\n"
-    "redis.call('XADD', sk, eid(seq), 'd', ARGV[5], 'e', ARGV[4], 't', t)\n"
-    "redis.call('HSET', meta, 'head', seq)\n"
-    "if ARGV[6] == '1' then redis.call('HSET', meta, 'closed', '1') end\n"
-    "if ARGV[10] ~= '' and redis.call('EXISTS', ARGV[10]) == 1 then\n"
-    "  redis.call('HSET', ARGV[10], 'state', '2', 'response', ARGV[5], 'updated_ms', t)\n"
-    "  redis.call('SREM', KEYS[3], ARGV[11])\n"
-    "end\n"
-    "if ARGV[16] ~= '' then\n"
-    "  for _, row in ipairs(cjson.decode(ARGV[16])) do\n"
-    "    local id = redis.call('HINCRBY', 'tm:rowid', row[1], 1)\n"
-    "    redis.call('XADD', 'tm:rows:' .. row[1], eid(id), 'doc', row[2])\n"
-    "  end\n"
-    "end\n"
-    "trim(meta, sk, tonumber(ARGV[7]), tonumber(ARGV[8]))\n"
-    "wake(seq, ARGV[6])\n"
-    "return ok(seq)\n",
-
-    /* SC_CLOSE (idempotent). KEYS meta. ARGV channel, writer, name, session. */
-    [SC_CLOSE] =
-    "local h = redis.call('HGET', KEYS[1], 'head')\n"
-    "if not h then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "redis.call('HSET', KEYS[1], 'closed', '1')\n"
-    "redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. h .. ' 1 ' .. ARGV[3] .. ' ' .. ARGV[4])\n"
-    "return {0, tonumber(h)}\n",
-
-    /* SC_OPEN: create the next POST stream (name '') or create / reopen the
-     * standalone one. KEYS sess, streams. ARGV token(1-3), 4 key prefix,
-     * 5 name. Returns n of r<n> (0 for "g"). */
-    [SC_OPEN] = LUA_TOKEN
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "local name, n = ARGV[5], 0\n"
-    "if name == '' then\n"
-    "  n = tonumber(redis.call('HGET', KEYS[1], 'next_r') or '1')\n"
-    "  redis.call('HSET', KEYS[1], 'next_r', n + 1)\n"
-    "  name = 'r' .. string.format('%d', n)\n"
-    "end\n"
-    "local meta = ARGV[4] .. 'm:' .. name\n"
-    "if redis.call('EXISTS', meta) == 1 then\n"
-    "  redis.call('HSET', meta, 'closed', '0')\n" /* reopened: seqs continue */
-    "else\n"
-    "  redis.call('HSET', meta, 'head', 0, 'first', 1, 'closed', '0', 'te', '')\n"
-    "  redis.call('SADD', KEYS[2], name)\n"
-    "end\n"
-    "return ok(n)\n",
-
-    /* SC_SESS_CREATE. KEYS sess, sessions. ARGV token(1-3), 4 id,
-     * 5 last_seen_ms, 6.. field/value pairs. */
-    [SC_SESS_CREATE] = LUA_TOKEN
-    "if redis.call('EXISTS', KEYS[1]) == 1 then return {" XSTR(TIDEMARK_EEXIST) "} end\n"
-    "redis.call('HSET', KEYS[1], 'next_r', 1, unpack(ARGV, 6))\n"
-    "redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])\n"
-    "return ok(0)\n",
-
-    /* SC_SESS_TOUCH (idempotent). KEYS sess, sessions. ARGV ms, id. */
-    [SC_SESS_TOUCH] =
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "redis.call('HSET', KEYS[1], 'last_seen_ms', ARGV[1])\n"
-    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])\n"
-    "return {0, 0}\n",
-
-    /* SC_SESS_ATTRS (idempotent). KEYS sess. ARGV field, value, '1' to delete. */
-    [SC_SESS_ATTRS] =
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], ARGV[1])\n"
-    "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end\n"
-    "return {0, 0}\n",
-
-    /* SC_SESS_DELETE. KEYS sessions, started. ARGV token(1-3), 4 id. */
-    [SC_SESS_DELETE] = LUA_TOKEN
-    "if not del_session(ARGV[4], KEYS[1], KEYS[2]) then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "return ok(0)\n",
-
-    /* SC_REQ_BEGIN: HSETNX-like create. KEYS sess, record, started, reqs.
-     * ARGV token(1-3), 4 started member, 5 key, 6 ms, 7.. field/value pairs. */
-    [SC_REQ_BEGIN] = LUA_TOKEN
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {" XSTR(TIDEMARK_ENOTFOUND) "} end\n"
-    "if redis.call('EXISTS', KEYS[2]) == 1 then return {" XSTR(TIDEMARK_EEXIST) "} end\n"
-    "redis.call('HSET', KEYS[2], 'state', '1', 'updated_ms', ARGV[6], unpack(ARGV, 7))\n"
-    "redis.call('SADD', KEYS[3], ARGV[4])\n"
-    "redis.call('SADD', KEYS[4], ARGV[5])\n"
-    "return ok(0)\n",
-
-    /* SC_EXPIRE. KEYS sessions, started. ARGV before_ms, limit. Returns ids. */
-    [SC_EXPIRE] =
-    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0,\n"
-    "                       tonumber(ARGV[2]))\n"
-    "for _, id in ipairs(ids) do del_session(id, KEYS[1], KEYS[2]) end\n"
-    "return ids\n",
-
-    /* SC_SWEEP: age retention of idle streams. KEYS meta1, stream1, ...
-     * ARGV max age. */
-    [SC_SWEEP] =
-    "for i = 1, #KEYS, 2 do\n"
-    "  if redis.call('EXISTS', KEYS[i]) == 1 then trim(KEYS[i], KEYS[i + 1], 0, tonumber(ARGV[1])) end\n"
-    "end\n"
-    "return {0}\n",
+/* Each script as loaded (SCRIPT LOAD, then EVALSHA): the error codes, the
+ * helpers, token.lua where its ARGV starts with (token hash, token, retry),
+ * then its own text. */
+static const struct {
+    const char *body;
+    int token;
+} lua_scripts[SC_COUNT] = {
+    [SC_APPEND] = {LUA(append), 1},
+    [SC_CLOSE] = {LUA(close), 0},
+    [SC_OPEN] = {LUA(open), 1},
+    [SC_SESS_CREATE] = {LUA(session_create), 1},
+    [SC_SESS_TOUCH] = {LUA(session_touch), 0},
+    [SC_SESS_ATTRS] = {LUA(session_attrs), 0},
+    [SC_SESS_DELETE] = {LUA(session_delete), 1},
+    [SC_REQ_BEGIN] = {LUA(request_begin), 1},
+    [SC_EXPIRE] = {LUA(expire), 0},
+    [SC_SWEEP] = {LUA(sweep), 0},
 };
 
 /* ---- local state ---------------------------------------------------------------- */
@@ -344,22 +177,21 @@ typedef struct rstream {
 
 enum op_kind {
     OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_ATTRS, OP_SESS_DELETE,
-    OP_REQ_BEGIN,
-    OP_EXPIRE, OP_BARRIER,
+    OP_REQ_BEGIN, OP_EXPIRE,
 };
 
 enum op_state { ST_TODO, ST_SENT, ST_DONE };
 
 typedef struct rop {
-    tm_qop link;           /* first: the writer queue's part (opqueue.h); its
-                              ctr is the op's token counter */
+    tm_wop w;              /* first: the writer's part (writer.h); w.q.ctr is the
+                              op's token counter, w.seq: append: predicted, then
+                              durable; open: n; expire: how many */
     enum op_kind kind;
     enum op_state state;
     int retry;             /* resend after a lost reply: the token decides */
     int fx_done;           /* the effect ran (first attempt only) */
     int wake;              /* append: the last of its stream in the batch sent */
     char *session, *name;  /* name: stream, or NULL (next POST stream) */
-    uint64_t seq;          /* append: predicted, then durable. open: n */
     uint64_t expect;       /* emit_early: the seq readers may have seen */
     char *data;
     size_t len;
@@ -370,13 +202,9 @@ typedef struct rop {
     json_t *rows;          /* the effect's rows: [[table, doc], ...], or NULL */
     char *fallback;
     size_t fallback_len;
-    tm_append_cb cb;
-    void *cb_ud;
     int64_t ms;
-    int64_t enq_us;
     tm_session_rec srec;
     tm_request_rec rrec;
-    pthread_t thread;      /* async request record, barrier: the caller */
     char **ids;            /* OP_EXPIRE: sessions deleted */
     size_t nids;
 } rop;
@@ -396,25 +224,21 @@ typedef struct rstore {
     int leaser_started;
     atomic_int sub_ready;  /* subscribed at least once */
     char sha[SC_COUNT][41];
+    char *claim_src;       /* claim.lua with the error codes (sent with EVAL) */
 
     pthread_mutex_t e_mu;  /* server identity and base.epoch */
     char run_id[64];
 
     pthread_mutex_t c_mu;  /* local hints */
     tm_map *streams;       /* "<len>:<session>/<name>" -> rstream */
-    tm_map *touched;       /* session -> int64_t last touch written */
 
-    tm_opqueue queue;      /* callers -> the writer thread */
-    pthread_t writer;
+    tm_writer *writer;     /* the group-commit writer (writer.h); its thread owns: */
     redisContext *wc;
     int64_t down_since;    /* monotonic ms the write connection was lost, 0 if up */
     atomic_int loading;    /* the last connection attempt found the server loading its dataset */
     atomic_int w_down;     /* the write connection is down (tm_store_writable) */
-    atomic_ullong fail_ctr_hi; /* highest queue position of an op that failed with EIO */
     int64_t loading_logged; /* writer: when that was last logged (monotonic ms) */
     int wkey_dirty;        /* tokens recorded by the previous batch */
-    pthread_t *unreported; /* threads whose async request record failed (writer only) */
-    size_t nunreported;
 
     pthread_mutex_t p_mu;
     pthread_cond_t p_cv;
@@ -526,7 +350,7 @@ static void arg_eval(rstore *r, args *a, enum script sc, int nkeys)
 static void arg_token(rstore *r, args *a, const rop *o)
 {
     arg_str(a, r->wkey);
-    arg_fmt(a, "%" PRIu64, o->link.ctr);
+    arg_fmt(a, "%" PRIu64, o->w.q.ctr);
     arg_str(a, o->retry ? "1" : "0");
 }
 
@@ -612,13 +436,11 @@ fail:
 static int load_scripts(rstore *r, redisContext *c)
 {
     for (int i = 0; i < SC_COUNT; i++) {
-        size_t n = sizeof lua_helpers - 1 + strlen(lua_bodies[i]);
-        char *src = malloc(n + 1);
+        char *src = fmt("%s%s%s%s", tm_lua_errors, LUA(helpers), lua_scripts[i].token ? LUA(token) : "",
+                        lua_scripts[i].body);
         if (!src)
             return TIDEMARK_ENOMEM;
-        memcpy(src, lua_helpers, sizeof lua_helpers - 1);
-        memcpy(src + sizeof lua_helpers - 1, lua_bodies[i], strlen(lua_bodies[i]) + 1);
-        redisReply *rep = redisCommand(c, "SCRIPT LOAD %b", src, n);
+        redisReply *rep = redisCommand(c, "SCRIPT LOAD %s", src);
         free(src);
         if (!rep || rep->type != REDIS_REPLY_STRING || rep->len != 40) {
             TM_ERROR("redis: SCRIPT LOAD: %s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str
@@ -865,8 +687,8 @@ static void forget_session(rstore *r, const char *id)
     pthread_mutex_lock(&r->c_mu);
     if (prefix)
         drop_streams(r, prefix);
-    free(tm_map_del(r->touched, id));
     pthread_mutex_unlock(&r->c_mu);
+    tm_writer_touch_forget(r->writer, id);
     free(prefix);
 }
 
@@ -958,7 +780,7 @@ static rop *op_new(enum op_kind k)
     if (o) {
         o->kind = k;
         o->ms = tm_wall_ms();
-        o->enq_us = tm_now_us();
+        o->w.enq_us = tm_now_us();
     }
     return o;
 }
@@ -979,21 +801,17 @@ static void op_free(rop *o)
     free(o);
 }
 
-static rop *op_next(const rop *o) { return (rop *)o->link.next; }
+static rop *op_next(const rop *o) { return (rop *)o->w.q.next; }
 
-static void release_op(tm_qop *o) { op_free((rop *)o); }
+static void enqueue(rstore *r, rop *o) { tm_writer_push(r->writer, &o->w); }
 
-static void enqueue(rstore *r, rop *o) { tm_opqueue_push(&r->queue, &o->link); }
-
-/* Wait until the writer finished o (queued by the caller). Returns its
- * status; o stays the caller's. */
-static int wait_op(rstore *r, rop *o) { return tm_opqueue_wait(&r->queue, &o->link); }
+/* Queue o and wait until the writer finished it. Returns its status; o
+ * stays the caller's. */
+static int wait_op(rstore *r, rop *o) { return tm_writer_run(r->writer, &o->w); }
 
 /* Queue o, wait for it, free it. */
 static int run_sync(rstore *r, rop *o)
 {
-    o->link.sync = 1;
-    enqueue(r, o);
     int rc = wait_op(r, o);
     op_free(o);
     return rc;
@@ -1034,47 +852,91 @@ static void run_effect(rop *o)
     }
 }
 
-/* Build the command of o. Returns 0, or 1 when o has no command. */
-static int build(rstore *r, rop *o, const char *epoch, args *a)
+/* The command of an append: its effect runs first (once), its rows ride in
+ * the script. */
+static void build_append(rstore *r, rop *o, const char *epoch, args *a)
+{
+    const char *s = o->session;
+    if (o->effect && !o->fx_done)
+        run_effect(o);
+    arg_eval(r, a, SC_APPEND, 3);
+    arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
+    arg_fmt(a, "tm:{%s}:s:%s", s, o->name);
+    arg_str(a, "tm:started");
+    arg_token(r, a, o);
+    arg_str(a, epoch);
+    arg_bin(a, o->data, o->len);
+    arg_str(a, (o->flags & TM_APPEND_FINAL) ? "1" : "0");
+    arg_fmt(a, "%" PRIu64, r->opt.retain_events);
+    arg_fmt(a, "%" PRId64, r->opt.retain_ms > 0 ? r->opt.retain_ms : 0);
+    arg_fmt(a, "%" PRIu64, o->expect);
+    if (o->request_key) {
+        arg_fmt(a, "tm:{%s}:q:%s", s, o->request_key);
+        arg_fmt(a, "%zu:%s%s", strlen(s), s, o->request_key);
+    } else {
+        arg_str(a, "");
+        arg_str(a, "");
+    }
+    arg_str(a, r->channel);
+    arg_str(a, r->wid);
+    arg_str(a, o->name);
+    arg_str(a, s);
+    if (o->rows && json_array_size(o->rows) > 0) {
+        char *rows = json_dumps(o->rows, JSON_COMPACT);
+        arg_fmt(a, "%s", rows ? rows : "");
+        if (!rows)
+            a->oom = 1;
+        free(rows);
+    } else {
+        arg_str(a, "");
+    }
+    arg_str(a, o->wake ? "1" : "0");
+}
+
+static void build_session_create(rstore *r, rop *o, args *a)
+{
+    const char *s = o->session;
+    arg_eval(r, a, SC_SESS_CREATE, 2);
+    arg_fmt(a, "tm:{%s}:sess", s);
+    arg_str(a, "tm:sessions");
+    arg_token(r, a, o);
+    arg_str(a, s);
+    arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
+    arg_pair(a, "id", s);
+    arg_str(a, "created_ms");
+    arg_fmt(a, "%" PRId64, o->srec.created_ms);
+    arg_str(a, "last_seen_ms");
+    arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
+    arg_pair(a, "version", o->srec.protocol_version);
+    arg_pair(a, "client", o->srec.client);
+}
+
+static void build_request_begin(rstore *r, rop *o, args *a)
+{
+    const char *s = o->session;
+    arg_eval(r, a, SC_REQ_BEGIN, 4);
+    arg_fmt(a, "tm:{%s}:sess", s);
+    arg_fmt(a, "tm:{%s}:q:%s", s, o->rrec.key);
+    arg_str(a, "tm:started");
+    arg_fmt(a, "tm:{%s}:reqs", s);
+    arg_token(r, a, o);
+    arg_fmt(a, "%zu:%s%s", strlen(s), s, o->rrec.key);
+    arg_str(a, o->rrec.key);
+    arg_fmt(a, "%" PRId64, o->ms);
+    arg_pair(a, "node", r->wid);
+    arg_pair(a, "tool", o->rrec.tool);
+    arg_pair(a, "stream", o->rrec.stream);
+    arg_pair(a, "message", o->rrec.message);
+}
+
+/* The script call of o (EVALSHA, keys, arguments). */
+static void build(rstore *r, rop *o, const char *epoch, args *a)
 {
     const char *s = o->session;
     switch (o->kind) {
     case OP_APPEND:
-        if (o->effect && !o->fx_done)
-            run_effect(o);
-        arg_eval(r, a, SC_APPEND, 3);
-        arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
-        arg_fmt(a, "tm:{%s}:s:%s", s, o->name);
-        arg_str(a, "tm:started");
-        arg_token(r, a, o);
-        arg_str(a, epoch);
-        arg_bin(a, o->data, o->len);
-        arg_str(a, (o->flags & TM_APPEND_FINAL) ? "1" : "0");
-        arg_fmt(a, "%" PRIu64, r->opt.retain_events);
-        arg_fmt(a, "%" PRId64, r->opt.retain_ms > 0 ? r->opt.retain_ms : 0);
-        arg_fmt(a, "%" PRIu64, o->expect);
-        if (o->request_key) {
-            arg_fmt(a, "tm:{%s}:q:%s", s, o->request_key);
-            arg_fmt(a, "%zu:%s%s", strlen(s), s, o->request_key);
-        } else {
-            arg_str(a, "");
-            arg_str(a, "");
-        }
-        arg_str(a, r->channel);
-        arg_str(a, r->wid);
-        arg_str(a, o->name);
-        arg_str(a, s);
-        if (o->rows && json_array_size(o->rows) > 0) {
-            char *rows = json_dumps(o->rows, JSON_COMPACT);
-            arg_fmt(a, "%s", rows ? rows : "");
-            if (!rows)
-                a->oom = 1;
-            free(rows);
-        } else {
-            arg_str(a, "");
-        }
-        arg_str(a, o->wake ? "1" : "0");
-        return 0;
+        build_append(r, o, epoch, a);
+        return;
     case OP_CLOSE:
         arg_eval(r, a, SC_CLOSE, 1);
         arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
@@ -1082,7 +944,7 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_str(a, r->wid);
         arg_str(a, o->name);
         arg_str(a, s);
-        return 0;
+        return;
     case OP_OPEN:
         arg_eval(r, a, SC_OPEN, 2);
         arg_fmt(a, "tm:{%s}:sess", s);
@@ -1090,69 +952,42 @@ static int build(rstore *r, rop *o, const char *epoch, args *a)
         arg_token(r, a, o);
         arg_fmt(a, "tm:{%s}:", s);
         arg_str(a, o->name ? o->name : "");
-        return 0;
+        return;
     case OP_SESS_CREATE:
-        arg_eval(r, a, SC_SESS_CREATE, 2);
-        arg_fmt(a, "tm:{%s}:sess", s);
-        arg_str(a, "tm:sessions");
-        arg_token(r, a, o);
-        arg_str(a, s);
-        arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
-        arg_pair(a, "id", s);
-        arg_str(a, "created_ms");
-        arg_fmt(a, "%" PRId64, o->srec.created_ms);
-        arg_str(a, "last_seen_ms");
-        arg_fmt(a, "%" PRId64, o->srec.last_seen_ms);
-        arg_pair(a, "version", o->srec.protocol_version);
-        arg_pair(a, "client", o->srec.client);
-        return 0;
+        build_session_create(r, o, a);
+        return;
     case OP_SESS_TOUCH:
         arg_eval(r, a, SC_SESS_TOUCH, 2);
         arg_fmt(a, "tm:{%s}:sess", s);
         arg_str(a, "tm:sessions");
         arg_fmt(a, "%" PRId64, o->ms);
         arg_str(a, s);
-        return 0;
+        return;
     case OP_SESS_ATTRS:
         arg_eval(r, a, SC_SESS_ATTRS, 1);
         arg_fmt(a, "tm:{%s}:sess", s);
         arg_fmt(a, "a:%s", o->srec.client);
         arg_str(a, o->srec.attrs ? o->srec.attrs : "");
         arg_str(a, o->srec.attrs ? "0" : "1");
-        return 0;
+        return;
     case OP_SESS_DELETE:
         arg_eval(r, a, SC_SESS_DELETE, 2);
         arg_str(a, "tm:sessions");
         arg_str(a, "tm:started");
         arg_token(r, a, o);
         arg_str(a, s);
-        return 0;
+        return;
     case OP_REQ_BEGIN:
-        arg_eval(r, a, SC_REQ_BEGIN, 4);
-        arg_fmt(a, "tm:{%s}:sess", s);
-        arg_fmt(a, "tm:{%s}:q:%s", s, o->rrec.key);
-        arg_str(a, "tm:started");
-        arg_fmt(a, "tm:{%s}:reqs", s);
-        arg_token(r, a, o);
-        arg_fmt(a, "%zu:%s%s", strlen(s), s, o->rrec.key);
-        arg_str(a, o->rrec.key);
-        arg_fmt(a, "%" PRId64, o->ms);
-        arg_pair(a, "node", r->wid);
-        arg_pair(a, "tool", o->rrec.tool);
-        arg_pair(a, "stream", o->rrec.stream);
-        arg_pair(a, "message", o->rrec.message);
-        return 0;
+        build_request_begin(r, o, a);
+        return;
     case OP_EXPIRE:
         arg_eval(r, a, SC_EXPIRE, 2);
         arg_str(a, "tm:sessions");
         arg_str(a, "tm:started");
         arg_fmt(a, "%" PRId64, o->ms);
         arg_fmt(a, "%d", EXPIRE_CHUNK);
-        return 0;
-    case OP_BARRIER:
-        return 1;
+        return;
     }
-    return 1;
 }
 
 /* Errors after which the script did not run and may simply be sent again
@@ -1168,36 +1003,35 @@ static int take_reply(rop *o, redisReply *x)
     o->state = ST_DONE;
     if (x->type == REDIS_REPLY_ERROR) {
         TM_ERROR("redis: script failed: %s", x->str);
-        o->link.status = TIDEMARK_EIO;
+        o->w.q.status = TIDEMARK_EIO;
         return 0;
     }
     if (o->kind == OP_EXPIRE) {
         if (!is_array(x, 0)) {
-            o->link.status = TIDEMARK_EIO;
+            o->w.q.status = TIDEMARK_EIO;
             return 0;
         }
         o->ids = calloc(x->elements + 1, sizeof *o->ids);
         for (size_t i = 0; o->ids && i < x->elements; i++)
             if (x->element[i]->type == REDIS_REPLY_STRING)
                 o->ids[o->nids++] = tm_memdup(x->element[i]->str, x->element[i]->len);
-        o->seq = x->elements;
+        o->w.seq = x->elements;
         return 0;
     }
     if (!is_array(x, 1) || x->element[0]->type != REDIS_REPLY_INTEGER) {
-        o->link.status = TIDEMARK_EIO;
+        o->w.q.status = TIDEMARK_EIO;
         return 0;
     }
-    o->link.status = (int)x->element[0]->integer;
+    o->w.q.status = (int)x->element[0]->integer;
     if (x->elements >= 2)
-        o->seq = (uint64_t)int_of(x->element[1]);
-    if (o->kind == OP_SESS_DELETE && o->retry && o->link.status == TIDEMARK_ENOTFOUND)
-        o->link.status = 0; /* applied before the reply was lost, token already gone */
+        o->w.seq = (uint64_t)int_of(x->element[1]);
+    if (o->kind == OP_SESS_DELETE && o->retry && o->w.q.status == TIDEMARK_ENOTFOUND)
+        o->w.q.status = 0; /* applied before the reply was lost, token already gone */
     return x->elements >= 3 && int_of(x->element[2]) == 1;
 }
 
 enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
 
-/* Send every op still to do as one pipeline and read the replies. */
 /* Flag, per stream, the last append still to send: its script publishes the
  * stream's head for the other nodes. */
 static void mark_wakes(rop *batch)
@@ -1220,69 +1054,79 @@ static void mark_wakes(rop *batch)
     tm_map_free(last);
 }
 
-static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
+/* One round trip of a batch: MULTI, [DEL tokens], the ops, [PEXPIRE tokens], EXEC. */
+typedef struct round {
+    int pre, post; /* the DEL before the ops, the PEXPIRE after them */
+    int nqueued;   /* replies before EXEC's: MULTI's, then one per command */
+    int reload;    /* a script was missing (NOSCRIPT): load them, send again */
+    int aborted;   /* a command was refused: the EXEC ran nothing */
+} round;
+
+/* Queue the round on the write connection (written when replies are read).
+ * One MULTI/EXEC per batch: Redis applies it as one unit and, under
+ * appendfsync always, fsyncs it once (a bare pipeline is read in 16 KiB
+ * pieces, with an fsync after each). */
+static void queue_round(rstore *r, rop *batch, int first_attempt, round *t)
 {
     redisContext *c = r->wc;
     char epoch[TM_EPOCH_LEN + 1];
     current_epoch(r, epoch);
-    int pre = 0, post = 0, reload = 0, aborted = 0;
-    /* One MULTI/EXEC per batch: Redis applies it as one unit and, under
-     * appendfsync always, fsyncs it once (a bare pipeline is read in 16 KiB
-     * pieces, with an fsync after each). */
     mark_wakes(batch);
     redisAppendCommand(c, "MULTI");
     /* The previous batch is settled: its tokens can go. Never on a retry,
      * which may still need them. */
     if (first_attempt && r->wkey_dirty) {
         redisAppendCommand(c, "DEL %s", r->wkey);
-        pre = 1;
+        t->pre = 1;
         r->wkey_dirty = 0;
     }
+    int nsent = 0;
     for (rop *o = batch; o; o = op_next(o)) {
         if (o->state != ST_TODO)
             continue;
         args a = {0};
-        if (build(r, o, epoch, &a) != 0) {
+        build(r, o, epoch, &a);
+        if (a.oom || redisAppendCommandArgv(c, a.n, a.v, a.len) != REDIS_OK) {
             o->state = ST_DONE;
-        } else if (a.oom || redisAppendCommandArgv(c, a.n, a.v, a.len) != REDIS_OK) {
-            o->state = ST_DONE;
-            o->link.status = TIDEMARK_ENOMEM;
+            o->w.q.status = TIDEMARK_ENOMEM;
         } else {
             o->state = ST_SENT;
-            post = 1;
+            nsent++;
         }
         args_free(&a);
     }
-    if (post) {
+    if (nsent) {
         redisAppendCommand(c, "PEXPIRE %s %d", r->wkey, WKEY_TTL_MS);
+        t->post = 1;
         r->wkey_dirty = 1;
     }
     redisAppendCommand(c, "EXEC");
-    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit"); /* nothing sent yet */
-    void *x = NULL;
-    redisReply *rep;
-    /* MULTI, then one QUEUED (or a refusal, which aborts the EXEC) per command. */
-    int nqueued = 1 + pre + post;
-    for (rop *o = batch; o; o = op_next(o))
-        nqueued += o->state == ST_SENT;
+    t->nqueued = 1 + t->pre + nsent + t->post;
+}
+
+/* MULTI's answer, then one QUEUED (or a refusal, which aborts the EXEC) per
+ * command. 0, or -1 when the connection was lost. */
+static int read_queued(rstore *r, rop *batch, round *t)
+{
     rop *o = batch;
-    for (int i = 0; i < nqueued; i++) {
-        if (redisGetReply(c, &x) != REDIS_OK)
-            goto lost;
-        rep = x;
-        int is_op = i >= 1 + pre && i < nqueued - post;
+    for (int i = 0; i < t->nqueued; i++) {
+        void *x = NULL;
+        if (redisGetReply(r->wc, &x) != REDIS_OK)
+            return -1;
+        redisReply *rep = x;
+        int is_op = i >= 1 + t->pre && i < t->nqueued - t->post;
         if (is_op)
             while (o->state != ST_SENT)
                 o = op_next(o);
         if (rep->type == REDIS_REPLY_ERROR) {
-            aborted = 1;
+            t->aborted = 1;
             if (is_noscript(rep)) {
-                reload = 1;
+                t->reload = 1;
             } else {
                 TM_ERROR("redis: command refused: %s", rep->str);
                 if (is_op) {
                     o->state = ST_DONE;
-                    o->link.status = TIDEMARK_EIO;
+                    o->w.q.status = TIDEMARK_EIO;
                 }
             }
         }
@@ -1290,49 +1134,73 @@ static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
             o = op_next(o);
         freeReplyObject(x);
     }
-    if (redisGetReply(c, &x) != REDIS_OK)
-        goto lost;
-    rep = x;
-    if (aborted || rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)(nqueued - 1)) {
+    return 0;
+}
+
+/* EXEC's reply: each sent op's result. -1 when the connection was lost. */
+static int read_exec(rstore *r, rop *batch, round *t, int *recovered)
+{
+    void *x = NULL;
+    if (redisGetReply(r->wc, &x) != REDIS_OK)
+        return -1;
+    redisReply *rep = x;
+    if (t->aborted || rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)(t->nqueued - 1)) {
         /* Nothing ran: send the rest again. */
-        if (!aborted)
+        if (!t->aborted)
             TM_ERROR("redis: EXEC failed (%s)", rep->type == REDIS_REPLY_ERROR ? rep->str : "no result");
         freeReplyObject(x);
         for (rop *q = batch; q; q = op_next(q))
             if (q->state == ST_SENT)
                 q->state = ST_TODO;
-        if (pre)
+        if (t->pre)
             r->wkey_dirty = 1;
-        return reload ? SENT_RELOAD : aborted ? SENT_OK : SENT_LOST;
+        return t->reload ? SENT_RELOAD : t->aborted ? SENT_OK : SENT_LOST;
     }
-    size_t k = (size_t)pre;
+    size_t k = (size_t)t->pre;
     for (rop *q = batch; q; q = op_next(q)) {
         if (q->state != ST_SENT)
             continue;
         redisReply *e = rep->element[k++];
         if (is_noscript(e)) { /* flushed: not run */
             q->state = ST_TODO;
-            reload = 1;
+            t->reload = 1;
         } else {
             *recovered += take_reply(q, e);
         }
     }
     freeReplyObject(x);
-    return reload ? SENT_RELOAD : SENT_OK;
-lost:
-    TM_WARN("redis: connection lost during a commit (%s); retrying", c->errstr);
+    return t->reload ? SENT_RELOAD : SENT_OK;
+}
+
+/* The connection broke with ops sent: each is resent as a retry (its token
+ * decides), but for an expiry, whose list of deleted ids would be lost. */
+static int round_lost(rstore *r, rop *batch)
+{
+    TM_WARN("redis: connection lost during a commit (%s); retrying", r->wc->errstr);
     for (rop *o = batch; o; o = op_next(o)) {
         if (o->state != ST_SENT)
             continue;
-        if (o->kind == OP_EXPIRE) { /* its list of deleted ids would be lost */
+        if (o->kind == OP_EXPIRE) {
             o->state = ST_DONE;
-            o->link.status = TIDEMARK_EIO;
+            o->w.q.status = TIDEMARK_EIO;
         } else {
             o->state = ST_TODO;
             o->retry = 1;
         }
     }
     return SENT_LOST;
+}
+
+/* Send every op still to do as one MULTI/EXEC and read the replies. */
+static int send_batch(rstore *r, rop *batch, int first_attempt, int *recovered)
+{
+    round t = {0};
+    queue_round(r, batch, first_attempt, &t);
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit"); /* nothing sent yet */
+    if (read_queued(r, batch, &t) != 0)
+        return round_lost(r, batch);
+    int rc = read_exec(r, batch, &t, recovered);
+    return rc < 0 ? round_lost(r, batch) : rc;
 }
 
 static int writer_connect(rstore *r)
@@ -1404,18 +1272,60 @@ static void writer_lost(rstore *r)
         r->down_since = tm_now_ms();
 }
 
-/* Send the batch until every op has an answer, reconnecting with backoff;
- * past the outage deadline the rest fail with TIDEMARK_EIO. */
-static void commit_batch(rstore *r, rop *batch)
+/* One SCAN page of meta keys: trim each stream by age, in one script. */
+static void sweep_keys(rstore *r, const redisReply *keys)
 {
+    size_t n = keys->elements;
+    const char **argv = calloc(2 * n + 4, sizeof *argv);
+    size_t *lens = calloc(2 * n + 4, sizeof *lens);
+    char **streams = calloc(n + 1, sizeof *streams);
+    char nk[24], age[24];
+    snprintf(nk, sizeof nk, "%zu", 2 * n);
+    snprintf(age, sizeof age, "%" PRId64, r->opt.retain_ms);
+    int ok = argv && lens && streams && n > 0;
+    if (ok) {
+        size_t k = 0;
+        argv[k++] = "EVALSHA";
+        argv[k++] = r->sha[SC_SWEEP];
+        argv[k++] = nk;
+        for (size_t i = 0; ok && i < n; i++) {
+            const char *m = keys->element[i]->str;
+            const char *at = strstr(m, "}:m:");
+            streams[i] = at ? fmt("%.*s}:s:%s", (int)(at - m), m, at + 4) : NULL;
+            ok = streams[i] != NULL;
+            argv[k++] = m;
+            argv[k++] = streams[i];
+        }
+        argv[k++] = age;
+        for (size_t i = 0; i < k; i++)
+            lens[i] = strlen(argv[i]);
+        if (ok) {
+            redisReply *y = redisCommandArgv(r->wc, (int)k, argv, lens);
+            if (y && y->type == REDIS_REPLY_ERROR)
+                TM_WARN("redis: age retention: %s", y->str);
+            freeReplyObject(y);
+        }
+    }
+    for (size_t i = 0; streams && i < n; i++)
+        free(streams[i]);
+    free(streams);
+    free(argv);
+    free(lens);
+}
+
+/* commit hook: send the batch until every op has an answer, reconnecting
+ * with backoff; past the outage deadline the rest fail with TIDEMARK_EIO.
+ * Each op's status is its own: the batch as a whole always settles (0). */
+static int r_commit(void *be, tm_wop *wbatch, size_t n)
+{
+    (void)n;
+    rstore *r = be;
+    rop *batch = (rop *)wbatch;
     int64_t now = tm_now_ms();
     int64_t deadline = now + OUTAGE_MS;
     if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
         deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
     int first = 1, reloads = 0, recovered = 0, backoff = BACKOFF_MIN_MS;
-    for (rop *o = batch; o; o = op_next(o))
-        if (o->kind == OP_BARRIER) /* settled in finish_batch, in queue order */
-            o->state = ST_DONE;
     for (;;) {
         int todo = 0;
         for (rop *o = batch; o; o = op_next(o))
@@ -1424,7 +1334,8 @@ static void commit_batch(rstore *r, rop *batch)
             if (recovered)
                 TM_INFO("redis: %d op(s) had committed before their reply was lost; "
                         "answered from their tokens, not repeated", recovered);
-            return;
+            TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
+            return 0;
         }
         if (!r->wc && writer_connect(r) != 0) {
             if (!r->down_since)
@@ -1458,129 +1369,64 @@ static void commit_batch(rstore *r, rop *batch)
     for (rop *o = batch; o; o = op_next(o)) {
         if (o->state == ST_TODO) {
             o->state = ST_DONE;
-            o->link.status = TIDEMARK_EIO;
+            o->w.q.status = TIDEMARK_EIO;
         }
     }
-}
-
-typedef struct wake_item {
-    char *session, *name;
-    uint64_t seq;
-} wake_item;
-
-typedef struct wake_set {
-    tm_map *index; /* cache key -> 1 + position in v */
-    wake_item *v;
-    size_t n;
-} wake_set;
-
-static void wake_add(wake_set *w, const char *session, const char *name, uint64_t seq)
-{
-    char *k = cache_key(session, name);
-    if (!k)
-        return;
-    uintptr_t pos = (uintptr_t)tm_map_get(w->index, k);
-    if (pos) {
-        if (seq > w->v[pos - 1].seq)
-            w->v[pos - 1].seq = seq;
-    } else {
-        w->v[w->n] = (wake_item){strdup(session), strdup(name), seq};
-        tm_map_put(w->index, k, (void *)(uintptr_t)(++w->n));
-    }
-    free(k);
-}
-
-/* A barrier answers for the ops its thread queued with nowhere to report a
- * failure (a request record not waited for): the dispatcher runs a tool that
- * is not idempotent only after sync() said its record is durable. Ops are
- * settled in queue order, so the thread's earlier ops are known here. */
-static void settle_unreported(rstore *r, rop *o)
-{
-    if (o->link.status == TIDEMARK_EIO && o->link.ctr > atomic_load(&r->fail_ctr_hi))
-        atomic_store(&r->fail_ctr_hi, o->link.ctr); /* for tm_store_sync_since */
-    if (o->kind == OP_REQ_BEGIN && !o->link.sync && o->link.status != 0 && o->link.status != TIDEMARK_EEXIST) {
-        pthread_t *v = realloc(r->unreported, (r->nunreported + 1) * sizeof *v);
-        if (v) {
-            r->unreported = v;
-            r->unreported[r->nunreported++] = o->thread;
-        }
-        return;
-    }
-    if (o->kind != OP_BARRIER)
-        return;
-    for (size_t i = 0; i < r->nunreported; i++) {
-        if (pthread_equal(r->unreported[i], o->thread)) {
-            o->link.status = TIDEMARK_EIO;
-            r->unreported[i--] = r->unreported[--r->nunreported];
-        }
-    }
-}
-
-/* Update the local hints, run the callbacks, then the listener, then let
- * the waiters go. */
-static void finish_batch(rstore *r, rop *batch, size_t nops)
-{
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
-    for (rop *o = batch; o; o = op_next(o))
-        settle_unreported(r, o);
-    wake_set w = {tm_map_new(), calloc(nops + 1, sizeof(wake_item)), 0};
-    int failed = 0;
+    return 0;
+}
+
+/* The hint of one append or close that was answered. Caller holds c_mu. */
+static void settle_hint(rstore *r, rop *o)
+{
+    char *k = cache_key(o->session, o->name);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    free(k);
+    uint64_t seq = o->w.seq;
+    int st = o->w.q.status;
+    /* (a guard: the session may have been deleted and made again) */
+    if (s && o->kind == OP_APPEND && s->pending) {
+        s->pending--;
+        if ((st == 0 || st == TIDEMARK_EBUSY) && seq > s->known)
+            s->known = seq; /* EBUSY: the script said where the head is */
+        early *e = s->early_head;
+        if (e && e->seq == o->expect) {
+            s->early_head = e->next;
+            if (!s->early_head)
+                s->early_tail = NULL;
+            e->next = NULL;
+            early_free(e);
+        }
+    }
+    if (s && s->close_pending && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
+        s->close_pending--;
+}
+
+/* settle hook: fold the answers into the local hints; wake this node's
+ * readers of every stream that moved (other nodes hear the script's
+ * PUBLISH). */
+static void r_settle(void *be, tm_wop *batch, int rc)
+{
+    (void)rc; /* r_commit always settles */
+    rstore *r = be;
     pthread_mutex_lock(&r->c_mu);
-    for (rop *o = batch; o; o = op_next(o)) {
+    for (rop *o = (rop *)batch; o; o = op_next(o)) {
         if (o->kind != OP_APPEND && o->kind != OP_CLOSE)
             continue;
-        char *k = cache_key(o->session, o->name);
-        rstream *s = k ? tm_map_get(r->streams, k) : NULL;
-        free(k);
-        /* (a guard: the session may have been deleted and made again) */
-        if (s && o->kind == OP_APPEND && s->pending) {
-            s->pending--;
-            if (o->link.status == 0 && o->seq > s->known)
-                s->known = o->seq;
-            if (o->link.status == TIDEMARK_EBUSY && o->seq > s->known)
-                s->known = o->seq; /* the script said where the head is */
-            early *e = s->early_head;
-            if (e && e->seq == o->expect) {
-                s->early_head = e->next;
-                if (!s->early_head)
-                    s->early_tail = NULL;
-                e->next = NULL;
-                early_free(e);
-            }
-        }
-        if (s && s->close_pending && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
-            s->close_pending--;
-        if (o->link.status == 0 && w.index && w.v)
-            wake_add(&w, o->session, o->name, o->seq);
-        failed |= o->link.status == TIDEMARK_EIO;
+        settle_hint(r, o);
+        if (o->w.q.status == 0)
+            tm_writer_wake(r->writer, o->session, o->name, o->w.seq);
     }
     pthread_mutex_unlock(&r->c_mu);
-
-    int64_t now_us = tm_now_us();
-    for (rop *o = batch; o; o = op_next(o)) {
-        if (o->kind != OP_APPEND)
-            continue;
-        if (o->link.status == 0)
-            tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
-        if (o->cb)
-            o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
-    }
-    tm_metric_inc(failed ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
-    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
-    for (size_t i = 0; i < w.n; i++) {
-        tm_store_notify_commit(&r->base, w.v[i].session, w.v[i].name, w.v[i].seq);
-        free(w.v[i].session);
-        free(w.v[i].name);
-    }
-    free(w.v);
-    tm_map_free(w.index);
-
-    tm_opqueue_settle(&r->queue, &batch->link, release_op);
 }
 
-/* Age retention for streams nobody appends to: every stream's meta key. */
-static void sweep(rstore *r)
+static void r_release(tm_wop *o) { op_free((rop *)o); }
+
+/* maintain hook: age retention for streams nobody appends to, by every
+ * stream's meta key. */
+static void r_sweep(void *be)
 {
+    rstore *r = be;
     if (!r->wc && writer_connect(r) != 0)
         return;
     char cursor[32] = "0";
@@ -1593,43 +1439,7 @@ static void sweep(rstore *r)
             return;
         }
         snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
-        redisReply *keys = x->element[1];
-        size_t n = keys->elements;
-        const char **argv = calloc(2 * n + 4, sizeof *argv);
-        size_t *lens = calloc(2 * n + 4, sizeof *lens);
-        char **streams = calloc(n + 1, sizeof *streams);
-        char nk[24], age[24];
-        snprintf(nk, sizeof nk, "%zu", 2 * n);
-        snprintf(age, sizeof age, "%" PRId64, r->opt.retain_ms);
-        int ok = argv && lens && streams && n > 0;
-        if (ok) {
-            size_t k = 0;
-            argv[k++] = "EVALSHA";
-            argv[k++] = r->sha[SC_SWEEP];
-            argv[k++] = nk;
-            for (size_t i = 0; ok && i < n; i++) {
-                const char *m = keys->element[i]->str;
-                const char *at = strstr(m, "}:m:");
-                streams[i] = at ? fmt("%.*s}:s:%s", (int)(at - m), m, at + 4) : NULL;
-                ok = streams[i] != NULL;
-                argv[k++] = m;
-                argv[k++] = streams[i];
-            }
-            argv[k++] = age;
-            for (size_t i = 0; i < k; i++)
-                lens[i] = strlen(argv[i]);
-            if (ok) {
-                redisReply *y = redisCommandArgv(r->wc, (int)k, argv, lens);
-                if (y && y->type == REDIS_REPLY_ERROR)
-                    TM_WARN("redis: age retention: %s", y->str);
-                freeReplyObject(y);
-            }
-        }
-        for (size_t i = 0; streams && i < n; i++)
-            free(streams[i]);
-        free(streams);
-        free(argv);
-        free(lens);
+        sweep_keys(r, x->element[1]);
         freeReplyObject(x);
         if (r->wc->err) {
             writer_lost(r);
@@ -1638,28 +1448,12 @@ static void sweep(rstore *r)
     } while (strcmp(cursor, "0") != 0);
 }
 
-static void *writer_main(void *arg)
-{
-    rstore *r = arg;
-    int64_t next_sweep = tm_now_ms() + 1000;
-    for (;;) {
-        size_t n;
-        int stop;
-        rop *batch = (rop *)tm_opqueue_take(&r->queue, BATCH_MAX,
-                                            r->opt.retain_ms > 0 ? next_sweep : 0, &n, &stop);
-        if (r->opt.retain_ms > 0 && tm_now_ms() >= next_sweep) {
-            sweep(r);
-            next_sweep = tm_now_ms() + 1000;
-        }
-        if (stop)
-            break;
-        if (!batch)
-            continue;
-        commit_batch(r, batch);
-        finish_batch(r, batch, n);
-    }
-    return NULL;
-}
+static const tm_writer_hooks redis_writer_hooks = {
+    .commit = r_commit,
+    .settle = r_settle,
+    .release = r_release,
+    .maintain = r_sweep,
+};
 
 /* ---- the subscriber ------------------------------------------------------------ */
 
@@ -1708,6 +1502,17 @@ static void on_bus(rstore *r, const char *msg, size_t len)
     free(channel);
 }
 
+/* Streams to wake (wake_all). */
+typedef struct wake_item {
+    char *session, *name;
+    uint64_t seq;
+} wake_item;
+
+typedef struct wake_set {
+    wake_item *v;
+    size_t n;
+} wake_set;
+
 static void collect_wake(const char *k, void *val, void *ud)
 {
     (void)k;
@@ -1720,7 +1525,7 @@ static void collect_wake(const char *k, void *val, void *ud)
  * wake-up may have been missed. */
 static void wake_all(rstore *r)
 {
-    wake_set w = {NULL, NULL, 0};
+    wake_set w = {NULL, 0};
     pthread_mutex_lock(&r->c_mu);
     w.v = calloc(tm_map_count(r->streams) + 1, sizeof *w.v);
     if (w.v)
@@ -1948,39 +1753,15 @@ static int r_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec 
     return rc;
 }
 
-static void free_value(const char *k, void *v, void *ud)
-{
-    (void)k;
-    (void)ud;
-    free(v);
-}
-
 static int r_session_touch(tm_store *st, const char *id, int64_t now_ms)
 {
     rstore *r = (rstore *)st;
     /* Last-seen only feeds idle expiry. This node's first touch of a session
      * waits (it reports an unknown session); later ones write at most once
      * per touch_every_ms and do not wait. */
-    int64_t every = r->opt.touch_every_ms > 0 ? r->opt.touch_every_ms : TOUCH_EVERY_MS;
-    pthread_mutex_lock(&r->c_mu);
-    int64_t *t = tm_map_get(r->touched, id);
-    if (t && now_ms - *t < every) {
-        pthread_mutex_unlock(&r->c_mu);
+    int first = 0;
+    if (!tm_writer_touch_due(r->writer, id, now_ms, &first))
         return 0;
-    }
-    int first = t == NULL;
-    if (first && tm_map_count(r->touched) >= CACHE_MAX) { /* forget; first touches wait again */
-        tm_map_each(r->touched, free_value, NULL);
-        tm_map_free(r->touched);
-        r->touched = tm_map_new();
-    }
-    if (first && r->touched && (t = malloc(sizeof *t)) != NULL && tm_map_put(r->touched, id, t) != 0) {
-        free(t);
-        t = NULL;
-    }
-    if (t)
-        *t = now_ms;
-    pthread_mutex_unlock(&r->c_mu);
     rop *o = op_new(OP_SESS_TOUCH);
     if (!o || !(o->session = strdup(id))) {
         free(o);
@@ -1992,12 +1773,8 @@ static int r_session_touch(tm_store *st, const char *id, int64_t now_ms)
         return 0;
     }
     int rc = run_sync(r, o);
-    if (rc) {
-        pthread_mutex_lock(&r->c_mu);
-        if (r->touched)
-            free(tm_map_del(r->touched, id));
-        pthread_mutex_unlock(&r->c_mu);
-    }
+    if (rc)
+        tm_writer_touch_forget(r->writer, id);
     return rc;
 }
 
@@ -2025,14 +1802,12 @@ static int r_stream_open(tm_store *st, const char *session, const char *name,
             op_free(o);
         return TIDEMARK_ENOMEM;
     }
-    o->link.sync = 1;
-    enqueue(r, o);
     int rc = wait_op(r, o);
     char nm[TM_STREAM_MAX];
     if (name)
         snprintf(nm, sizeof nm, "%s", name);
     else
-        snprintf(nm, sizeof nm, "r%" PRIu64, o->seq);
+        snprintf(nm, sizeof nm, "r%" PRIu64, o->w.seq);
     op_free(o);
     if (rc)
         return rc;
@@ -2091,8 +1866,9 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
     o->effect_ud = q->effect_ud;
     o->fallback = q->fallback ? tm_memdup(q->fallback, q->fallback_len) : tm_memdup("", 0);
     o->fallback_len = q->fallback ? q->fallback_len : 0;
-    o->cb = q->cb;
-    o->cb_ud = q->cb_ud;
+    o->w.cb = q->cb;
+    o->w.cb_ud = q->cb_ud;
+    o->w.append = 1;
     early *e = r->opt.emit_early ? calloc(1, sizeof *e) : NULL;
     if (!o->session || !o->name || !o->data || !o->fallback ||
         (q->request_key && !o->request_key) || (r->opt.emit_early && !e)) {
@@ -2112,7 +1888,7 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
         return rc;
     }
     s->pending++;
-    o->seq = s->known + s->pending; /* this node's prediction; Redis decides */
+    o->w.seq = s->known + s->pending; /* this node's prediction; Redis decides */
     if (q->flags & TM_APPEND_FINAL) {
         s->closing = 1;
         s->close_pending++;
@@ -2120,8 +1896,8 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
     if (e) {
         /* Readers may see it before it is durable, under the predicted seq,
          * which the script then insists on. */
-        o->expect = o->seq;
-        e->seq = o->seq;
+        o->expect = o->w.seq;
+        e->seq = o->w.seq;
         e->len = q->len;
         e->data = q->effect ? NULL : tm_memdup(q->data, q->len); /* an effect may swap the bytes */
         if (s->early_tail)
@@ -2130,7 +1906,7 @@ static int r_append_ex(tm_store *st, const tm_append_req *q)
             s->early_head = e;
         s->early_tail = e;
     }
-    uint64_t seq = o->seq;
+    uint64_t seq = o->w.seq;
     enqueue(r, o); /* under c_mu: queue order is prediction order per stream */
     pthread_mutex_unlock(&r->c_mu);
     if (r->opt.emit_early)
@@ -2436,7 +2212,8 @@ static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
         return TIDEMARK_ENOMEM;
     }
     if (!wait_durable) {
-        o->thread = pthread_self(); /* its failure is told to this thread's sync() */
+        o->w.thread = pthread_self(); /* its failure is told to this thread's sync() */
+        o->w.report = 1;
         enqueue(r, o);
         return 0;
     }
@@ -2641,24 +2418,12 @@ static int r_publish(tm_store *st, const char *channel, const void *data, size_t
     return rc;
 }
 
-/* Move a started record to this node if its node's lease lapsed. One
- * script: two survivors cannot both take it. KEYS record. ARGV this node,
- * lease key prefix. */
-static const char lua_claim[] =
-    "local h = redis.call('HMGET', KEYS[1], 'state', 'node')\n"
-    "if not h[1] then return " XSTR(TIDEMARK_ENOTFOUND) " end\n"
-    "if h[1] ~= '1' then return " XSTR(TIDEMARK_EBUSY) " end\n"
-    "if h[2] == ARGV[1] then return " XSTR(TIDEMARK_EBUSY) " end\n" /* running here */
-    "if h[2] and redis.call('EXISTS', ARGV[2] .. h[2]) == 1 then return " XSTR(TIDEMARK_EBUSY) " end\n"
-    "redis.call('HSET', KEYS[1], 'node', ARGV[1])\n"
-    "return 0\n";
-
 static int r_request_claim(tm_store *st, const char *session, const char *key)
 {
     rstore *r = (rstore *)st;
     args a = {0};
-    arg_str(&a, "EVAL");
-    arg_str(&a, lua_claim);
+    arg_str(&a, "EVAL"); /* claim.lua */
+    arg_str(&a, r->claim_src);
     arg_str(&a, "1");
     arg_fmt(&a, "tm:{%s}:q:%s", session, key);
     arg_str(&a, r->wid);
@@ -2796,8 +2561,6 @@ static int r_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
         if (!o)
             return TIDEMARK_ENOMEM;
         o->ms = before;
-        o->link.sync = 1;
-        enqueue(r, o);
         int rc = wait_op(r, o);
         for (size_t i = 0; rc == 0 && i < o->nids; i++) {
             if (!o->ids[i])
@@ -2806,35 +2569,25 @@ static int r_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
             if (fn)
                 fn(ud, o->ids[i]);
         }
-        int more = rc == 0 && o->seq >= EXPIRE_CHUNK;
+        int more = rc == 0 && o->w.seq >= EXPIRE_CHUNK;
         op_free(o);
         if (!more)
             return rc;
     }
 }
 
-static int r_sync(tm_store *st)
-{
-    rstore *r = (rstore *)st;
-    rop *o = op_new(OP_BARRIER);
-    if (!o)
-        return TIDEMARK_ENOMEM;
-    o->thread = pthread_self();
-    return run_sync(r, o);
-}
+/* Barriers (writer.h): a plain sync reports this thread's failed request
+ * records queued without waiting (told once); sync_since also any op queued
+ * at or after mark that failed (exact where the per-thread rule is not: a
+ * record queued on one thread, the barrier on another). */
+static int r_sync(tm_store *st) { return tm_writer_sync(((rstore *)st)->writer); }
 
-/* Exact where sync's per-thread rule is not (a record queued on one thread,
- * the barrier on another): any op queued at or after mark that failed. */
 static int r_sync_since(tm_store *st, uint64_t mark)
 {
-    rstore *r = (rstore *)st;
-    int rc = r_sync(st);
-    if (rc == 0 && atomic_load(&r->fail_ctr_hi) >= (mark ? mark : 1))
-        rc = TIDEMARK_EIO;
-    return rc;
+    return tm_writer_sync_since(((rstore *)st)->writer, mark);
 }
 
-static uint64_t r_mark(tm_store *st) { return tm_opqueue_mark(&((rstore *)st)->queue); }
+static uint64_t r_mark(tm_store *st) { return tm_writer_mark(((rstore *)st)->writer); }
 
 /* Down while the write connection is lost (queued writes wait, then fail). */
 static int r_writable(tm_store *st)
@@ -2857,19 +2610,16 @@ static void r_free(rstore *r)
     if (r->streams)
         tm_map_each(r->streams, free_stream_cb, NULL);
     tm_map_free(r->streams);
-    if (r->touched)
-        tm_map_each(r->touched, free_value, NULL);
-    tm_map_free(r->touched);
     if (r->wake[0] >= 0)
         close(r->wake[0]);
     if (r->wake[1] >= 0)
         close(r->wake[1]);
     pthread_mutex_destroy(&r->e_mu);
     pthread_mutex_destroy(&r->c_mu);
-    tm_opqueue_destroy(&r->queue);
+    tm_writer_free(r->writer);
     pthread_mutex_destroy(&r->p_mu);
     pthread_cond_destroy(&r->p_cv);
-    free(r->unreported);
+    free(r->claim_src);
     free(r->host);
     free(r);
 }
@@ -2879,8 +2629,7 @@ static void r_close(tm_store *st)
     rstore *r = (rstore *)st;
     /* The writer finishes what is queued (bounded by OUTAGE_MS if Redis is
      * gone), then the subscriber is told to stop. */
-    tm_opqueue_stop(&r->queue);
-    pthread_join(r->writer, NULL);
+    tm_writer_stop(r->writer);
     if (r->sub_started || r->leaser_started) {
         ssize_t n;
         do
@@ -2999,11 +2748,9 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     r->wake[0] = r->wake[1] = -1;
     pthread_mutex_init(&r->e_mu, NULL);
     pthread_mutex_init(&r->c_mu, NULL);
-    int rc = tm_opqueue_init(&r->queue);
     pthread_mutex_init(&r->p_mu, NULL);
     pthread_cond_init(&r->p_cv, NULL);
-    if (rc == 0)
-        rc = tm_store_init_base(&r->base, &redis_ops, opt);
+    int rc = tm_store_init_base(&r->base, &redis_ops, opt);
     if (rc == 0)
         rc = parse_uri(uri, &r->host, &r->port, &r->db);
     if (rc == 0)
@@ -3018,8 +2765,13 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
     snprintf(r->bus, sizeof r->bus, "tm:%d:bus", r->db);
     snprintf(r->lease, sizeof r->lease, "tm:node:%s", r->wid);
     r->streams = tm_map_new();
-    r->touched = tm_map_new();
-    if (!r->streams || !r->touched || pipe(r->wake) != 0) {
+    r->claim_src = fmt("%s%s", tm_lua_errors, LUA(claim));
+    char name[300];
+    snprintf(name, sizeof name, "redis: %s:%d/%d", r->host, r->port, r->db);
+    tm_writer_config wc = {.name = name, .store = &r->base, .be = r, .hooks = &redis_writer_hooks,
+                           .batch_max = BATCH_MAX, .maintain_ms = opt->retain_ms > 0 ? 1000 : 0,
+                           .touch_every_ms = opt->touch_every_ms};
+    if (!r->streams || !r->claim_src || tm_writer_new(&wc, &r->writer) != 0 || pipe(r->wake) != 0) {
         r_free(r);
         return TIDEMARK_ENOMEM;
     }
@@ -3031,7 +2783,7 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
         return rc;
     }
     check_durability(r);
-    if (pthread_create(&r->writer, NULL, writer_main, r) != 0) {
+    if (tm_writer_start(r->writer) != 0) {
         r_free(r);
         return TIDEMARK_EIO;
     }

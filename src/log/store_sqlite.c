@@ -16,7 +16,7 @@
  * append callbacks run with no store lock held.
  */
 #include "store.h"
-#include "opqueue.h"
+#include "writer.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
@@ -37,15 +37,12 @@
 
 #define TAIL_CAP 256      /* recent events kept in memory per stream */
 #define READ_CONNS 8      /* read connection pool size */
-#define TOUCH_EVERY_MS 5000
 #define CKPT_EVERY_MS 100 /* checkpointer tick: a checkpoint, and the head file */
 #define CKPT_IDLE_MS 500  /* no commit for this long: truncate the WAL */
 #define WAL_LIMIT (4LL << 20)  /* journal_size_limit: a WAL started over shrinks to this */
 #define WAL_FORCE (16LL << 20) /* above this the writer starts the WAL over (writer_ckpt) */
 #define CKPT_STALL_MS 5000     /* a checkpoint incomplete this long is reported */
 #define QUICK_CHECK_ALWAYS (64LL << 20) /* databases up to this size are checked at every open */
-#define PROBE_MIN_MS 100  /* after a failed write: first probe, then doubling ... */
-#define PROBE_MAX_MS 5000 /* ... up to this */
 #define SYNC_WINDOW_US (5LL * 1000000) /* tm_store_sync: failures this recent count */
 #define CLOSED_KEEP 256   /* closed streams kept cached (LRU); the rest reload on demand */
 
@@ -112,21 +109,19 @@ typedef struct sstream {
 
 typedef struct ssess {
     uint64_t next_r;
-    int64_t touched_ms;
 } ssess;
 
 /* ---- operations ------------------------------------------------------------ */
 
 enum op_kind {
     OP_APPEND, OP_CLOSE, OP_STREAM_CREATE, OP_STREAM_REOPEN, OP_SESSION_CREATE,
-    OP_SESSION_TOUCH, OP_SESSION_ATTRS, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE, OP_BARRIER,
+    OP_SESSION_TOUCH, OP_SESSION_ATTRS, OP_SESSION_DELETE, OP_REQ_BEGIN, OP_SCHEMA, OP_EXPIRE,
 };
 
 typedef struct op {
-    tm_qop link;      /* first: the writer queue's part (opqueue.h) */
+    tm_wop w;         /* first: the writer's part (writer.h): status, seq, callback */
     enum op_kind kind;
     sstream *ss;
-    uint64_t seq;
     blob *b;          /* OP_APPEND: the event bytes */
     unsigned flags;
     char *request_key;
@@ -134,10 +129,7 @@ typedef struct op {
     void *effect_ud;
     char *fallback;
     size_t fallback_len;
-    tm_append_cb cb;
-    void *cb_ud;
     int64_t ms;
-    int64_t enq_us;   /* monotonic, for the commit latency histogram */
     uint64_t next_r;
     tm_session_rec srec;
     tm_request_rec rrec;
@@ -161,10 +153,8 @@ typedef struct sqstore {
     tm_map *streams;  /* "session/name" -> sstream */
     tm_map *sessions; /* id -> ssess */
     int64_t next_sid;
-    int failed;       /* a write failed and no probe has succeeded since: refuse writes */
+    int failed;       /* a commit failed and no probe has succeeded since: refuse writes */
     atomic_int corrupt; /* the database is damaged: refuse writes for good */
-    uint64_t fail_ctr_hi; /* highest queue position of an op that failed (c_mu) */
-    int64_t fail_enq_hi;  /* latest enqueue time (us) of an op that failed (c_mu) */
     sstream *lru_head, *lru_tail; /* idle closed streams (c_mu) */
     size_t lru_n;
 
@@ -178,12 +168,13 @@ typedef struct sqstore {
     atomic_int wal_big;          /* the WAL passed WAL_FORCE: the writer should restart it */
     long long page_size;
 
-    /* queue */
-    tm_opqueue queue;       /* callers -> the writer thread */
-    pthread_t writer;
+    /* the writer (writer.h) and what its thread owns */
+    tm_writer *writer;
     sqlite3 *wdb;
     sqlite3_stmt *ins_event, *upd_stream, *ins_stream, *upd_commits;
-    int64_t probe_at_ms, probe_every_ms, failed_since_ms; /* writer, while failed */
+    struct sstream *w_touched;      /* streams the batch being committed touched */
+    struct stream_update *w_ups;    /* their new bounds, once written */
+    size_t w_nups;
 
     /* checkpointer: keeps WAL checkpoints out of the writer's commits */
     pthread_t ckpt;
@@ -461,19 +452,15 @@ static void op_free(op *o)
     free(o);
 }
 
-static op *op_next(const op *o) { return (op *)o->link.next; }
+static op *op_next(const op *o) { return (op *)o->w.q.next; }
 
-static void release_op(tm_qop *o) { op_free((op *)o); }
-
-static void enqueue(sqstore *q, op *o) { tm_opqueue_push(&q->queue, &o->link); }
+static void enqueue(sqstore *q, op *o) { tm_writer_push(q->writer, &o->w); }
 
 /* Queue o and wait until the writer committed it. Returns its status; o is
  * freed unless keep is set. */
 static int run_sync(sqstore *q, op *o, int keep)
 {
-    o->link.sync = 1;
-    enqueue(q, o);
-    int rc = tm_opqueue_wait(&q->queue, &o->link);
+    int rc = tm_writer_run(q->writer, &o->w);
     if (!keep)
         op_free(o);
     return rc;
@@ -530,7 +517,7 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
     sqlite3_stmt *st = q->ins_event;
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, o->ss->sid);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)o->seq);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)o->w.seq);
     sqlite3_bind_int64(st, 3, q->epoch_id);
     sqlite3_bind_int64(st, 4, o->ms);
     sqlite3_bind_blob(st, 5, o->b->data, (int)o->b->len, SQLITE_STATIC);
@@ -555,8 +542,8 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
         }
     }
     touch_stream(touched, o->ss);
-    if (o->seq > o->ss->batch_head)
-        o->ss->batch_head = o->seq;
+    if (o->w.seq > o->ss->batch_head)
+        o->ss->batch_head = o->w.seq;
     if (o->flags & TM_APPEND_FINAL)
         o->ss->batch_closed = 1;
     return 0;
@@ -723,8 +710,6 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         return wexec(q, o->sql);
     case OP_EXPIRE:
         return apply_expire(q, o);
-    case OP_BARRIER:
-        return 0;
     }
     return TIDEMARK_EINVAL;
 }
@@ -733,10 +718,9 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
  * stream's new first and trimmed epoch in OUT first/te. */
 static int trim_count(sqstore *q, sstream *s, uint64_t head, uint64_t *first, char *te)
 {
-    uint64_t keep = q->opt.retain_events;
-    if (!keep || head < *first || head - *first + 1 <= keep)
+    uint64_t nf = tm_retain_first_by_count(&q->opt, *first, head);
+    if (nf <= *first)
         return 0;
-    uint64_t nf = head - keep + 1;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(q->wdb, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2", -1,
                            &st, NULL) != SQLITE_OK)
@@ -807,7 +791,7 @@ static int flush_streams(sqstore *q, sstream *touched, stream_update **ups, size
 /* Age retention: trim, per stream, the events older than retain_ms. */
 static void age_trim(sqstore *q)
 {
-    int64_t cutoff = tm_wall_ms() - q->opt.retain_ms;
+    int64_t cutoff = tm_retain_cutoff_ms(&q->opt, tm_wall_ms());
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(q->wdb,
                            "SELECT s.sid, s.session, s.name, MAX(e.seq) FROM tm_streams s JOIN "
@@ -893,109 +877,54 @@ static void untouch(sstream *touched)
     }
 }
 
-/* The batch committed: publish the new bounds, then tell callbacks,
- * listeners and waiters. */
-static void finish_batch(sqstore *q, op *batch, sstream *touched, stream_update *ups, size_t nups)
+/* settle hook. Committed (rc 0): publish the new bounds, name the streams
+ * to wake. Failed (rc): nothing of the batch is in the database; every op
+ * of it lets go of its stream. */
+static void sq_settle(void *be, tm_wop *batch, int rc)
 {
+    sqstore *q = be;
     pthread_mutex_lock(&q->c_mu);
-    for (size_t i = 0; i < nups; i++) {
-        sstream *s = ups[i].s;
-        s->head = ups[i].head;
-        s->closed = ups[i].closed;
-        s->first = ups[i].first;
-        memcpy(s->trimmed_epoch, ups[i].te, sizeof s->trimmed_epoch);
+    for (size_t i = 0; rc == 0 && i < q->w_nups; i++) {
+        stream_update *u = &q->w_ups[i];
+        sstream *s = u->s;
+        s->head = u->head;
+        s->closed = u->closed;
+        s->first = u->first;
+        memcpy(s->trimmed_epoch, u->te, sizeof s->trimmed_epoch);
         tail_drop_below(s, s->first);
+        tm_writer_wake(q->writer, s->session, s->name, u->head);
     }
-    untouch(touched);
-    uint64_t nops = 0;
-    for (op *o = batch; o; o = op_next(o)) {
-        nops++;
-        if (o->kind == OP_STREAM_CREATE)
+    untouch(q->w_touched);
+    q->w_touched = NULL;
+    for (op *o = (op *)batch; o; o = op_next(o)) {
+        if (rc == 0 && o->kind == OP_STREAM_CREATE)
             o->ss->durable = 1;
-        if (o->kind == OP_SESSION_DELETE)
+        if (rc == 0 && o->kind == OP_SESSION_DELETE) {
             free(tm_map_del(q->sessions, o->srec.id));
+            tm_writer_touch_forget(q->writer, o->srec.id);
+        }
         if (o->ss)
             o->ss->pending--;
     }
     pthread_mutex_unlock(&q->c_mu);
-
-    int64_t now_us = tm_now_us();
-    for (op *o = batch; o; o = op_next(o)) {
-        if (o->kind != OP_APPEND)
-            continue;
-        tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
-        if (o->cb)
-            o->cb(o->cb_ud, o->link.status, o->link.status ? 0 : o->seq);
-    }
-    tm_metric_inc(TM_M_COMMITS);
-    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
-    for (size_t i = 0; i < nups; i++)
-        tm_store_notify_commit(&q->base, ups[i].s->session, ups[i].s->name, ups[i].head);
-    /* Only now may a finished stream leave the cache: the listener above
-     * still used its names. */
-    pthread_mutex_lock(&q->c_mu);
-    for (size_t i = 0; i < nups; i++)
-        lru_note(q, ups[i].s);
-    pthread_mutex_unlock(&q->c_mu);
-    tm_opqueue_settle(&q->queue, &batch->link, release_op);
 }
 
-/* Fail every op of a list with rc (nothing of it is in the database): the
- * append callbacks hear a non-zero status, waiters get rc. */
-static void fail_ops(sqstore *q, op *list, int rc, sstream *touched)
+/* after hook: only now may a finished stream leave the cache (the listener
+ * used its names). */
+static void sq_after(void *be, tm_wop *batch)
 {
+    (void)batch;
+    sqstore *q = be;
     pthread_mutex_lock(&q->c_mu);
-    untouch(touched);
-    for (op *o = list; o; o = op_next(o)) {
-        o->link.status = rc;
-        if (o->ss)
-            o->ss->pending--;
-        if (o->link.ctr > q->fail_ctr_hi)
-            q->fail_ctr_hi = o->link.ctr;
-        if (o->enq_us > q->fail_enq_hi)
-            q->fail_enq_hi = o->enq_us;
-    }
+    for (size_t i = 0; i < q->w_nups; i++)
+        lru_note(q, q->w_ups[i].s);
     pthread_mutex_unlock(&q->c_mu);
-    uint64_t nops = 0;
-    for (op *o = list; o; o = op_next(o)) {
-        nops++;
-        if (o->kind == OP_APPEND && o->cb)
-            o->cb(o->cb_ud, rc, 0);
-    }
-    tm_metric_inc(TM_M_COMMIT_FAILURES);
-    tm_histogram_observe(TM_H_COMMIT_BATCH, nops);
-    tm_opqueue_settle(&q->queue, &list->link, release_op);
+    free(q->w_ups);
+    q->w_ups = NULL;
+    q->w_nups = 0;
 }
 
-/* A batch failed and was rolled back. Seqs are assigned at enqueue, so
- * every op queued behind it may carry a seq computed on top of it: refuse
- * new writes first, then fail the batch and everything queued, so the
- * caches can be reset to the durable state before writes resume (see
- * recover_writes). */
-static void enter_failed(sqstore *q, op *batch, int rc, sstream *touched)
-{
-    int64_t now = tm_now_ms();
-    pthread_mutex_lock(&q->c_mu);
-    int first = !q->failed;
-    if (first) {
-        q->failed = 1;
-        q->failed_since_ms = now;
-        q->probe_every_ms = PROBE_MIN_MS;
-        q->probe_at_ms = now + PROBE_MIN_MS;
-    }
-    pthread_mutex_unlock(&q->c_mu);
-    if (first)
-        TM_ERROR("sqlite: a write to %s failed (%s): writes are refused until a probe write "
-                 "succeeds (retried with backoff)", q->path, tidemark_strerror(rc));
-    size_t n;
-    int stop;
-    op *rest = (op *)tm_opqueue_take(&q->queue, 0, now, &n, &stop);
-    op *last = batch;
-    while (op_next(last))
-        last = op_next(last);
-    last->link.next = rest ? &rest->link : NULL;
-    fail_ops(q, batch, rc ? rc : TIDEMARK_EIO, touched);
-}
+static void sq_release(tm_wop *o) { op_free((op *)o); }
 
 /* A statement error that leaves the transaction unusable (the disk, the
  * file, memory), as opposed to one op's own refusal (a duplicate request
@@ -1023,24 +952,27 @@ static void rollback_quietly(sqstore *q)
     sqlite3_reset(q->upd_commits);
 }
 
-/* Run a batch as one transaction. The commit counter (tm_meta 'commits')
- * rides in it: the head file records it, and an open that finds less than
- * the head file says was committed knows acknowledged writes are missing. */
-static int run_batch(sqstore *q, op *batch, sstream **touched, stream_update **ups, size_t *nups)
+/* commit hook: the batch as one transaction. The commit counter (tm_meta
+ * 'commits') rides in it: the head file records it, and an open that finds
+ * less than the head file says was committed knows acknowledged writes are
+ * missing. */
+static int sq_commit(void *be, tm_wop *batch, size_t n)
 {
+    (void)n;
+    sqstore *q = be;
     if (atomic_load(&q->corrupt))
         return TIDEMARK_EIO;
     int rc = wexec(q, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
-    for (op *o = batch; o && rc == 0; o = op_next(o)) {
-        o->link.status = apply_op(q, o, touched);
+    for (op *o = (op *)batch; o && rc == 0; o = op_next(o)) {
+        o->w.q.status = apply_op(q, o, &q->w_touched);
         /* An append never fails alone: its seq was handed out. */
-        if (o->link.status && (o->kind == OP_APPEND || hard_error(q)))
-            rc = o->link.status;
+        if (o->w.q.status && (o->kind == OP_APPEND || hard_error(q)))
+            rc = o->w.q.status;
     }
     if (rc == 0)
-        rc = flush_streams(q, *touched, ups, nups);
+        rc = flush_streams(q, q->w_touched, &q->w_ups, &q->w_nups);
     if (rc == 0) {
         sqlite3_reset(q->upd_commits);
         sqlite3_bind_int64(q->upd_commits, 1, (sqlite3_int64)(q->commits + 1));
@@ -1053,6 +985,9 @@ static int run_batch(sqstore *q, op *batch, sstream **touched, stream_update **u
         rc = wexec(q, "COMMIT");
     if (rc) {
         rollback_quietly(q);
+        free(q->w_ups); /* nothing of it is published */
+        q->w_ups = NULL;
+        q->w_nups = 0;
         return rc;
     }
     q->commits++;
@@ -1115,6 +1050,48 @@ static void reset_cache(sqstore *q)
     tm_map_each(q->sessions, reset_next_r, NULL);
 }
 
+/* refuse hook: a commit failed (on), or a probe succeeded (off: the caches
+ * go back to the durable state first). Under c_mu, where callers check it
+ * before they hand out a seq. */
+static void sq_refuse(void *be, int on)
+{
+    sqstore *q = be;
+    pthread_mutex_lock(&q->c_mu);
+    if (!on)
+        reset_cache(q);
+    q->failed = on;
+    pthread_mutex_unlock(&q->c_mu);
+}
+
+static int sq_refusing(void *be)
+{
+    sqstore *q = be;
+    pthread_mutex_lock(&q->c_mu);
+    int r = refusing(q);
+    pthread_mutex_unlock(&q->c_mu);
+    return r;
+}
+
+/* probe hook: a small write; a damaged database is never retried. */
+static int sq_probe(void *be)
+{
+    sqstore *q = be;
+    if (atomic_load(&q->corrupt))
+        return TIDEMARK_EIO;
+    rollback_quietly(q);
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "BEGIN IMMEDIATE; INSERT OR REPLACE INTO tm_meta(k, v) VALUES('probe', '%lld'); COMMIT;",
+             (long long)tm_wall_ms());
+    int rc = sqlite3_exec(q->wdb, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        note_rc(q, rc);
+        rollback_quietly(q);
+        return TIDEMARK_EIO;
+    }
+    return 0;
+}
+
 /* After each commit of the writer: how many frames the WAL holds (no I/O). */
 static int on_wal(void *ud, sqlite3 *db, const char *name, int frames)
 {
@@ -1126,13 +1103,16 @@ static int on_wal(void *ud, sqlite3 *db, const char *name, int frames)
     return SQLITE_OK;
 }
 
-/* Between two batches, when the WAL grew past WAL_FORCE: a passive
- * checkpoint on the writer's own connection copies the few frames the
- * checkpointer has not (it did the rest), so at the next BEGIN the writer
- * finds the WAL fully copied and starts it over (shrunk to WAL_LIMIT by
- * journal_size_limit). Rare (once per WAL_FORCE bytes) and short. */
-static void writer_ckpt(sqstore *q)
+/* between hook, when the WAL grew past WAL_FORCE: a passive checkpoint on
+ * the writer's own connection copies the few frames the checkpointer has
+ * not (it did the rest), so at the next BEGIN the writer finds the WAL fully
+ * copied and starts it over (shrunk to WAL_LIMIT by journal_size_limit).
+ * Rare (once per WAL_FORCE bytes) and short. */
+static void sq_between(void *be)
 {
+    sqstore *q = be;
+    if (!atomic_exchange(&q->wal_big, 0))
+        return;
     int log = -1, done = -1;
     pthread_mutex_lock(&q->ck_mu); /* the checkpointer's pass, if one runs, ends first */
     int rc = sqlite3_wal_checkpoint_v2(q->wdb, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
@@ -1141,77 +1121,19 @@ static void writer_ckpt(sqstore *q)
              done, log);
 }
 
-/* While failed: a small write, with backoff; once it commits, reset the
- * caches and accept writes again. A damaged database is never retried. */
-static void probe_writes(sqstore *q)
-{
-    int64_t now = tm_now_ms();
-    if (atomic_load(&q->corrupt) || now < q->probe_at_ms)
-        return;
-    rollback_quietly(q);
-    char sql[160];
-    snprintf(sql, sizeof sql,
-             "BEGIN IMMEDIATE; INSERT OR REPLACE INTO tm_meta(k, v) VALUES('probe', '%lld'); COMMIT;",
-             (long long)tm_wall_ms());
-    int rc = sqlite3_exec(q->wdb, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        note_rc(q, rc);
-        rollback_quietly(q);
-        q->probe_every_ms = q->probe_every_ms * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : q->probe_every_ms * 2;
-        q->probe_at_ms = tm_now_ms() + q->probe_every_ms;
-        TM_DEBUG("sqlite: probe write to %s failed (%s); next in %lld ms", q->path,
-                 sqlite3_errstr(rc), (long long)q->probe_every_ms);
-        return;
-    }
-    pthread_mutex_lock(&q->c_mu);
-    reset_cache(q);
-    q->failed = 0;
-    pthread_mutex_unlock(&q->c_mu);
-    tm_metric_inc(TM_M_STORE_RECOVERIES);
-    TM_WARN("sqlite: writes to %s succeed again after %lld ms: the store accepts writes", q->path,
-            (long long)(tm_now_ms() - q->failed_since_ms));
-}
+static void sq_maintain(void *be) { age_trim(be); }
 
-static void *writer_main(void *arg)
-{
-    sqstore *q = arg;
-    int64_t next_maint = tm_now_ms() + 1000;
-    for (;;) {
-        size_t n;
-        int stop;
-        int64_t wake = q->opt.retain_ms > 0 ? next_maint : 0;
-        if (q->failed && !atomic_load(&q->corrupt) && (wake == 0 || q->probe_at_ms < wake))
-            wake = q->probe_at_ms;
-        op *batch = (op *)tm_opqueue_take(&q->queue, 0, wake, &n, &stop);
-        if (q->opt.retain_ms > 0 && tm_now_ms() >= next_maint) {
-            if (!q->failed)
-                age_trim(q);
-            next_maint = tm_now_ms() + 1000;
-        }
-        if (stop)
-            break;
-        if (q->failed) /* the writer alone sets and clears it: no lock to read it */
-            probe_writes(q);
-        if (!batch)
-            continue;
-        if (q->failed) {
-            fail_ops(q, batch, TIDEMARK_EIO, NULL);
-            continue;
-        }
-        if (atomic_exchange(&q->wal_big, 0))
-            writer_ckpt(q);
-        sstream *touched = NULL;
-        stream_update *ups = NULL;
-        size_t nups = 0;
-        int rc = run_batch(q, batch, &touched, &ups, &nups);
-        if (rc == 0)
-            finish_batch(q, batch, touched, ups, nups);
-        else
-            enter_failed(q, batch, rc, touched);
-        free(ups);
-    }
-    return NULL;
-}
+static const tm_writer_hooks sqlite_writer_hooks = {
+    .commit = sq_commit,
+    .settle = sq_settle,
+    .after = sq_after,
+    .release = sq_release,
+    .maintain = sq_maintain,
+    .between = sq_between,
+    .probe = sq_probe,
+    .refuse = sq_refuse,
+    .refusing = sq_refusing,
+};
 
 /* ---- operations (callers) --------------------------------------------------------- */
 
@@ -1221,7 +1143,7 @@ static op *op_new(enum op_kind k)
     if (o) {
         o->kind = k;
         o->ms = tm_wall_ms();
-        o->enq_us = tm_now_us();
+        o->w.enq_us = tm_now_us();
     }
     return o;
 }
@@ -1239,10 +1161,10 @@ static int q_session_create(tm_store *st, const tm_session_rec *rec)
     o->srec.last_seen_ms = rec->last_seen_ms;
     int rc = run_sync(q, o, 0);
     if (rc == 0) {
+        tm_writer_touch_note(q->writer, rec->id, rec->last_seen_ms);
         ssess *ss = calloc(1, sizeof *ss);
         if (ss) {
             ss->next_r = 1;
-            ss->touched_ms = rec->last_seen_ms;
             pthread_mutex_lock(&q->c_mu);
             free(tm_map_get(q->sessions, rec->id));
             if (tm_map_put(q->sessions, rec->id, ss) != 0)
@@ -1323,11 +1245,12 @@ static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
 {
     sqstore *q = (sqstore *)st;
     /* Throttled and asynchronous: last-seen only feeds idle expiry. A
-     * session not cached yet is looked up once (TIDEMARK_ENOTFOUND). */
-    pthread_mutex_lock(&q->c_mu);
-    ssess *ss = tm_map_get(q->sessions, id);
-    if (!ss) {
-        pthread_mutex_unlock(&q->c_mu);
+     * session the writer does not know yet is looked up once
+     * (TIDEMARK_ENOTFOUND). */
+    int first = 0;
+    if (!tm_writer_touch_due(q->writer, id, now_ms, &first))
+        return 0;
+    if (first) {
         sqlite3 *db = rconn_get(q);
         json_t *rows = NULL;
         const char *args[1] = {id};
@@ -1338,22 +1261,11 @@ static int q_session_touch(tm_store *st, const char *id, int64_t now_ms)
             rconn_put(q, db);
         size_t n = json_array_size(rows);
         json_decref(rows);
-        if (rc || n == 0)
+        if (rc || n == 0) {
+            tm_writer_touch_forget(q->writer, id);
             return rc ? rc : TIDEMARK_ENOTFOUND;
-        pthread_mutex_lock(&q->c_mu);
-        if (!(ss = tm_map_get(q->sessions, id)) && (ss = calloc(1, sizeof *ss)) != NULL &&
-            tm_map_put(q->sessions, id, ss) != 0) {
-            free(ss);
-            ss = NULL;
         }
     }
-    int64_t every = q->opt.touch_every_ms > 0 ? q->opt.touch_every_ms : TOUCH_EVERY_MS;
-    int due = ss && now_ms - ss->touched_ms >= every;
-    if (due)
-        ss->touched_ms = now_ms;
-    pthread_mutex_unlock(&q->c_mu);
-    if (!due)
-        return 0;
     op *o = op_new(OP_SESSION_TOUCH);
     if (!o)
         return TIDEMARK_ENOMEM;
@@ -1591,8 +1503,9 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
         o->fallback = r->fallback ? tm_memdup(r->fallback, r->fallback_len) : tm_memdup("", 0);
         o->fallback_len = r->fallback ? r->fallback_len : 0;
     }
-    o->cb = r->cb;
-    o->cb_ud = r->cb_ud;
+    o->w.cb = r->cb;
+    o->w.cb_ud = r->cb_ud;
+    o->w.append = 1;
     if (!o->b || (r->effect && !o->fallback) || (r->request_key && !o->request_key)) {
         op_free(o);
         return TIDEMARK_ENOMEM;
@@ -1607,26 +1520,26 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
     }
     o->ss = s;
     pending_inc(q, s);
-    o->seq = s->next_seq++;
+    o->w.seq = s->next_seq++;
     if (r->flags & TM_APPEND_FINAL)
         s->closing = 1;
     /* Keep a copy in the stream's tail for fast live reads. */
     if (s->tail_n == TAIL_CAP) {
-        tevent *old = &s->tail[(o->seq - TAIL_CAP) % TAIL_CAP];
+        tevent *old = &s->tail[(o->w.seq - TAIL_CAP) % TAIL_CAP];
         blob_unref(old->b);
         old->b = NULL;
         s->tail_n--;
     }
-    tevent *e = &s->tail[o->seq % TAIL_CAP];
+    tevent *e = &s->tail[o->w.seq % TAIL_CAP];
     /* The effect may replace data by the fallback: then the tail must not
      * serve the optimistic bytes. */
     e->b = o->effect ? NULL : blob_ref(o->b);
-    e->seq = o->seq;
+    e->seq = o->w.seq;
     s->tail_n++;
     /* Enqueue under c_mu so queue order equals seq order per stream. */
     enqueue(q, o);
     char session[64], stream[TM_STREAM_MAX];
-    uint64_t seq = o->seq;
+    uint64_t seq = o->w.seq;
     snprintf(session, sizeof session, "%s", s->session);
     snprintf(stream, sizeof stream, "%s", s->name);
     pthread_mutex_unlock(&q->c_mu);
@@ -1931,6 +1844,7 @@ static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
             if (!o->expired[i])
                 continue;
             free(tm_map_del(q->sessions, o->expired[i]));
+            tm_writer_touch_forget(q->writer, o->expired[i]);
             /* Their cache entries are freed with this op. */
             op tmp = {0};
             doom_session_streams(q, o->expired[i], &tmp);
@@ -1952,38 +1866,20 @@ static int q_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, co
     return rc;
 }
 
-/* A barrier. A failed batch fails everything queued with it, records
- * written without waiting included, and the store may have recovered by the
- * time the barrier commits: with a mark, a failure of any op queued at or
- * after it is reported; without one, any failure of an op queued in the
- * SYNC_WINDOW_US before the barrier (the caller's record among them, unless
- * it waited longer than that to ask). */
-static int sync_barrier(sqstore *q, uint64_t mark)
-{
-    op *o = op_new(OP_BARRIER);
-    if (!o)
-        return TIDEMARK_ENOMEM;
-    int64_t enq = o->enq_us;
-    int rc = run_sync(q, o, 0);
-    pthread_mutex_lock(&q->c_mu);
-    if (rc == 0 && refusing(q))
-        rc = TIDEMARK_EIO;
-    if (rc == 0 && mark && q->fail_ctr_hi >= mark)
-        rc = TIDEMARK_EIO;
-    if (rc == 0 && !mark && q->fail_enq_hi && q->fail_enq_hi >= enq - SYNC_WINDOW_US)
-        rc = TIDEMARK_EIO;
-    pthread_mutex_unlock(&q->c_mu);
-    return rc;
-}
-
-static int q_sync(tm_store *st) { return sync_barrier((sqstore *)st, 0); }
+/* Barriers (writer.h): a failed batch fails everything queued with it,
+ * records written without waiting included, and the store may have
+ * recovered by the time the barrier is settled. With a mark, a failure of
+ * any op queued at or after it is reported; without one, any failure of an
+ * op queued in the SYNC_WINDOW_US before the barrier (the caller's record
+ * among them, unless it waited longer than that to ask). */
+static int q_sync(tm_store *st) { return tm_writer_sync(((sqstore *)st)->writer); }
 
 static int q_sync_since(tm_store *st, uint64_t mark)
 {
-    return sync_barrier((sqstore *)st, mark ? mark : 1);
+    return tm_writer_sync_since(((sqstore *)st)->writer, mark);
 }
 
-static uint64_t q_mark(tm_store *st) { return tm_opqueue_mark(&((sqstore *)st)->queue); }
+static uint64_t q_mark(tm_store *st) { return tm_writer_mark(((sqstore *)st)->writer); }
 
 static int q_writable(tm_store *st)
 {
@@ -2165,8 +2061,8 @@ static void q_free(sqstore *q)
     if (q->sessions)
         tm_map_each(q->sessions, free_plain, NULL);
     tm_map_free(q->sessions);
+    tm_writer_free(q->writer);
     pthread_mutex_destroy(&q->c_mu);
-    tm_opqueue_destroy(&q->queue);
     pthread_mutex_destroy(&q->r_mu);
     pthread_cond_destroy(&q->r_cv);
     pthread_mutex_destroy(&q->k_mu);
@@ -2183,8 +2079,7 @@ static void q_free(sqstore *q)
 static void q_close(tm_store *st)
 {
     sqstore *q = (sqstore *)st;
-    tm_opqueue_stop(&q->queue);
-    pthread_join(q->writer, NULL);
+    tm_writer_stop(q->writer); /* after it committed what is queued */
     pthread_mutex_lock(&q->k_mu);
     q->k_running = 0;
     pthread_cond_signal(&q->k_cv);
@@ -2519,7 +2414,12 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
     q->streams = tm_map_new();
     q->sessions = tm_map_new();
     pthread_mutex_init(&q->c_mu, NULL);
-    int qrc = tm_opqueue_init(&q->queue);
+    char name[4200];
+    snprintf(name, sizeof name, "sqlite: %s", path);
+    tm_writer_config wc = {.name = name, .store = &q->base, .be = q, .hooks = &sqlite_writer_hooks,
+                           .maintain_ms = opt->retain_ms > 0 ? 1000 : 0,
+                           .sync_window_us = SYNC_WINDOW_US, .touch_every_ms = opt->touch_every_ms};
+    int qrc = tm_writer_new(&wc, &q->writer);
     pthread_mutex_init(&q->r_mu, NULL);
     pthread_cond_init(&q->r_cv, NULL);
     pthread_mutex_init(&q->k_mu, NULL);
@@ -2529,8 +2429,8 @@ int tm_store_sqlite_open(const char *path, const tm_store_options *opt, tm_store
         rc = TIDEMARK_ENOMEM;
     else
         rc = setup(q);
-    if (rc == 0 && pthread_create(&q->writer, NULL, writer_main, q) != 0)
-        rc = TIDEMARK_EIO;
+    if (rc == 0)
+        rc = tm_writer_start(q->writer);
     if (rc) {
         q_free(q);
         return rc;
