@@ -9,7 +9,9 @@
 #   make bench    run benchmarks (not gated)
 #   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
 #   make soak-hostile  long hostile-client soak (HOSTILE_SECONDS, SOAK_SEED)
-#   make install  install library, headers and pkg-config file (PREFIX=/usr/local)
+#   make install  install library, headers, pkg-config file and programs (PREFIX=/usr/local)
+#   make lint     list library functions over 100 lines (fails on any; part of make test)
+#   make deps / test-deps   set-up only: for make run / also for make test
 
 BUILD      ?= build
 BUILD_SAN  ?= build-asan
@@ -51,45 +53,62 @@ TSAN_EXCLUDE ?= ^(holes_streams)$$
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
 
-.PHONY: all deps build build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile install clean
+.PHONY: all deps test-deps lint build build-tests build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile install clean
 
 all: build
 
+# deps: what make run needs; test-deps: and what the tests need (peers too).
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+test-deps:
+	@bash scripts/install-deps.sh --test
 
-$(BUILD_SAN)/CMakeCache.txt:
-	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTIDEMARK_SANITIZE=ON
+# A build folder made by make run has no tests; make test turns them on
+# (TIDEMARK_TESTS=ON: a missing test dependency then fails the configure step).
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+	  -DTIDEMARK_TESTS=OFF
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-build-san: deps $(BUILD_SAN)/CMakeCache.txt
+build-tests: test-deps $(BUILD)/CMakeCache.txt
+	cmake -S . -B $(BUILD) -DTIDEMARK_TESTS=ON
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-san: test-deps
+	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTIDEMARK_SANITIZE=ON -DTIDEMARK_TESTS=ON
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
 $(BUILD_FUZZ)/CMakeCache.txt:
-	CC=$(FUZZ_CC) cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_FUZZ=ON
+	CC=$(FUZZ_CC) cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_FUZZ=ON -DTIDEMARK_TESTS=ON
 
 # Only the fuzzers (and their instrumented copy of the library) are built here.
-build-fuzz: deps $(BUILD_FUZZ)/CMakeCache.txt
+build-fuzz: test-deps $(BUILD_FUZZ)/CMakeCache.txt
 	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzzers
 
-$(BUILD_TSAN)/CMakeCache.txt:
-	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_TSAN=ON
-
-build-tsan: deps $(BUILD_TSAN)/CMakeCache.txt
+build-tsan: test-deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEMARK_TSAN=ON -DTIDEMARK_TESTS=ON
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 
-run: build
+# Builds the server alone: no test peers, no test libraries.
+run: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tidemark-server
 	./$(BUILD)/bin/tidemark-server $(RUN_ARGS)
 
-test: build build-san build-fuzz build-tsan
+test: lint build-tests build-san build-fuzz build-tsan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -LE nosan
 	$(MAKE) --no-print-directory test-fuzz test-tsan
+
+# The normal build's tests alone.
+test-fast: build-tests
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Library functions stay short enough to read at once (at most 100 lines).
+lint:
+	@bash scripts/lint-functions.sh 100 src
 
 test-fuzz: build-fuzz
 	cd $(BUILD_FUZZ) && FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) ctest --output-on-failure -j $(JOBS) -L '^fuzz$$' --timeout 300
@@ -119,17 +138,17 @@ test-tsan: build-tsan
 	else echo "test-tsan: no ThreadSanitizer reports"; fi; \
 	exit $$rc
 
-bench: build
+bench: build-tests
 	bash bench/run.sh $(BUILD)
 
-soak: build
+soak: build-tests
 	node tests/soak/soak.mjs --proxy $(BUILD)/bin/tm-proxy \
 	  --server $(BUILD)/bin/tidemark-server-crashpoints \
 	  --client $(BUILD)/bin/tidemark-client-crashpoints \
 	  --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --clients $(SOAK_CLIENTS)
 
 HOSTILE_SECONDS ?= 600
-soak-hostile: build
+soak-hostile: build-tests
 	node tests/soak/hostile.mjs --server $(BUILD)/bin/tidemark-server \
 	  --seconds $(HOSTILE_SECONDS) --seed $(SOAK_SEED)
 

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Installs what Tidemark needs on a bare Debian machine: the Debian packages
-# it builds and tests with, and the pinned npm peers (conformance suite and
-# the official TypeScript SDK) into the git-ignored folder peers/node_modules.
-# Idempotent: a package already present is not reinstalled.
+# Installs what Tidemark needs on a bare Debian machine. Idempotent: a
+# package already present is not reinstalled.
+#   install-deps.sh         what building and running the programs needs (make run)
+#   install-deps.sh --test  and what the tests need (make test): cmocka, the
+#                           peers the tests start (redis-server, HAProxy, Node.js
+#                           and the pinned npm peers in the git-ignored folder
+#                           peers/node_modules), clang for the fuzzers, TSan
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 
-# clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
-# llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's
-# ThreadSanitizer runtime (build-tsan).
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
-      libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libcmocka-dev
-      redis-server haproxy nodejs npm curl
+      libsqlite3-dev libhiredis-dev libcurl4-openssl-dev)
+test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
+      # clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
+      # llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's
+      # ThreadSanitizer runtime (build-tsan)
       clang libclang-rt-14-dev llvm libtsan2)
+with_tests=0
+[ "${1:-}" = "--test" ] && with_tests=1
+[ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -33,7 +39,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-if [ -f "$here/peers/package-lock.json" ]; then
+if [ "$with_tests" = 1 ] && [ -f "$here/peers/package-lock.json" ]; then
     stamp="$here/peers/node_modules/.tidemark-lock"
     if [ ! -f "$stamp" ] || ! cmp -s "$here/peers/package-lock.json" "$stamp"; then
         echo "install-deps: npm ci in peers/"

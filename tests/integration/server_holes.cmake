@@ -48,3 +48,10 @@ if(NODE_EXECUTABLE)
             ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${PROJECT_VERSION})
   set_tests_properties(install_examples PROPERTIES TIMEOUT 300)
 endif()
+if(NODE_EXECUTABLE)
+  # The README's quickstart block, run as a script.
+  add_test(NAME quickstart
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/quickstart.mjs
+            $<TARGET_FILE:tidemark-server> ${CMAKE_SOURCE_DIR}/README.md)
+  set_tests_properties(quickstart PROPERTIES TIMEOUT 120)
+endif()
