@@ -55,3 +55,15 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-server> ${CMAKE_SOURCE_DIR}/README.md)
   set_tests_properties(quickstart PROPERTIES TIMEOUT 120)
 endif()
+if(NODE_EXECUTABLE)
+  add_test(NAME first_hour
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/first_hour.mjs
+            ${CMAKE_BINARY_DIR}/bin ${PROJECT_VERSION})
+  set_tests_properties(first_hour PROPERTIES TIMEOUT 120)
+endif()
+if(CMOCKA_FOUND)
+  # The public API through the shared library, as a program links it.
+  add_executable(test_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_api.c)
+  target_link_libraries(test_api PRIVATE tidemark PkgConfig::CMOCKA)
+  add_test(NAME unit_api COMMAND test_api)
+endif()
