@@ -9,6 +9,27 @@
  *
  * JSON values are jansson's json_t. Ownership: arguments passed to handlers
  * are borrowed; a handler's result is handed over (the library decrefs it).
+ *
+ * Return values: every function returning int returns 0 or a negative
+ * TIDEMARK_E* code, except the two predicates that say so (1/0:
+ * tidemark_call_cancelled, tidemark_call_client_has); accessors return
+ * strings owned by the library, valid as their comment says; the result
+ * helpers return a new reference, NULL only when out of memory.
+ *
+ * Threads: configure (add_tool, add_resource, ..., set_completion) before
+ * tidemark_server_start or while it runs, from any one thread at a time;
+ * add/remove while running is safe and sends list_changed.
+ * tidemark_server_stop and tidemark_server_run are safe from any thread.
+ * tidemark_server_resource_updated, tidemark_server_list_changed and
+ * tidemark_server_rows are thread-safe. Handlers (tools, resources, prompts,
+ * completion) run on the server's worker threads, never on an I/O thread,
+ * and may block; several run at once (for one session at most
+ * max_calls_per_session), so a handler's own data needs its own locking.
+ * An effect function runs inside the store's commit (on its writer thread;
+ * on the memory store, the thread appending the result, under the store's
+ * lock): it must not block or call back into the server. The tidemark_call_*
+ * functions are for the handler's own thread while it runs (cancelled:
+ * from any thread).
  */
 #ifndef TIDEMARK_SERVER_H
 #define TIDEMARK_SERVER_H
@@ -107,7 +128,7 @@ TIDEMARK_API int tidemark_server_start(tidemark_server_t *srv);
  * the main thread before creating threads of your own that do not block
  * them. */
 TIDEMARK_API int tidemark_server_run(tidemark_server_t *srv);
-/* The port actually bound (after start). */
+/* The port actually bound (after start; 0 before). */
 TIDEMARK_API unsigned tidemark_server_port(const tidemark_server_t *srv);
 /* Stop listening, cancel running calls, wait for handlers, close the store. */
 TIDEMARK_API void tidemark_server_stop(tidemark_server_t *srv);
@@ -220,11 +241,12 @@ TIDEMARK_API int tidemark_server_list_changed(tidemark_server_t *srv, const char
 
 /* ---- inside a running handler ------------------------------------------ */
 
-/* The session id of the call. */
+/* The session id of the call (valid while the call runs). */
 TIDEMARK_API const char *tidemark_call_session(const tidemark_call_t *call);
-/* The negotiated protocol version of the call's session. */
+/* The negotiated protocol version of the call's session (same lifetime). */
 TIDEMARK_API const char *tidemark_call_protocol_version(const tidemark_call_t *call);
-/* "<session>/<request id>": hand this to outside systems to dedup effects. */
+/* "<session>/<request key>": hand this to outside systems to dedup effects
+ * (same lifetime; copy it to keep it). */
 TIDEMARK_API const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
 /* 1 once the client cancelled the request (or the server is stopping). */
 TIDEMARK_API int tidemark_call_cancelled(const tidemark_call_t *call);
