@@ -76,7 +76,12 @@ int tm_writer_new(const tm_writer_config *cfg, tm_writer **out)
     return 0;
 }
 
-void tm_writer_push(tm_writer *w, tm_wop *o) { tm_opqueue_push(&w->queue, &o->q); }
+void tm_writer_push(tm_writer *w, tm_wop *o)
+{
+    if (!o->enq_us)
+        o->enq_us = tm_now_us();
+    tm_opqueue_push(&w->queue, &o->q);
+}
 
 int tm_writer_run(tm_writer *w, tm_wop *o)
 {

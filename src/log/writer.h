@@ -36,7 +36,8 @@ typedef struct tm_wop {
     tm_append_cb cb;       /* an append's callback, told once settled */
     void *cb_ud;
     uint64_t seq;          /* an append's seq, told to cb on success; the backend's otherwise */
-    int64_t enq_us;        /* monotonic time queued: the commit latency of appends */
+    int64_t enq_us;        /* monotonic time (us) made or queued (push sets it when 0):
+                              the commit latency of appends, the sync window */
     pthread_t thread;      /* with report: the thread whose next sync hears a failure */
     unsigned char append;  /* an append: callback and latency */
     unsigned char report;  /* queued without waiting and without callback: a failure

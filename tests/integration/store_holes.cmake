@@ -6,6 +6,13 @@ if(CMOCKA_FOUND)
   add_test(NAME unit_store_holes COMMAND test_store_holes)
   set_tests_properties(unit_store_holes PROPERTIES TIMEOUT 300)
 endif()
+# The queue and the group-commit writer on their own (a fake backend).
+if(CMOCKA_FOUND)
+  add_executable(test_writer unit/test_writer.c)
+  target_link_libraries(test_writer PRIVATE tidemark_static PkgConfig::CMOCKA)
+  add_test(NAME unit_writer COMMAND test_writer)
+  set_tests_properties(unit_writer PROPERTIES TIMEOUT 120)
+endif()
 # The same holes through tidemark-server: two servers on one file, an older
 # copy put back (--accept-loss), a damaged file, a full disk that comes back.
 find_program(TM_STORE_NODE node)

@@ -972,6 +972,217 @@ static void test_session_attrs(void **state)
     tm_store_close(st);
 }
 
+/* ---- request records ----------------------------------------------------------------- */
+
+/* What requests_unfinished lists of the records this store's own process
+ * left started: the SQLite store all of them (it is asked at start-up, when
+ * the process that began them is gone); memory nothing (it never outlives
+ * its process); Redis none while their node holds its lease. */
+#ifndef TM_CONTRACT_LISTS_OWN_STARTED
+#define TM_CONTRACT_LISTS_OWN_STARTED 0
+#endif
+
+static void begin_rec(tm_store *st, const char *session, const char *key, const char *stream,
+                      int wait)
+{
+    tm_request_rec r = {.session = (char *)session, .key = (char *)key, .tool = "slow",
+                        .stream = (char *)stream, .message = "{\"id\":1}"};
+    assert_int_equal(tm_store_request_begin(st, &r, wait), 0);
+}
+
+/* The result event completes the record through its request_key. */
+static void complete_rec(tm_store *st, const char *session, const char *stream, const char *key,
+                         const void *resp, size_t len)
+{
+    tm_append_req q = {.session = session, .stream = stream, .data = resp, .len = len,
+                       .flags = TM_APPEND_FINAL, .request_key = key};
+    assert_int_equal(tm_store_append_ex(st, &q), 0);
+    assert_int_equal(tm_store_sync(st), 0);
+}
+
+static void expect_rec(tm_store *st, const char *session, const char *key, int state,
+                       const void *resp, size_t len)
+{
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(st, session, key, &got), 0);
+    assert_string_equal(got.session, session);
+    assert_string_equal(got.key, key);
+    assert_int_equal(got.state, state);
+    assert_string_equal(got.tool, "slow");
+    assert_string_equal(got.message, "{\"id\":1}");
+    assert_true(got.updated_ms > 0);
+    if (resp) {
+        assert_int_equal(got.response_len, len);
+        assert_memory_equal(got.response, resp, len);
+    } else {
+        assert_null(got.response);
+    }
+    tm_request_rec_clear(&got);
+}
+
+static void test_request_begin_get(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    mk_session(st, "b");
+    open_stream(st, "a", NULL, "r1");
+    begin_rec(st, "a", "i:1", "r1", 1);
+    expect_rec(st, "a", "i:1", TM_REQ_STARTED, NULL, 0);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(st, "a", "i:1", &got), 0);
+    assert_string_equal(got.stream, "r1");
+    tm_request_rec_clear(&got);
+    /* a second begin of the key is refused and changes nothing */
+    tm_request_rec dup = {.session = "a", .key = "i:1", .tool = "other", .stream = "r9"};
+    assert_int_equal(tm_store_request_begin(st, &dup, 1), TIDEMARK_EEXIST);
+    int rc = tm_store_request_begin(st, &dup, 0); /* not waited for: refused now or dropped */
+    assert_true(rc == 0 || rc == TIDEMARK_EEXIST);
+    assert_int_equal(tm_store_sync(st), 0); /* a duplicate is no failure of the store */
+    expect_rec(st, "a", "i:1", TM_REQ_STARTED, NULL, 0);
+    /* not waited for: there once a barrier passed */
+    begin_rec(st, "a", "s:x", "r1", 0);
+    assert_int_equal(tm_store_sync(st), 0);
+    expect_rec(st, "a", "s:x", TM_REQ_STARTED, NULL, 0);
+    /* keys are per session */
+    assert_int_equal(tm_store_request_get(st, "a", "i:2", &got), TIDEMARK_ENOTFOUND);
+    assert_null(got.key);
+    assert_int_equal(tm_store_request_get(st, "b", "i:1", &got), TIDEMARK_ENOTFOUND);
+    begin_rec(st, "b", "i:1", "r1", 1);
+    expect_rec(st, "b", "i:1", TM_REQ_STARTED, NULL, 0);
+    tm_store_close(st);
+}
+
+static void test_request_complete(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    open_stream(st, "a", NULL, "r2");
+    begin_rec(st, "a", "i:7", "r1", 1);
+    static const char resp[] = {'{', '"', 'r', '"', ':', '\0', '1', '}'}; /* bytes as they are */
+    complete_rec(st, "a", "r1", "i:7", resp, sizeof resp);
+    expect_rec(st, "a", "i:7", TM_REQ_COMPLETED, resp, sizeof resp);
+    tm_request_rec again = {.session = "a", .key = "i:7", .stream = "r1"};
+    assert_int_equal(tm_store_request_begin(st, &again, 1), TIDEMARK_EEXIST);
+    expect_rec(st, "a", "i:7", TM_REQ_COMPLETED, resp, sizeof resp);
+    /* a request_key naming no record makes none */
+    complete_rec(st, "a", "r2", "i:8", "{}", 2);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(st, "a", "i:8", &got), TIDEMARK_ENOTFOUND);
+    tm_store_close(st);
+}
+
+typedef struct rec_seen {
+    int n, stop_at;
+    char what[8][64]; /* "session key stream" */
+} rec_seen;
+
+static int see_rec(void *ud, const tm_request_rec *r)
+{
+    rec_seen *l = ud;
+    if (l->n < 8)
+        snprintf(l->what[l->n], sizeof l->what[0], "%s %s %s", r->session, r->key,
+                 r->stream ? r->stream : "-");
+    l->n++;
+    return l->stop_at && l->n >= l->stop_at;
+}
+
+static void test_requests_unfinished(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    mk_session(st, "b");
+    open_stream(st, "a", NULL, "r1");
+    open_stream(st, "a", NULL, "r2");
+    open_stream(st, "b", NULL, "r1");
+    begin_rec(st, "a", "i:1", "r2", 1);
+    begin_rec(st, "a", "s:x", "r1", 0);
+    begin_rec(st, "b", "k:b%2F7", "r1", 1);
+    complete_rec(st, "a", "r2", "i:1", "{}", 2); /* completed: never listed */
+    rec_seen l = {0};
+    assert_int_equal(tm_store_requests_unfinished(st, see_rec, &l), 0);
+#if TM_CONTRACT_LISTS_OWN_STARTED
+    assert_int_equal(l.n, 2); /* ordered by session, then stream */
+    assert_string_equal(l.what[0], "a s:x r1");
+    assert_string_equal(l.what[1], "b k:b%2F7 r1");
+    rec_seen one = {.stop_at = 1};
+    assert_int_equal(tm_store_requests_unfinished(st, see_rec, &one), 0);
+    assert_int_equal(one.n, 1); /* the visitor stops it */
+#else
+    assert_int_equal(l.n, 0);
+#endif
+    /* a started record of a live process: claimed by nobody else; a store
+     * without other nodes has nothing to claim from */
+    int shared = tm_store_shared(st);
+    assert_int_equal(tm_store_request_claim(st, "a", "s:x"), shared ? TIDEMARK_EBUSY : 0);
+    if (shared) {
+        assert_int_equal(tm_store_request_claim(st, "a", "i:1"), TIDEMARK_EBUSY); /* completed */
+        assert_int_equal(tm_store_request_claim(st, "a", "i:404"), TIDEMARK_ENOTFOUND);
+    }
+    /* a record dies with its session */
+    assert_int_equal(tm_store_session_delete(st, "b"), 0);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(st, "b", "k:b%2F7", &got), TIDEMARK_ENOTFOUND);
+    memset(&l, 0, sizeof l);
+    assert_int_equal(tm_store_requests_unfinished(st, see_rec, &l), 0);
+    assert_int_equal(l.n, TM_CONTRACT_LISTS_OWN_STARTED ? 1 : 0);
+    tm_store_close(st);
+}
+
+/* Keys are exact whatever their bytes (ids are escaped into keys, "%00" for
+ * a NUL, so a key is text; any other byte may appear) and whatever their
+ * length up to an escaped 1024-byte id (3 KB). */
+static void test_request_keys_any_bytes(void **state)
+{
+    (void)state;
+    enum { NKEYS = 9, LONG = 3074 };
+    static char keys[NKEYS][LONG + 1];
+    snprintf(keys[0], LONG + 1, "s:a%%00b");
+    snprintf(keys[1], LONG + 1, "s:a%%00c");
+    snprintf(keys[2], LONG + 1, "s:a");
+    snprintf(keys[3], LONG + 1, "s:%%25%%00%%25");
+    snprintf(keys[4], LONG + 1, "k:{x}:y/z \t\"'\\*?[]");
+    snprintf(keys[5], LONG + 1, "s:\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+    for (int i = 1; i < 256; i++) /* every byte but NUL */
+        keys[6][i - 1] = (char)i;
+    for (int k = 7; k < NKEYS; k++) { /* two 3 KB keys differing in their last byte only */
+        memcpy(keys[k], "s:", 2);
+        for (int i = 2; i < LONG; i++)
+            keys[k][i] = "%00ab{}/:"[i % 9];
+        keys[k][LONG - 1] = (char)('x' + k);
+        keys[k][LONG] = '\0';
+    }
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    char name[NKEYS][TM_STREAM_MAX];
+    for (int k = 0; k < NKEYS; k++) {
+        assert_int_equal(tm_store_stream_open(st, "a", NULL, name[k]), 0);
+        begin_rec(st, "a", keys[k], name[k], 1);
+    }
+    for (int k = 0; k < NKEYS; k++) {
+        tm_request_rec dup = {.session = "a", .key = keys[k]};
+        assert_int_equal(tm_store_request_begin(st, &dup, 1), TIDEMARK_EEXIST);
+        expect_rec(st, "a", keys[k], TM_REQ_STARTED, NULL, 0);
+    }
+    for (int k = 0; k < NKEYS; k += 2) { /* every other one completes */
+        char resp[16];
+        int n = snprintf(resp, sizeof resp, "{\"k\":%d}", k);
+        complete_rec(st, "a", name[k], keys[k], resp, (size_t)n);
+    }
+    for (int k = 0; k < NKEYS; k++) {
+        char resp[16];
+        int n = snprintf(resp, sizeof resp, "{\"k\":%d}", k);
+        if (k % 2 == 0)
+            expect_rec(st, "a", keys[k], TM_REQ_COMPLETED, resp, (size_t)n);
+        else
+            expect_rec(st, "a", keys[k], TM_REQ_STARTED, NULL, 0);
+    }
+    tm_store_close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -992,6 +1203,10 @@ int main(void)
         cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_request_begin_get),
+        cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_requests_unfinished),
+        cmocka_unit_test(test_request_keys_any_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

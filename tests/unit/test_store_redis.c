@@ -327,6 +327,45 @@ static void test_request_records(void **state)
     tm_store_close(st2);
 }
 
+/* Claims: one survivor takes a record whose node's lease is gone, once. */
+static void test_request_claim(void **state)
+{
+    (void)state;
+    int db = g_next_db++;
+    tm_store *owner = open_db(db, NULL), *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(owner, "s");
+    open_stream(owner, "s", NULL, "r1");
+    static char key[3075];
+    memcpy(key, "s:", 2);
+    for (int i = 2; i < 3074; i++)
+        key[i] = "%00{}:/x"[i % 8];
+    tm_request_rec r = {.session = "s", .key = key, .tool = "t", .stream = "r1"};
+    assert_int_equal(tm_store_request_begin(owner, &r, 1), 0);
+    assert_int_equal(tm_store_request_claim(a, "s", key), TIDEMARK_EBUSY); /* its owner lives */
+    assert_int_equal(tm_store_request_claim(owner, "s", key), TIDEMARK_EBUSY); /* its own */
+    tm_store_close(owner); /* its lease goes with it */
+    rec_list l = {0};
+    assert_int_equal(tm_store_requests_unfinished(a, list_rec, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(tm_store_request_claim(a, "s", key), 0);
+    assert_int_equal(tm_store_request_claim(b, "s", key), TIDEMARK_EBUSY); /* a took it */
+    assert_int_equal(tm_store_request_claim(a, "s", key), TIDEMARK_EBUSY); /* running here now */
+    memset(&l, 0, sizeof l);
+    assert_int_equal(tm_store_requests_unfinished(b, list_rec, &l), 0);
+    assert_int_equal(l.n, 0); /* a's, and a holds its lease */
+    tm_append_req q = {.session = "s", .stream = "r1", .data = "{}", .len = 2,
+                       .flags = TM_APPEND_FINAL, .request_key = key};
+    assert_int_equal(tm_store_append_ex(a, &q), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(b, "s", key, &got), 0);
+    assert_int_equal(got.state, TM_REQ_COMPLETED);
+    tm_request_rec_clear(&got);
+    assert_int_equal(tm_store_request_claim(b, "s", key), TIDEMARK_EBUSY); /* finished */
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 /* ---- effects ----------------------------------------------------------------------- */
 
 /* Inserts one ledger row {k: ud}; "bad" fails after its row was buffered. */
@@ -1132,6 +1171,11 @@ int main(void)
         cmocka_unit_test(test_retention_long_run),
         cmocka_unit_test(test_event_epoch_untrimmed),
         cmocka_unit_test(test_request_records),
+        cmocka_unit_test(test_request_begin_get),
+        cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_requests_unfinished),
+        cmocka_unit_test(test_request_keys_any_bytes),
+        cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
         cmocka_unit_test(test_effects),

@@ -33,6 +33,7 @@ static int contract_open(const char *uri, const tm_store_options *opt, tm_store 
     return tm_store_sqlite_open(path, &o, out);
 }
 
+#define TM_CONTRACT_LISTS_OWN_STARTED 1 /* asked at start-up: whatever is started */
 #include "store_contract.h"
 
 /* ---- what only a file-backed store has ---------------------------------------------- */
@@ -134,6 +135,10 @@ int main(void)
         cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_request_begin_get),
+        cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_requests_unfinished),
+        cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
         cmocka_unit_test(test_old_database_gains_attrs),
     };
