@@ -201,7 +201,8 @@ TIDEMARK_API int tidemark_server_add_resource_template_sized(tidemark_server_t *
                                                              size_t size);
 #define tidemark_server_add_resource_template(srv, tpl) \
     tidemark_server_add_resource_template_sized((srv), (tpl), sizeof *(tpl))
-/* Tell every session subscribed to uri that it changed. */
+/* Tell every session subscribed to uri that it changed. TIDEMARK_EIO when
+ * it could not be recorded for some session (logged; the others got it). */
 TIDEMARK_API int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri);
 
 /* ---- prompts ----------------------------------------------------------- */

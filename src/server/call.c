@@ -217,7 +217,8 @@ static void set_str(json_t *o, const char *k, const char *v)
 static void list_changed(tidemark_server_t *srv, const char *kind)
 {
     if (atomic_load(&srv->running))
-        tidemark_server_list_changed(srv, kind);
+        if (tidemark_server_list_changed(srv, kind) != 0)
+            TM_WARN("%s/list_changed not sent to every session", kind);
 }
 
 int tidemark_server_add_tool_sized(tidemark_server_t *srv, const tidemark_tool_t *tool, size_t size)
@@ -351,6 +352,7 @@ typedef struct fanout {
     const char *method;
     const char *attr; /* NULL, or the attribute that must be true */
     json_t *params;   /* borrowed; copied into each message */
+    size_t failed;    /* sessions it could not be appended for */
 } fanout;
 
 static int notify_one(void *ud, const tm_session_rec *rec)
@@ -362,7 +364,8 @@ static int notify_one(void *ud, const tm_session_rec *rec)
     json_decref(a);
     if (want) {
         json_t *msg = tm_jsonrpc_notification(f->method, f->params ? json_deep_copy(f->params) : NULL);
-        tm_session_append(f->srv, rec->id, "g", msg, 0);
+        if (tm_session_append(f->srv, rec->id, "g", msg, 0) != 0) /* it logged why */
+            f->failed++;
         json_decref(msg);
     }
     return 0;
@@ -372,8 +375,9 @@ int tidemark_server_list_changed(tidemark_server_t *srv, const char *kind)
 {
     char method[64];
     snprintf(method, sizeof method, "notifications/%s/list_changed", kind);
-    fanout f = {srv, method, NULL, NULL};
-    return srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
+    fanout f = {srv, method, NULL, NULL, 0};
+    int rc = srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
+    return rc ? rc : f.failed ? TIDEMARK_EIO : 0;
 }
 
 int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri)
@@ -383,10 +387,10 @@ int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri)
     char attr[TM_URI_MAX + 8];
     snprintf(attr, sizeof attr, "sub:%s", uri);
     json_t *params = json_pack("{s:s}", "uri", uri);
-    fanout f = {srv, "notifications/resources/updated", attr, params};
+    fanout f = {srv, "notifications/resources/updated", attr, params, 0};
     int rc = srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
     json_decref(params);
-    return rc;
+    return rc ? rc : f.failed ? TIDEMARK_EIO : 0;
 }
 
 /* ---- result helpers -------------------------------------------------------- */

@@ -93,7 +93,9 @@ tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r)
      * tolerated (the official conformance suite sends 2025-03-26 on a
      * 2025-11-25 session); behaviour follows the negotiated version.
      * Unsupported values were rejected before. */
-    tm_store_session_touch(srv->store, s->id, tm_wall_ms());
+    int trc = tm_store_session_touch(srv->store, s->id, tm_wall_ms());
+    if (trc) /* last-seen only feeds idle expiry; the request goes on */
+        TM_DEBUG("session %s: touch: %s", s->id, tidemark_strerror(trc));
     return s;
 }
 
@@ -173,9 +175,11 @@ void tm_handle_delete(tidemark_server_t *srv, tm_http_req *r)
     }
     pthread_mutex_unlock(&srv->mu);
     tm_feed_end_session(srv, sess->id);
-    tm_store_session_delete(srv->store, sess->id);
-    TM_INFO("session %s deleted", sess->id);
+    int rc = tm_store_session_delete(srv->store, sess->id);
     tm_sess_unref(sess);
+    if (rc && rc != TIDEMARK_ENOTFOUND) /* still stored: say so, a retry deletes it */
+        return tm_reply_store_error(r, rc);
+    TM_DEBUG("session deleted");
     tm_http_reply(r, 200, NULL, NULL, 0);
 }
 

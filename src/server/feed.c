@@ -88,13 +88,13 @@ static int pull_caught_up(feed *f, tm_buf *out)
     if (f->close_requested && f->delivered >= f->close_after)
         return TM_HTTP_END;
     if (f->last_words) { /* nothing more will be committed: say why, then end */
-        tm_buf_add(out, f->last_words->data, f->last_words->len);
+        int rc = tm_buf_add(out, f->last_words->data, f->last_words->len);
         tm_buf_free(f->last_words);
         free(f->last_words);
         f->last_words = NULL;
         f->close_requested = 1;
         f->close_after = f->delivered;
-        return TM_HTTP_MORE;
+        return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
     }
     return TM_HTTP_WAIT;
 }

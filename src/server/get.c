@@ -146,7 +146,9 @@ void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
             tm_histogram_observe(TM_H_RESUME_LATENCY_US, (uint64_t)(tm_now_us() - t0));
         } else if (tm_sess_set_attr(srv, sess, "get", "true") == 0 && /* notifications may go to "g" */
                    strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0) {
-            tm_store_append(srv->store, sess->id, "g", "", 0, 0, NULL, NULL); /* priming */
+            /* priming: without it the client just has no cursor yet */
+            if (tm_store_append(srv->store, sess->id, "g", "", 0, 0, NULL, NULL) != 0)
+                TM_WARN("standalone stream: priming event not appended");
         }
     }
     tm_buf_free(&prelude);

@@ -45,7 +45,8 @@ static void touch_busy(const char *k, void *v, void *ud)
     pthread_mutex_unlock(&s->mu);
     /* A session with a call running or a stream attached is not idle. */
     if (busy || tm_feed_session_attached(b->srv, s->id))
-        tm_store_session_touch(b->srv->store, s->id, b->now);
+        if (tm_store_session_touch(b->srv->store, s->id, b->now) != 0)
+            TM_DEBUG("a busy session's touch failed: it may expire early");
 }
 
 /* Expire idle sessions (--session-ttl). */
@@ -65,7 +66,10 @@ static void *janitor_main(void *arg)
         pthread_mutex_lock(&srv->mu);
         tm_map_each(srv->sessions, touch_busy, &b);
         pthread_mutex_unlock(&srv->mu);
-        tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
+        int rc = tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
+        if (rc)
+            TM_WARN("session expiry: %s (tried again in %lld ms)", tidemark_strerror(rc),
+                    (long long)period);
         pthread_mutex_lock(&srv->jan_mu);
     }
     pthread_mutex_unlock(&srv->jan_mu);

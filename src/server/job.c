@@ -105,7 +105,8 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
         if (response)
             keep_call = append_response(j, response, c, last);
         else if (last && !atomic_load(&srv->stopping))
-            tm_store_close_stream(srv->store, j->sess->id, j->stream);
+            if (tm_store_close_stream(srv->store, j->sess->id, j->stream) != 0)
+                TM_WARN("stream %s: not closed (its reader ends it at the next failure)", j->stream);
         json_decref(response);
     } else if (response) {
         json_array_append_new(j->responses, response);

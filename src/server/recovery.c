@@ -248,7 +248,8 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
     char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
     failed_key(k, sizeof k, c->sess->id, c->reqkey);
     pthread_mutex_lock(&srv->fail_mu);
-    tm_map_put(srv->failed, k, (void *)1);
+    if (tm_map_put(srv->failed, k, (void *)1) != 0) /* then only a restart settles it */
+        TM_ERROR("request %s: out of memory noting it for recovery", c->reqkey);
     pthread_mutex_unlock(&srv->fail_mu);
     /* No SSE id: nothing of it was committed, so it is no event of the stream. */
     json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,

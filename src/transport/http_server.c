@@ -98,6 +98,7 @@ struct tm_http_req {
     tm_buf body;
     int too_large;
     const char *framing; /* NULL or why the framing is ambiguous */
+    int lost_header;     /* a header could not be added (out of memory) */
     char peer[64];
     int handled;
     int suspended;
@@ -540,22 +541,24 @@ int tm_http_req_body_too_large(const tm_http_req *r) { return r->too_large; }
 const char *tm_http_req_framing_error(const tm_http_req *r) { return r->framing; }
 const char *tm_http_req_peer(const tm_http_req *r) { return r->peer; }
 
-int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value)
+void tm_http_req_add_header(tm_http_req *r, const char *name, const char *value)
 {
     hdr *x = calloc(1, sizeof *x);
-    if (!x)
-        return TIDEMARK_ENOMEM;
-    x->name = strdup(name);
-    x->value = strdup(value);
-    if (!x->name || !x->value) {
-        free(x->name);
-        free(x->value);
+    if (x) {
+        x->name = strdup(name);
+        x->value = strdup(value);
+    }
+    if (!x || !x->name || !x->value) {
+        if (x) {
+            free(x->name);
+            free(x->value);
+        }
         free(x);
-        return TIDEMARK_ENOMEM;
+        r->lost_header = 1; /* the answer would be wrong without it: finish() sends a 500 */
+        return;
     }
     x->next = r->headers;
     r->headers = x;
-    return 0;
 }
 
 static void apply_headers(tm_http_req *r, struct MHD_Response *resp)
@@ -567,6 +570,11 @@ static void apply_headers(tm_http_req *r, struct MHD_Response *resp)
 /* Publish a built response; resume the connection if it sleeps. */
 static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
 {
+    if (r->lost_header) { /* never an answer without a header it needs */
+        MHD_destroy_response(resp);
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        status = 500;
+    }
     apply_headers(r, resp);
     if (r->framing) /* the rest of the connection's bytes cannot be trusted */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");

@@ -64,8 +64,10 @@ int tm_http_req_body_too_large(const tm_http_req *r);
 const char *tm_http_req_framing_error(const tm_http_req *r);
 /* The peer's numeric address ("127.0.0.2", "::1"). */
 const char *tm_http_req_peer(const tm_http_req *r);
-/* Add a response header before replying. Copies both strings. */
-int tm_http_req_add_header(tm_http_req *r, const char *name, const char *value);
+/* Add a response header before replying. Copies both strings. Out of
+ * memory, the request is answered 500 instead (a session id or Allow
+ * header is part of the answer: never sent without it). */
+void tm_http_req_add_header(tm_http_req *r, const char *name, const char *value);
 
 /* Answer with a complete body (copied). Exactly once per request. */
 void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,
