@@ -165,7 +165,8 @@ int main(int argc, char **argv)
     fprintf(stderr, "%s: scenario %s, server %s\n", prog, scenario, url);
 
     tidemark_client_config_t cfg;
-    tidemark_client_config_init(&cfg);
+    if (tidemark_client_config_init(&cfg) != 0)
+        return 1;
     cfg.url = url;
     cfg.state_path = NULL; /* in memory: every run is a fresh session */
     cfg.name = "tidemark-conformance-client";
@@ -193,13 +194,17 @@ int main(int argc, char **argv)
         tidemark_client_free(c);
         return 1;
     }
-    fprintf(stderr, "%s: connected, protocol %s, session %s\n", prog,
-            tidemark_client_protocol_version(c),
-            tidemark_client_session(c) ? tidemark_client_session(c) : "(none)");
+    char version[64], session[256];
+    int has_session = tidemark_client_session(c, session, sizeof session) == 0;
+    if (tidemark_client_protocol_version(c, version, sizeof version) != 0)
+        snprintf(version, sizeof version, "(unknown)");
+    fprintf(stderr, "%s: connected, protocol %s, session %s\n", prog, version,
+            has_session ? session : "(none)");
     int code = run_scenario(c, scenario);
-    /* End the session where the server gave one; its answer does not matter. */
-    if (tidemark_client_session(c))
-        tidemark_client_end_session(c);
+    /* End the session where the server gave one; its answer does not
+     * change the scenario's outcome, but a failure is said. */
+    if (has_session && (rc = tidemark_client_end_session(c)) != 0)
+        fprintf(stderr, "%s: ending the session: %s\n", prog, tidemark_strerror(rc));
     tidemark_client_free(c);
     fprintf(stderr, "%s: %s\n", prog, code ? "FAILED" : "done");
     return code;

@@ -12,6 +12,32 @@
  * stream_mismatch, continuity_lost, malformed_event, malformed_event_id,
  * held_back_overflow, continuity_unprovable), never resumed silently.
  *
+ * Return values: every function returns 0 or a negative TIDEMARK_E* code,
+ * except tidemark_client_stop and tidemark_client_free, which cannot fail
+ * (void). Typed errors come as JSON objects {code, message, data:{reason}}
+ * through the function's OUT parameter where it has one.
+ *
+ * Threads:
+ *  - tidemark_client_new and tidemark_client_connect come first, from one
+ *    thread; tidemark_client_free comes last, once every other call has
+ *    returned.
+ *  - Everything in between is thread-safe and may be called from any
+ *    number of threads at once: requests, call_tool, list, notify, resume,
+ *    listen, wait_standalone, session, protocol_version, server_info,
+ *    state, query, end_session, stop.
+ *  - tidemark_client_stop may be called from any thread, but not from a
+ *    signal handler (it takes a lock): have a thread sigwait() and call it.
+ *  - No application callback ever runs on the client's I/O thread. Each
+ *    stream is read by the thread that drives it, and that thread runs the
+ *    callbacks of its events: the caller of tidemark_client_request,
+ *    call_tool, list or resume (for the streams of its own requests), the
+ *    caller of tidemark_client_listen, or, with open_standalone, the
+ *    client's own listener thread (for the standalone stream). So the
+ *    events of one stream reach on_event one at a time, in order, exactly
+ *    once; events of different streams may reach it at the same time on
+ *    different threads. on_request runs on one of the client's two worker
+ *    threads. Which thread runs each callback is said at its type below.
+ *
  * JSON values are jansson's json_t. Results handed out are new references
  * the caller decrefs.
  */
@@ -37,10 +63,11 @@ typedef enum tidemark_persist {
     TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH /* cursor, then effect: a crash between skips */
 } tidemark_persist_t;
 
-/* An event of a stream, as dispatched. Only events with an id are
- * dispatched (an id-less message of a stream that never had ids is handled
- * but cannot be logged); an event whose data is not a JSON-RPC message is
- * refused (malformed_event), never logged as dispatched. */
+/* An event of a stream, as dispatched (filled by the library, read by the
+ * application). Only events with an id are dispatched (an id-less message
+ * of a stream that never had ids is handled but cannot be logged); an event
+ * whose data is not a JSON-RPC message is refused (malformed_event), never
+ * logged as dispatched. */
 typedef struct tidemark_event {
     const char *id;       /* the SSE id */
     const char *stream;   /* our stream name ("g", "r3") or "" for foreign ids */
@@ -50,21 +77,37 @@ typedef struct tidemark_event {
 } tidemark_event_t;
 
 /*
- * Called once per event in order. In atomic mode txn is the client-state
+ * Called once per event, in order. In atomic mode txn is the client-state
  * transaction that also saves the dispatch row and the cursor: write the
- * effect with tidemark_txn_exec(). In the other modes txn commits the
- * effect and the dispatch row only. Return 0, or a negative code to stop.
+ * effect with tidemark_txn_exec() or tidemark_txn_insert(). In the other
+ * modes txn commits the effect and the dispatch row only. Return 0, or a
+ * negative code to stop (the request fails with dispatch_failed and the
+ * event is not logged).
+ *
+ * Thread: the one that drives the stream (see "Threads" above), never the
+ * I/O thread. It runs inside the state's transaction, holding its lock: it
+ * must not call the client (that would wait for the lock it holds).
  */
 typedef int (*tidemark_event_fn)(tidemark_txn_t *txn, const tidemark_event_t *ev, void *ud);
-/* Progress of a running request (progressToken = the request's id). */
+/* Progress of a running request (progressToken = the request's id).
+ * Thread: the caller of the request, inside tidemark_client_request (or
+ * call_tool), after the event that carried it was applied. It may call
+ * the client. total is -1 when the server sent none. */
 typedef void (*tidemark_progress_fn)(double progress, double total, const char *message, void *ud);
 /*
  * A request from the server (sampling/createMessage, elicitation/create,
  * roots/list, ping is answered internally). Store a result object in *result
  * and return 0, or return a negative code (answered as a JSON-RPC error).
+ * Thread: one of the client's two worker threads; it may block (the
+ * stream it came on goes on meanwhile) and may call the client.
  */
 typedef int (*tidemark_server_request_fn)(const char *method, json_t *params, json_t **result,
                                           void *ud);
+/* A notification (progress included), after its event was applied.
+ * Thread: the one that drives the stream it came on, as for on_event, but
+ * outside the state's transaction: it may call the client. message is
+ * borrowed. */
+typedef void (*tidemark_notification_fn)(json_t *message, void *ud);
 
 /* What to do when a stream whose event ids are not Tidemark ids (a foreign
  * server: continuity cannot be proven) is cut in the middle of a request.
@@ -87,6 +130,10 @@ typedef enum tidemark_opaque_policy {
 #define TIDEMARK_CLIENT_RETRY_MAX_MS 30000u
 #define TIDEMARK_CLIENT_MAX_HELD_BYTES ((size_t)8 << 20)
 
+/* Filled by the caller: start from tidemark_client_config_init(). Fields
+ * are only ever added at the end (tidemark.h, "Structs a caller fills").
+ * The client keeps copies of the strings and JSON values it points to;
+ * schema is used once, by tidemark_client_new. */
 typedef struct tidemark_client_config {
     const char *url;               /* the server endpoint, e.g. http://127.0.0.1:8080/mcp */
     const char *state_path;        /* SQLite file for durable state; NULL = in memory only */
@@ -95,7 +142,7 @@ typedef struct tidemark_client_config {
                                       instead of failing closed (duplicate_effect) */
     tidemark_opaque_policy_t opaque_policy;
     int open_standalone;           /* after connect, keep the standalone GET stream open on a
-                                      background thread (server requests and notifications
+                                      thread of the client (server requests and notifications
                                       that belong to no request arrive there) */
     const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
     const char *protocol_version;  /* offered; default 2025-11-25 */
@@ -110,69 +157,98 @@ typedef struct tidemark_client_config {
                                       fixed per-event overhead); past it the stream is refused
                                       (held_back_overflow); default TIDEMARK_CLIENT_MAX_HELD_BYTES */
     int timeout_ms;                /* per request, reconnect waits included; default 60000 */
-    json_t *capabilities;          /* client capabilities (borrowed); default from callbacks */
-    json_t *roots;                 /* array of {uri, name} answered to roots/list (borrowed) */
+    json_t *capabilities;          /* client capabilities (copied); default from callbacks */
+    json_t *roots;                 /* array of {uri, name} answered to roots/list (copied) */
     const char *schema;            /* application DDL run in the state file at open (effect tables) */
     tidemark_event_fn on_event;    /* every stream event, exactly once; may be NULL */
     tidemark_server_request_fn on_request; /* sampling / elicitation; NULL = not supported */
-    void (*on_notification)(json_t *message, void *ud); /* notifications, after dispatch */
-    void *ud;
+    tidemark_notification_fn on_notification; /* notifications, after dispatch; may be NULL */
+    void *ud;                      /* passed to on_event, on_request, on_notification */
 } tidemark_client_config_t;
 
-/* Fill a config with the defaults. */
-TIDEMARK_API void tidemark_client_config_init(tidemark_client_config_t *cfg);
-/* Create a client; opens its state. OUT client (tidemark_client_free). */
-TIDEMARK_API int tidemark_client_new(const tidemark_client_config_t *cfg, tidemark_client_t **client);
+/* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a
+ * NULL cfg. */
+TIDEMARK_API int tidemark_client_config_init_sized(tidemark_client_config_t *cfg, size_t size);
+#define tidemark_client_config_init(cfg) tidemark_client_config_init_sized((cfg), sizeof *(cfg))
+/* Create a client; opens its state and starts its I/O thread. OUT client
+ * (tidemark_client_free). TIDEMARK_EINVAL without a url; TIDEMARK_ENOTSUP
+ * for a config with a setting this library does not know; TIDEMARK_EIO
+ * when the state file cannot be opened. */
+TIDEMARK_API int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
+                                           tidemark_client_t **client);
+#define tidemark_client_new(cfg, client) \
+    tidemark_client_new_sized((cfg), sizeof *(cfg), (client))
 /*
- * Start the session: reuse the one in the state file (then resume its open
- * streams from their cursors) or initialize a new one. OUT err (optional):
- * a typed error object {code, message, data:{reason}} on failure.
+ * Start the session: reuse the one in the state file (its outstanding
+ * requests are then for tidemark_client_resume) or initialize a new one.
+ * OUT err (optional): a typed error object on failure. Reasons include
+ * cannot_connect (nothing answers at the URL: data.error says why, e.g.
+ * "Connection refused"), no_endpoint (the URL answers 404 to initialize),
+ * timeout, unsupported_protocol_version, state_error.
  */
 TIDEMARK_API int tidemark_client_connect(tidemark_client_t *c, json_t **err);
-/* The session id, the negotiated protocol version (after connect). */
-TIDEMARK_API const char *tidemark_client_session(const tidemark_client_t *c);
-TIDEMARK_API const char *tidemark_client_protocol_version(const tidemark_client_t *c);
-/* The server's initialize result (borrowed). */
-TIDEMARK_API json_t *tidemark_client_server_info(const tidemark_client_t *c);
+/* The session id, copied into buf (size bytes, NUL included).
+ * TIDEMARK_ENOTFOUND when there is none (before connect, after
+ * end_session), TIDEMARK_ERANGE when it does not fit (buf holds ""). */
+TIDEMARK_API int tidemark_client_session(tidemark_client_t *c, char *buf, size_t size);
+/* The negotiated protocol version, copied like the session id. */
+TIDEMARK_API int tidemark_client_protocol_version(tidemark_client_t *c, char *buf, size_t size);
+/* OUT info: a copy of the server's initialize result (caller decrefs).
+ * TIDEMARK_ENOTFOUND before connect. */
+TIDEMARK_API int tidemark_client_server_info(tidemark_client_t *c, json_t **info);
 
 /*
- * Send a request and wait for its response. OUT result: the result object,
- * or on TIDEMARK_EPEER the JSON-RPC error object; on other failures a typed
- * error {code, message, data:{reason}} when one is known.
+ * Send a request and wait for its response, on the calling thread (which
+ * runs the callbacks of the request's stream). OUT result: the result
+ * object, or on TIDEMARK_EPEER the JSON-RPC error object; on other
+ * failures a typed error {code, message, data:{reason}} when one is known
+ * (cannot_connect, no_endpoint, session_lost, timeout, client_stopped,
+ * reconnect_exhausted, state_error, or a refusal of the validator).
  */
 TIDEMARK_API int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
-                            tidemark_progress_fn progress, void *progress_ud, json_t **result);
+                                         tidemark_progress_fn progress, void *progress_ud,
+                                         json_t **result);
 /* tools/call with arguments (borrowed, may be NULL). */
 TIDEMARK_API int tidemark_client_call_tool(tidemark_client_t *c, const char *name, json_t *args,
-                              tidemark_progress_fn progress, void *ud, json_t **result);
-/* Collect every page of a list method ("tools/list", ...): OUT items array. */
+                                           tidemark_progress_fn progress, void *ud,
+                                           json_t **result);
+/* Collect every page of a list method ("tools/list", ...): OUT items
+ * array, or on failure the error as for tidemark_client_request. */
 TIDEMARK_API int tidemark_client_list(tidemark_client_t *c, const char *method, const char *field,
-                         json_t **items);
+                                      json_t **items);
 /*
  * After a crash (or a stop, a timeout, a refusal): resume every request the
  * state file says is outstanding, each from its stream's cursor (or re-sent,
  * under the re-send rules above, when no event of it was ever received),
  * until each has its answer. A request leaves the state only with a final
  * outcome: its response, a lost session, or continuity_unprovable. OUT
- * results: array of {id, result} / {id, error}.
+ * results: array of {id, result} / {id, error}. The return value is 0 when
+ * every request was tried (their own outcomes are in results).
  */
 TIDEMARK_API int tidemark_client_resume(tidemark_client_t *c, json_t **results);
-/* Send a notification. */
+/* Send a notification (params borrowed, may be NULL). */
 TIDEMARK_API int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params);
 /*
- * Open the standalone GET stream and deliver its events until stop_after_ms
- * passes (0 = until tidemark_client_stop) or the stream ends for good.
+ * Open the standalone GET stream and deliver its events, on the calling
+ * thread, until stop_after_ms passes (0 = until tidemark_client_stop) or
+ * the stream ends for good. 0 when the time ran out.
  */
 TIDEMARK_API int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
 /* Wait until the standalone GET stream has been requested on a connection
  * (servers may hold its headers until they have something to send), at
  * most timeout_ms. TIDEMARK_ETIMEDOUT otherwise. */
 TIDEMARK_API int tidemark_client_wait_standalone(tidemark_client_t *c, int timeout_ms);
-/* Make listen() and pending waits return (thread-safe). */
+/* Make listen() and pending waits return, and every later wait at once
+ * (requests then fail with client_stopped and stay resumable). Any thread;
+ * not async-signal-safe. Cannot fail: void. */
 TIDEMARK_API void tidemark_client_stop(tidemark_client_t *c);
-/* End the session on the server (DELETE) and forget it in the state. */
+/* End the session on the server (DELETE) and forget it, in the client and
+ * in the state: the next request starts a new one.
+ * TIDEMARK_ENOTFOUND without a session; TIDEMARK_EPEER when the server
+ * refused the DELETE (the state forgets the session anyway). */
 TIDEMARK_API int tidemark_client_end_session(tidemark_client_t *c);
-/* Stop the I/O thread and free. The session stays resumable from the state. */
+/* Stop the I/O thread and free; NULL is fine. The session stays resumable
+ * from the state. Cannot fail: void. */
 TIDEMARK_API void tidemark_client_free(tidemark_client_t *c);
 
 /* The durable state as JSON: OUT {session, proven, cursors, dispatch,
@@ -181,8 +257,8 @@ TIDEMARK_API int tidemark_client_state(tidemark_client_t *c, json_t **state);
 
 /* Read the application's tables in the state file: OUT rows, an array of
  * objects (caller decrefs). */
-TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql, const char *const *args,
-                          size_t nargs, json_t **rows);
+TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql,
+                                       const char *const *args, size_t nargs, json_t **rows);
 
 #ifdef __cplusplus
 }

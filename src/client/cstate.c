@@ -2,6 +2,7 @@
 #include "cstate.h"
 #include "../log/sqlite_util.h"
 #include "../base/clock.h"
+#include "../base/log.h"
 #include "tidemark/tidemark.h"
 #include <pthread.h>
 #include <stdio.h>
@@ -32,21 +33,24 @@ int tm_cstate_open(const char *path, const char *schema, tm_cstate **out)
     tm_cstate *st = calloc(1, sizeof *st);
     if (!st)
         return TIDEMARK_ENOMEM;
-    if (sqlite3_open_v2(path ? path : ":memory:", &st->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                        NULL) != SQLITE_OK) {
-        sqlite3_close(st->db);
+    if (pthread_mutex_init(&st->mu, NULL) != 0) {
         free(st);
+        return TIDEMARK_ENOMEM;
+    }
+    int rc = sqlite3_open_v2(path ? path : ":memory:", &st->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_busy_timeout(st->db, 10000);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(st->db, schema_sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && schema)
+        rc = sqlite3_exec(st->db, schema, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        TM_ERROR("client state %s: %s", path ? path : "(memory)",
+                 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+        tm_cstate_close(st);
         return TIDEMARK_EIO;
     }
-    sqlite3_busy_timeout(st->db, 10000);
-    if (sqlite3_exec(st->db, schema_sql, NULL, NULL, NULL) != SQLITE_OK ||
-        (schema && sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)) {
-        sqlite3_close(st->db);
-        free(st);
-        return TIDEMARK_EIO;
-    }
-    pthread_mutex_init(&st->mu, NULL);
     *out = st;
     return 0;
 }
@@ -55,7 +59,8 @@ void tm_cstate_close(tm_cstate *st)
 {
     if (!st)
         return;
-    sqlite3_close(st->db);
+    if (st->db && sqlite3_close(st->db) != SQLITE_OK)
+        TM_ERROR("client state: close: %s", sqlite3_errmsg(st->db));
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -72,18 +77,29 @@ int tm_cstate_begin(tm_cstate *st)
     return 0;
 }
 
+/* ROLLBACK; SQLite may already have rolled back (a failed COMMIT). */
+static void rollback_locked(tm_cstate *st)
+{
+    if (sqlite3_get_autocommit(st->db))
+        return;
+    if (sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
+        TM_ERROR("client state: rollback: %s", sqlite3_errmsg(st->db));
+}
+
 int tm_cstate_commit(tm_cstate *st)
 {
     int rc = sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        TM_WARN("client state: commit: %s", sqlite3_errmsg(st->db));
+        rollback_locked(st);
+    }
     pthread_mutex_unlock(&st->mu);
     return tm_sqlite_err(rc);
 }
 
 void tm_cstate_rollback(tm_cstate *st)
 {
-    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    rollback_locked(st);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -107,15 +123,18 @@ int tm_cstate_session_get(tm_cstate *st, char **url, char **id, char **version, 
     *url = *id = *version = *server = NULL;
     pthread_mutex_lock(&st->mu);
     sqlite3_stmt *s;
-    int rc = TIDEMARK_ENOTFOUND;
+    int rc = TIDEMARK_EIO;
     if (sqlite3_prepare_v2(st->db, "SELECT url, id, version, server FROM tmc_session WHERE k = 1", -1,
                            &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW) {
+        int step = sqlite3_step(s);
+        if (step == SQLITE_ROW) {
             *url = col_dup(s, 0);
             *id = col_dup(s, 1);
             *version = col_dup(s, 2);
             *server = col_dup(s, 3);
             rc = 0;
+        } else if (step == SQLITE_DONE) {
+            rc = TIDEMARK_ENOTFOUND;
         }
         sqlite3_finalize(s);
     }
@@ -139,39 +158,58 @@ int tm_cstate_session_clear(tm_cstate *st)
                           " DELETE FROM tmc_dispatch; DELETE FROM tmc_outstanding;"
                           " DELETE FROM tmc_meta WHERE k = 'session_proven'; COMMIT;",
                           NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        rollback_locked(st); /* a statement failed inside: the rest is undone */
     pthread_mutex_unlock(&st->mu);
     return tm_sqlite_err(rc);
 }
 
-int64_t tm_cstate_next_request_id(tm_cstate *st)
+int tm_cstate_next_request_id(tm_cstate *st, int64_t *id)
 {
     pthread_mutex_lock(&st->mu);
-    int64_t id = -1;
+    int rc = TIDEMARK_EIO;
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(st->db,
                            "UPDATE tmc_meta SET v = v + 1 WHERE k = 'next_request_id' RETURNING v - 1",
                            -1, &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            id = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_INTEGER) {
+            *id = sqlite3_column_int64(s, 0);
+            rc = 0;
+        }
+        if (sqlite3_finalize(s) != SQLITE_OK) /* the UPDATE itself failed */
+            rc = TIDEMARK_EIO;
     }
     pthread_mutex_unlock(&st->mu);
-    return id;
+    return rc;
 }
 
-int tm_cstate_session_proven(tm_cstate *st)
+/* One integer of a one-row query (0 when there is no row), under the mutex
+ * already held; text bound to ?1 when arg is set. */
+static int query_int(tm_cstate *st, const char *sql, const char *arg, int64_t *out)
 {
-    pthread_mutex_lock(&st->mu);
-    int proven = 0;
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(st->db, "SELECT v FROM tmc_meta WHERE k = 'session_proven'", -1, &s,
-                           NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            proven = sqlite3_column_int(s, 0) != 0;
-        sqlite3_finalize(s);
+    *out = 0;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    int rc = arg ? sqlite3_bind_text(s, 1, arg, -1, SQLITE_STATIC) : SQLITE_OK;
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW)
+            *out = sqlite3_column_int64(s, 0);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
+    sqlite3_finalize(s);
+    return rc == SQLITE_OK ? 0 : TIDEMARK_EIO;
+}
+
+int tm_cstate_session_proven(tm_cstate *st, int *proven)
+{
+    int64_t v;
+    pthread_mutex_lock(&st->mu);
+    int rc = query_int(st, "SELECT v FROM tmc_meta WHERE k = 'session_proven'", NULL, &v);
     pthread_mutex_unlock(&st->mu);
-    return proven;
+    *proven = rc == 0 && v != 0;
+    return rc;
 }
 
 int tm_cstate_session_prove(tm_cstate *st)
@@ -188,9 +226,14 @@ int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out)
     if (sqlite3_prepare_v2(st->db, "SELECT event_id, seq FROM tmc_cursor WHERE stream = ?1", -1, &s,
                            NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
-    sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC);
-    int rc = 0;
-    if (sqlite3_step(s) == SQLITE_ROW) {
+    if (sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC) != SQLITE_OK) {
+        sqlite3_finalize(s);
+        return TIDEMARK_EIO;
+    }
+    int rc = 0, step = sqlite3_step(s);
+    if (step != SQLITE_ROW && step != SQLITE_DONE)
+        rc = TIDEMARK_EIO;
+    if (step == SQLITE_ROW) {
         /* A cursor is kept whole or not at all: a cut one would name
          * another event. */
         const unsigned char *id = sqlite3_column_text(s, 0);
@@ -218,32 +261,20 @@ int tm_cstate_cursor_set(tm_cstate *st, const char *stream, const char *event_id
                                "VALUES(?1, ?2, ?3)", a, 3);
 }
 
-int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id)
+int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id, int *state)
 {
-    sqlite3_stmt *s;
-    int state = TM_DISPATCH_NONE;
-    if (sqlite3_prepare_v2(st->db, "SELECT state FROM tmc_dispatch WHERE event_id = ?1", -1, &s,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, event_id, -1, SQLITE_STATIC);
-        if (sqlite3_step(s) == SQLITE_ROW)
-            state = sqlite3_column_int(s, 0);
-        sqlite3_finalize(s);
-    }
-    return state;
+    int64_t v;
+    int rc = query_int(st, "SELECT state FROM tmc_dispatch WHERE event_id = ?1", event_id, &v);
+    *state = rc == 0 ? (int)v : TM_DISPATCH_NONE;
+    return rc;
 }
 
-uint64_t tm_cstate_last_dispatched(tm_cstate *st, const char *stream)
+int tm_cstate_last_dispatched(tm_cstate *st, const char *stream, uint64_t *seq)
 {
-    sqlite3_stmt *s;
-    uint64_t seq = 0;
-    if (sqlite3_prepare_v2(st->db, "SELECT MAX(seq) FROM tmc_dispatch WHERE stream = ?1", -1, &s,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, stream, -1, SQLITE_STATIC);
-        if (sqlite3_step(s) == SQLITE_ROW)
-            seq = (uint64_t)sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    return seq;
+    int64_t v;
+    int rc = query_int(st, "SELECT MAX(seq) FROM tmc_dispatch WHERE stream = ?1", stream, &v);
+    *seq = rc == 0 ? (uint64_t)v : 0;
+    return rc;
 }
 
 int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stream, uint64_t seq,
@@ -328,18 +359,20 @@ static int dump_part(tm_cstate *st, json_t *out, const char *name, const char *s
     json_t *rows = NULL;
     int rc = tm_sqlite_query_json(st->db, sql, NULL, 0, &rows);
     if (rc == 0)
-        json_object_set_new(out, name, rows);
-    else
-        json_decref(rows);
+        return json_object_set_new(out, name, rows) == 0 ? 0 : TIDEMARK_ENOMEM;
+    json_decref(rows);
     return rc;
 }
 
 int tm_cstate_dump(tm_cstate *st, json_t **out)
 {
-    int proven = tm_cstate_session_proven(st);
-    json_t *o = json_pack("{s:b}", "proven", proven);
+    int proven = 0;
+    int rc = tm_cstate_session_proven(st, &proven);
+    json_t *o = rc ? NULL : json_pack("{s:b}", "proven", proven);
+    if (!o)
+        return rc ? rc : TIDEMARK_ENOMEM;
     pthread_mutex_lock(&st->mu);
-    int rc = dump_part(st, o, "session", "SELECT url, id, version FROM tmc_session");
+    rc = dump_part(st, o, "session", "SELECT url, id, version FROM tmc_session");
     if (!rc)
         rc = dump_part(st, o, "cursors", "SELECT stream, event_id, seq FROM tmc_cursor ORDER BY stream");
     if (!rc)

@@ -3,7 +3,8 @@
  * the session, a cursor per stream, the dispatch log (event id -> processed
  * | committed) and the outstanding requests. Thread-safe (one connection,
  * one mutex); transactions are explicit so an application's effect, its
- * dispatch row and the cursor can share one.
+ * dispatch row and the cursor can share one. Every function but close, db
+ * and rollback returns 0 or a negative TIDEMARK_E* code.
  */
 #ifndef TM_CLIENT_CSTATE_H
 #define TM_CLIENT_CSTATE_H
@@ -29,20 +30,26 @@ void tm_cstate_close(tm_cstate *st);
  * between tm_cstate_begin and commit/rollback. */
 sqlite3 *tm_cstate_db(tm_cstate *st);
 
-/* Session: OUT strings are copies (free()); NULL when none stored. */
+/* Session: OUT strings are copies (free()); NULL when none stored.
+ * TIDEMARK_ENOTFOUND when no session is stored, TIDEMARK_EIO when the
+ * state cannot be read. */
 int tm_cstate_session_get(tm_cstate *st, char **url, char **id, char **version, char **server);
 int tm_cstate_session_set(tm_cstate *st, const char *url, const char *id, const char *version,
                           const char *server);
 /* Forget the session with its cursors, dispatch log and outstanding requests. */
 int tm_cstate_session_clear(tm_cstate *st);
-/* A request id never used before in this state (survives restarts). */
-int64_t tm_cstate_next_request_id(tm_cstate *st);
-/* 1 once an event with a structured (Tidemark) id arrived in this session:
- * the server keys its call records by request id, so re-sending a call under
- * the same request id is answered from the record. Cleared with the session. */
-int tm_cstate_session_proven(tm_cstate *st);
+/* OUT id: a request id never used before in this state (survives restarts). */
+int tm_cstate_next_request_id(tm_cstate *st, int64_t *id);
+/* OUT proven: 1 once an event with a structured (Tidemark) id arrived in
+ * this session: the server keys its call records by request id, so
+ * re-sending a call under the same request id is answered from the record.
+ * Cleared with the session. */
+int tm_cstate_session_proven(tm_cstate *st, int *proven);
 
-/* Transactions (a recursive-free mutex is held from begin to end). */
+/* Transactions (a mutex that is not recursive is held from begin to end:
+ * nothing else of the state may be called by the thread in between but
+ * the "inside a transaction" functions). A rollback cannot be refused; one
+ * SQLite fails to run is logged. */
 int tm_cstate_begin(tm_cstate *st);
 int tm_cstate_commit(tm_cstate *st);
 void tm_cstate_rollback(tm_cstate *st);
@@ -50,10 +57,11 @@ void tm_cstate_rollback(tm_cstate *st);
 /* Inside a transaction. */
 int tm_cstate_cursor_get(tm_cstate *st, const char *stream, tm_cursor *out);
 int tm_cstate_cursor_set(tm_cstate *st, const char *stream, const char *event_id, uint64_t seq);
-/* State of an event in the dispatch log (TM_DISPATCH_*). */
-int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id);
-/* Highest seq dispatched (processed or committed) on a stream, 0 if none. */
-uint64_t tm_cstate_last_dispatched(tm_cstate *st, const char *stream);
+/* OUT state: the event's state in the dispatch log (TM_DISPATCH_*). */
+int tm_cstate_dispatch_state(tm_cstate *st, const char *event_id, int *state);
+/* OUT seq: the highest seq dispatched (processed or committed) on a
+ * stream, 0 if none. */
+int tm_cstate_last_dispatched(tm_cstate *st, const char *stream, uint64_t *seq);
 int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stream, uint64_t seq,
                            int state);
 /* Record that this session is proven (see tm_cstate_session_proven). */

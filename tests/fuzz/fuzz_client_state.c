@@ -327,7 +327,10 @@ static void apply(model *m, tm_cstate *st, char *line, size_t len)
         clear_dis(m);
         return;
     case 'N': {
-        int64_t id = tm_cstate_next_request_id(st);
+        int64_t id = -1;
+        int rc = tm_cstate_next_request_id(st, &id);
+        if (!m->damaged)
+            FUZZ_CHECK(rc == 0, "next_request_id %d", rc);
         if (!m->damaged)
             FUZZ_CHECK(id > m->last_req_id, "request id %" PRId64 " after %" PRId64, id,
                        m->last_req_id);
@@ -382,7 +385,8 @@ static void check_all(model *m, tm_cstate *st)
          * cursor read back is exactly the one saved. */
         FUZZ_CHECK(strcmp(c.event_id, m->cur[i].event_id) == 0, "cursor id changed (%zu -> %zu bytes)",
                    strlen(m->cur[i].event_id), strlen(c.event_id));
-        uint64_t last = tm_cstate_last_dispatched(st, m->cur[i].stream);
+        uint64_t last = 0;
+        FUZZ_CHECK(tm_cstate_last_dispatched(st, m->cur[i].stream, &last) == 0, "last_dispatched");
         uint64_t want_last = 0;
         for (size_t k = 0; k < m->ndis; k++)
             if (strcmp(m->dis[k].stream, m->cur[i].stream) == 0 && m->dis[k].seq > want_last)
@@ -397,9 +401,11 @@ static void check_all(model *m, tm_cstate *st)
             if (tm_cstate_cursor_get(st, m->cur[k].stream, &c) == 0)
                 FUZZ_CHECK(memchr(c.event_id, 0, sizeof c.event_id), "cursor id not NUL-terminated");
     }
-    for (size_t i = 0; i < m->ndis && !m->damaged; i++)
-        FUZZ_CHECK(tm_cstate_dispatch_state(st, m->dis[i].event_id) == m->dis[i].state,
-                   "dispatch state");
+    for (size_t i = 0; i < m->ndis && !m->damaged; i++) {
+        int state = -1;
+        FUZZ_CHECK(tm_cstate_dispatch_state(st, m->dis[i].event_id, &state) == 0 &&
+                       state == m->dis[i].state, "dispatch state");
+    }
     tm_cstate_rollback(st);
 
     /* Outstanding requests, decoded as tidemark_client_resume does. */

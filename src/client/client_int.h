@@ -1,0 +1,230 @@
+/*
+ * client_int.h - what the files of the client (src/client/) share; not
+ * installed. The public API is include/tidemark/client.h.
+ *
+ *   client.c     the API's lifecycle: config, new, free, stop, state, end
+ *   session.c    initialize, reuse of a saved session, listen
+ *   request.c    a request from start to outcome: the drive loop, list
+ *   exchange.c   HTTP exchanges: the I/O thread's callbacks (they only
+ *                queue), and the driver's reading of what they queued
+ *   reconnect.c  after a cut: budget, delay, resume or re-send or refuse
+ *   events.c     SSE events: validator, hold-back, persistence modes
+ *   messages.c   JSON-RPC messages that arrived: responses, progress,
+ *                notifications, requests from the server (worker pool)
+ *   resume.c     finishing what a killed client left outstanding
+ *   cstate.c     the durable state (SQLite); validator.c the validator
+ *
+ * Threads. The I/O thread (transport/http_client) runs every HTTP exchange
+ * and only records what arrives: headers, body bytes (into the request's
+ * inbox, the transfer paused while the inbox is full), the end. Each
+ * request is driven by one thread - the caller of tidemark_client_request
+ * (and the other calls that send something), of tidemark_client_listen, or
+ * the client's listener thread (open_standalone) - which waits on its
+ * request's condition variable, takes what was queued and does everything
+ * else: SSE parsing, the validator, the persistence modes, the
+ * application's callbacks. So events of a stream are handled by one thread,
+ * in order, and no application code ever runs on the I/O thread.
+ *
+ * Locks: c->mu guards the client's shared fields and, of every request, the
+ * fields marked "c->mu" below; it is a leaf except that tm_hc_cancel /
+ * tm_hc_unpause (the transport's own lock) may be called under it. The
+ * state's lock (cstate) is taken only without c->mu held.
+ */
+#ifndef TM_CLIENT_INT_H
+#define TM_CLIENT_INT_H
+#include "tidemark/client.h"
+#include "cstate.h"
+#include "validator.h"
+#include "../base/buf.h"
+#include "../base/crash.h"
+#include "../base/map.h"
+#include "../base/pool.h"
+#include "../log/event_id.h"
+#include "../transport/http_client.h"
+#include "../transport/sse_parser.h"
+#include <pthread.h>
+#include <stdint.h>
+
+/* A JSON answer (or an error body) is read up to this many bytes. */
+#define TM_CLIENT_MAX_BODY ((size_t)16 << 20)
+/* Body bytes the I/O thread queues for a request's driver before it pauses
+ * the transfer (the driver resumes it once it took them). */
+#define TM_CLIENT_INBOX_MAX ((size_t)1 << 20)
+/* What a held event counts against max_held_bytes beyond its data and id:
+ * the parsed message and the list node. */
+#define TM_CLIENT_HELD_OVERHEAD 512
+
+#define TM_CLIENT_CRASH_POINT(name) TM_CRASH_POINT("TIDEMARK_CLIENT_CRASH", name)
+
+/* Results that must not be dropped. */
+#define TM_MUST_CHECK __attribute__((warn_unused_result))
+
+enum rq_phase { RQ_RUNNING = 0, RQ_RECONNECT, RQ_DONE };
+
+/* An event as it arrives, classified for the validator. */
+typedef struct inev {
+    const char *id;   /* the id as received; "" when none */
+    tm_id_kind kind;
+    tm_event_id eid;  /* kind == TM_ID_STRUCTURED */
+    json_t *msg;      /* the message; NULL for empty data (a priming event) */
+    int msg_ok;       /* data empty, or a valid JSON-RPC message (or batch) */
+    const char *why;  /* kind == TM_ID_MALFORMED: "nul_byte", "too_long" */
+} inev;
+
+/* An event of an emit-early stream not yet announced durable. */
+typedef struct held {
+    char *id;
+    json_t *msg;
+    tm_event_id eid;
+    size_t cost;
+    struct held *next;
+} held;
+
+/* What the I/O thread left for a request's driver about the current
+ * exchange (guarded by c->mu). */
+typedef struct xio {
+    int is_get;       /* set by the driver before the exchange starts */
+    int connected;    /* the request went out on a connection */
+    int headers;      /* 1: response headers arrived, not yet taken */
+    long status;
+    int sse;          /* the answer is text/event-stream */
+    tm_buf in;        /* body bytes not yet taken */
+    int paused;       /* the transfer waits until the driver took in */
+    int abandon;      /* the driver stopped reading: refuse more bytes */
+    int done;         /* 1: the exchange ended, not yet taken; 2: taken */
+    int rc;           /* ... its result and final status */
+    long end_status;
+    char error[160];  /* ... and what went wrong, for people */
+} xio;
+
+typedef struct rq {
+    struct tidemark_client *c;
+    pthread_cond_t cv;          /* its driver waits here (with c->mu) */
+    struct rq *live_prev, *live_next; /* c->live (c->mu) */
+    int64_t id;
+    char key[64];               /* pending map key */
+    json_t *msg;                /* the request (NULL for the listen stream) */
+    int listen;                 /* the standalone GET stream */
+    int phase;                  /* c->mu */
+    int rc;                     /* final status */
+    json_t *result;             /* result, or error object */
+    tidemark_progress_fn progress;
+    void *progress_ud;
+    /* The current exchange (0 = none, UINT64_MAX = starting), what its
+     * I/O-thread callbacks left, and whether a POST of it ever reached a
+     * connection (may have been received): c->mu. */
+    uint64_t x;
+    xio io;
+    int sent;
+    /* The driver's own, from here on. */
+    long status;
+    int sse;
+    int is_get;                 /* the current exchange is a GET (resume or listen) */
+    int had_session;            /* ... and carried Mcp-Session-Id */
+    int abandoned;              /* ... is being cancelled: its bytes mean nothing */
+    int unreachable;            /* the last exchange never reached a connection */
+    char unreachable_why[160];  /* ... and why ("Connection refused") */
+    tm_buf body;                /* a JSON answer or error body */
+    tm_buf chunk;               /* bytes taken from io.in, being read */
+    tm_sse_parser *parser;
+    int got_response;           /* stop reading this exchange */
+    /* the stream */
+    char stream_key[80];
+    char last_id[TM_CLIENT_ID_MAX + 1];
+    int have_id;                /* an event with an id was accepted (or a cursor loaded) */
+    int ours;                   /* ...with a Tidemark id: the stream is provable */
+    unsigned long retry_ms;
+    int retry_set;
+    unsigned attempts;          /* reconnects in a row without progress */
+    int progressed;             /* the current exchange moved the stream forward */
+    int skip_nap;               /* decide and start the next exchange without waiting */
+    int recorded;               /* outstanding row exists */
+    int final;                  /* the outcome is known for good: the row may go */
+    /* An emit-early server announces its durable head; events above it wait
+     * here and are dispatched (and their cursor kept) only once announced
+     * durable. Per exchange, bounded by cfg.max_held_bytes. */
+    int early;
+    uint64_t durable;
+    held *held_head, *held_tail;
+    size_t held_bytes;
+} rq;
+
+struct tidemark_client {
+    tidemark_client_config_t cfg;
+    char *url, *state_path, *name, *version, *offer;
+    json_t *caps, *roots;
+    tm_hc *hc;
+    tm_cstate *st;
+    tm_pool *workers;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* client-wide waits: stop, the standalone stream, DELETE */
+    pthread_mutex_t init_mu; /* one new session at a time after a lost one */
+    int locks;               /* mu, cv and init_mu are initialised */
+    char *session;           /* c->mu (read and replaced by any thread) */
+    char *proto;             /* c->mu */
+    json_t *server_info;     /* c->mu */
+    tm_map *pending;         /* id key -> rq (c->mu) */
+    json_t *tool_safe;       /* tool name -> true when idempotent or read-only (c->mu) */
+    rq *live;                /* every request being driven (c->mu): stop wakes each */
+    pthread_t listener;      /* open_standalone */
+    int listening;
+    int standalone_open;     /* the GET stream was requested (c->mu) */
+    int stopping;            /* c->mu */
+    int session_lost;        /* c->mu */
+};
+
+/* request.c */
+/* A typed error object {code, message, data:{reason, ...}} into *out (data
+ * is taken; out may be NULL). */
+void tm_client_error(json_t **out, int code, const char *reason, const char *message,
+                     json_t *data);
+rq *tm_rq_new(tidemark_client_t *c, int64_t id);
+void tm_rq_free(rq *r);
+/* Settle r: its outcome, its driver woken. Holds c->mu. */
+void tm_rq_finish_locked(rq *r, int rc, json_t *result);
+/* Settle r with a typed error (internal error code). */
+void tm_rq_fail(rq *r, int rc, const char *reason, const char *message, json_t *data);
+/* ... and mark the outcome final (the outstanding row may go). */
+void tm_rq_fail_final(rq *r, int rc, const char *reason, const char *message, json_t *data);
+TM_MUST_CHECK int tm_pending_add(tidemark_client_t *c, rq *r);
+void tm_pending_del(tidemark_client_t *c, rq *r);
+/* Drive r (started, or waiting to reconnect) to its outcome, on the
+ * calling thread: read what its exchanges bring, reconnect after cuts,
+ * all within the deadline. Returns r->rc. */
+int tm_drive(tidemark_client_t *c, rq *r, int64_t deadline);
+/* The next request id of the state (survives restarts). */
+TM_MUST_CHECK int tm_next_id(tidemark_client_t *c, int64_t *id, json_t **err);
+
+/* exchange.c */
+TM_MUST_CHECK int tm_start_post(tidemark_client_t *c, rq *r);
+TM_MUST_CHECK int tm_start_get(tidemark_client_t *c, rq *r);
+/* Fire-and-forget POST of a message (answers to server requests). */
+TM_MUST_CHECK int tm_post_message(tidemark_client_t *c, json_t *msg);
+/* Cancel r's exchange, if any, and wait until its callbacks are over. */
+void tm_end_exchange(tidemark_client_t *c, rq *r);
+/* Read what the I/O thread queued for r's exchange, on r's driver. */
+void tm_exchange_read(tidemark_client_t *c, rq *r);
+/* Whether the I/O thread left anything for r's driver. Holds c->mu. */
+int tm_exchange_pending_locked(const rq *r);
+int tm_is_tools_call(json_t *msg);
+
+/* reconnect.c */
+/* One reconnection of r after a cut: budget, decision, delay, exchange. */
+void tm_reconnect(tidemark_client_t *c, rq *r, int64_t deadline);
+
+/* events.c */
+extern const tm_sse_callbacks tm_client_sse_callbacks;
+/* A new response on r's exchange: a new connection says again what is durable. */
+void tm_held_clear(rq *r);
+
+/* messages.c */
+/* A message or a batch of them arrived on r's exchange (r's driver). */
+void tm_deliver(tidemark_client_t *c, rq *r, json_t *msg);
+
+/* session.c */
+/* Initialize a new session (forgetting the old one's state). */
+TM_MUST_CHECK int tm_initialize(tidemark_client_t *c, json_t **err);
+/* After a lost session: a new one, once, whichever thread gets here first. */
+TM_MUST_CHECK int tm_renew_session(tidemark_client_t *c, json_t **err);
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * session.c - the session: initialize, reusing the one a state file holds,
+ * a new one after the server lost it, and the standalone GET stream
+ * (tidemark_client_listen, and the listener thread of open_standalone).
+ */
+#include "client_int.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../mcp/jsonrpc.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* The capabilities offered: the configured ones, or those the callbacks imply. */
+static json_t *capabilities(tidemark_client_t *c)
+{
+    if (c->caps)
+        return json_incref(c->caps);
+    json_t *caps = json_object();
+    if (caps && c->cfg.on_request &&
+        (json_object_set_new(caps, "sampling", json_object()) != 0 ||
+         json_object_set_new(caps, "elicitation", json_pack("{s:{}}", "form")) != 0)) {
+        json_decref(caps);
+        return NULL;
+    }
+    if (caps && c->roots &&
+        json_object_set_new(caps, "roots", json_pack("{s:b}", "listChanged", 0)) != 0) {
+        json_decref(caps);
+        return NULL;
+    }
+    return caps;
+}
+
+/* The initialize request of a new session, sent and driven. OUT r. */
+static int initialize_request(tidemark_client_t *c, rq **out, json_t **err)
+{
+    int64_t id;
+    int rc = tm_next_id(c, &id, err);
+    if (rc)
+        return rc;
+    json_t *caps = capabilities(c);
+    rq *r = caps ? tm_rq_new(c, id) : NULL;
+    if (!r) {
+        json_decref(caps);
+        return TIDEMARK_ENOMEM;
+    }
+    r->msg = tm_jsonrpc_request(json_integer(id), "initialize",
+                                json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion", c->offer,
+                                          "capabilities", caps, "clientInfo", "name", c->name,
+                                          "version", c->version));
+    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
+    if (rc) {
+        tm_rq_free(r);
+        return rc;
+    }
+    if ((rc = tm_start_post(c, r)) != 0)
+        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    tm_pending_del(c, r);
+    if (rc) {
+        if (err)
+            *err = json_incref(r->result);
+        tm_rq_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* The server's answer taken: version, info, and the state starts over
+ * (old cursors and dispatch rows belong to the old session). */
+static int adopt_session(tidemark_client_t *c, json_t *result, json_t **err)
+{
+    const char *v = json_string_value(json_object_get(result, "protocolVersion"));
+    if (!tm_protocol_version_supported(v)) {
+        tm_client_error(err, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
+                        "the server chose a protocol version this client does not speak",
+                        json_pack("{s:s}", "protocolVersion", v ? v : ""));
+        return TIDEMARK_ENOTSUP;
+    }
+    char *info = json_dumps(result, JSON_COMPACT);
+    pthread_mutex_lock(&c->mu);
+    free(c->proto);
+    c->proto = strdup(v);
+    json_decref(c->server_info);
+    c->server_info = json_incref(result);
+    char *sid = strdup(c->session ? c->session : "");
+    int ok = info && sid && c->proto;
+    pthread_mutex_unlock(&c->mu);
+    int rc = ok ? tm_cstate_session_clear(c->st) : TIDEMARK_ENOMEM;
+    if (!rc)
+        rc = tm_cstate_session_set(c->st, c->url, sid, v, info);
+    free(info);
+    free(sid);
+    if (rc)
+        tm_client_error(err, TM_RPC_INTERNAL_ERROR, "state_error",
+                        "the new session cannot be saved in the client state", NULL);
+    return rc;
+}
+
+int tm_initialize(tidemark_client_t *c, json_t **err)
+{
+    pthread_mutex_lock(&c->mu);
+    free(c->session);
+    c->session = NULL;
+    free(c->proto);
+    c->proto = NULL;
+    c->session_lost = 0;
+    pthread_mutex_unlock(&c->mu);
+    rq *r = NULL;
+    int rc = initialize_request(c, &r, err);
+    if (rc)
+        return rc;
+    rc = adopt_session(c, r->result, err);
+    tm_rq_free(r);
+    if (rc)
+        return rc;
+    rc = tidemark_client_notify(c, "notifications/initialized", NULL);
+    if (rc)
+        tm_client_error(err, TM_RPC_INTERNAL_ERROR, "initialized_failed",
+                        "the server did not accept notifications/initialized", NULL);
+    return rc;
+}
+
+int tm_renew_session(tidemark_client_t *c, json_t **err)
+{
+    pthread_mutex_lock(&c->mu);
+    int lost = c->session_lost;
+    pthread_mutex_unlock(&c->mu);
+    if (!lost)
+        return 0;
+    /* 404 earlier: the session is gone. Start a new one; requests that
+     * were outstanding were already settled with session_lost. */
+    pthread_mutex_lock(&c->init_mu);
+    pthread_mutex_lock(&c->mu);
+    lost = c->session_lost; /* another thread may have renewed it meanwhile */
+    pthread_mutex_unlock(&c->mu);
+    int rc = lost ? tm_initialize(c, err) : 0;
+    pthread_mutex_unlock(&c->init_mu);
+    return rc;
+}
+
+/* The session a state file holds, when it is of this URL. 1 when taken. */
+static int reuse_saved(tidemark_client_t *c)
+{
+    char *url, *id, *version, *server;
+    int taken = 0;
+    if (tm_cstate_session_get(c->st, &url, &id, &version, &server) == 0 && url && id && id[0] &&
+        version && strcmp(url, c->url) == 0) {
+        json_t *info = server ? json_loads(server, JSON_ALLOW_NUL, NULL) : NULL;
+        pthread_mutex_lock(&c->mu);
+        free(c->session);
+        c->session = id;
+        free(c->proto);
+        c->proto = version;
+        json_decref(c->server_info);
+        c->server_info = info;
+        pthread_mutex_unlock(&c->mu);
+        id = version = NULL;
+        taken = 1;
+    }
+    free(url);
+    free(id);
+    free(version);
+    free(server);
+    return taken;
+}
+
+static void *listener_main(void *arg)
+{
+    tidemark_client_t *c = arg;
+    int rc = tidemark_client_listen(c, 0);
+    if (rc && rc != TIDEMARK_ECANCELED)
+        TM_WARN("client: the standalone stream ended: %s", tidemark_strerror(rc));
+    return NULL;
+}
+
+int tidemark_client_connect(tidemark_client_t *c, json_t **err)
+{
+    if (!c)
+        return TIDEMARK_EINVAL;
+    if (err)
+        *err = NULL;
+    int rc = reuse_saved(c) ? 0 : tm_initialize(c, err);
+    if (rc || !c->cfg.open_standalone || c->listening)
+        return rc;
+    /* open_standalone: keep the GET stream open on a thread of ours. */
+    if (pthread_create(&c->listener, NULL, listener_main, c) != 0) {
+        tm_client_error(err, TM_RPC_INTERNAL_ERROR, "thread_error",
+                        "cannot start the thread of the standalone stream", NULL);
+        return TIDEMARK_ENOMEM;
+    }
+    c->listening = 1;
+    return 0;
+}
+
+int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms)
+{
+    if (!c)
+        return TIDEMARK_EINVAL;
+    rq *r = tm_rq_new(c, -1);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    r->listen = 1;
+    snprintf(r->key, sizeof r->key, "listen");
+    int rc = tm_start_get(c, r);
+    if (rc)
+        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    rc = tm_drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
+    tm_rq_free(r);
+    return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
+}
