@@ -5,26 +5,39 @@
  *
  * Exit codes: 0 success; 1 the server answered with an error (JSON-RPC
  * error, or a tool result with isError); 2 usage; 3 transport failure
- * (cannot connect, reconnects exhausted, timeout, stopped by a signal); 4
- * the client refused a stream it cannot prove continuous, or refused to
- * re-send a call it cannot prove unreceived (typed reason: never a silent
- * resume); 5 the session was lost (404).
+ * (cannot connect, no MCP endpoint at the URL, reconnects exhausted,
+ * timeout, stopped by a signal); 4 the client refused a stream it cannot
+ * prove continuous, or refused to re-send a call it cannot prove
+ * unreceived (typed reason: never a silent resume); 5 the session was
+ * lost (404).
+ *
+ * Output: results on stdout. A failure is said in one line on stderr
+ * ("tidemark-client: cannot connect to URL: Connection refused"), and its
+ * typed error object goes to stdout as the command's result. Progress goes
+ * to stderr: one line rewritten in place on a terminal, plain lines
+ * otherwise.
  */
 #include "tidemark/client.h"
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define PROG "tidemark-client"
 
 static int json_out;
 static int quiet;
+static int progress_tty;   /* stderr is a terminal: progress is one line, rewritten */
+static int progress_shown; /* ... and that line is on the screen now */
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: tidemark-client [options] URL COMMAND [ARGS...]\n"
+            "Usage: " PROG " [options] URL COMMAND [ARGS...]\n"
             "\n"
             "Commands:\n"
             "  tools                      list the tools\n"
@@ -34,41 +47,52 @@ static void usage(FILE *f)
             "  prompts                    list prompts\n"
             "  prompt NAME [key=value...] get a prompt\n"
             "  listen [SECONDS]           print the standalone stream's notifications\n"
-            "  resume                     finish requests a killed client left outstanding\n"
+            "  resume                     finish the requests a killed, stopped or timed-out\n"
+            "                             client left outstanding (needs --state)\n"
             "  end                        end the session (DELETE)\n"
-            "  effects                    print the recorded effects (with --record-effects)\n"
+            "  effects                    print the recorded effects (--record-effects; needs\n"
+            "                             --state)\n"
             "  state                      print the state file: session, cursors, dispatch log,\n"
-            "                             outstanding requests\n"
+            "                             outstanding requests (needs --state)\n"
             "\n"
             "Options:\n"
-            "  --state FILE               durable client state (session, cursors, dispatch log);\n"
-            "                             the same file after a crash resumes the same session.\n"
-            "                             Without it the session is ended (DELETE) on exit\n"
+            "  --state FILE               durable client state (session, cursors, dispatch log,\n"
+            "                             outstanding requests); the same file after a crash\n"
+            "                             resumes the same session. Without it the session is\n"
+            "                             ended (DELETE) on exit\n"
             "  --json                     print JSON results\n"
             "  --args JSON                tool/prompt arguments as one JSON object\n"
             "  --persist MODE             atomic (default) | cursor_after_dispatch |\n"
             "                             cursor_before_dispatch\n"
-            "  --idempotent-handlers      suppress replayed events instead of failing closed\n"
+            "  --idempotent-handlers      skip replayed, already-dispatched events instead of\n"
+            "                             failing closed\n"
             "  --record-effects           record every dispatched event in the state file's\n"
             "                             table effects(event_id, stream, seq, body): the\n"
             "                             application effect the persistence modes protect\n"
             "  --idempotency-key KEY      send _meta[\"dev.tidemark/idempotency-key\"] with the\n"
             "                             call: a Tidemark server then answers a re-issue of\n"
             "                             the same call (new request id) from its record\n"
-            "  --timeout MS               per-request timeout, reconnect waits included\n"
+            "  --timeout-ms MS            per-request timeout, reconnect waits included\n"
             "                             (default 60000)\n"
-            "  --retry-min MS             a server's SSE retry: is clamped to at least MS\n"
+            "  --retry-min-ms MS          a server's SSE retry: is clamped to at least MS\n"
             "                             (default 50)\n"
-            "  --retry-max MS             ... and to at most MS (default 30000)\n"
+            "  --retry-max-ms MS          ... and to at most MS (default 30000)\n"
             "  --max-held-bytes BYTES     events of an emit-early server held back until\n"
             "                             announced durable, at most BYTES (default 8388608);\n"
             "                             past it the stream is refused (held_back_overflow)\n"
             "  --quiet                    no progress on stderr\n"
-            "  --help\n"
+            "  --version                  print the version and exit\n"
+            "  --help                     this text\n"
             "\n"
-            "Exit codes: 0 ok, 1 error answer, 2 usage, 3 transport (or stopped), 4 the\n"
-            "client refused a stream or a re-send it cannot prove safe (typed reason),\n"
-            "5 session lost.\n");
+            "Progress goes to stderr: one line rewritten in place on a terminal, plain\n"
+            "lines otherwise. A failure is one line on stderr; its typed error object\n"
+            "({code, message, data.reason}) is printed on stdout as the result.\n"
+            "\n"
+            "Exit codes: 0 ok; 1 the server answered with an error (or isError);\n"
+            "2 usage; 3 transport: cannot connect, no MCP endpoint at the URL, timeout,\n"
+            "reconnects exhausted, stopped by a signal (the call stays outstanding for\n"
+            "resume); 4 the client refused a stream or a re-send it cannot prove safe\n"
+            "(typed reason); 5 the session was lost.\n");
 }
 
 /* The typed reasons of a stream (or a re-send) the client refused: exit 4. */
@@ -77,11 +101,16 @@ static const char *const refusals[] = {
     "stream_mismatch", "continuity_lost", "malformed_event", "malformed_event_id",
     "held_back_overflow", "continuity_unprovable", NULL};
 
+static const char *reason_of(json_t *err)
+{
+    return json_string_value(json_object_get(json_object_get(err, "data"), "reason"));
+}
+
 static int exit_code(int rc, json_t *res)
 {
     if (rc == 0)
         return json_is_true(json_object_get(res, "isError")) ? 1 : 0;
-    const char *reason = json_string_value(json_object_get(json_object_get(res, "data"), "reason"));
+    const char *reason = reason_of(res);
     for (const char *const *r = refusals; reason && *r; r++)
         if (!strcmp(reason, *r))
             return 4;
@@ -92,6 +121,25 @@ static int exit_code(int rc, json_t *res)
     return 3;
 }
 
+/* The progress line leaves the screen before anything else is written to
+ * stderr (it is drawn again by the next progress). */
+static void progress_break(void)
+{
+    if (progress_shown) {
+        fputs("\r\033[K", stderr);
+        progress_shown = 0;
+    }
+}
+
+/* At the end of a command: the last progress stays, on a line of its own. */
+static void progress_end(void)
+{
+    if (progress_shown) {
+        fputc('\n', stderr);
+        progress_shown = 0;
+    }
+}
+
 static void print_json(json_t *v)
 {
     char *s = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
@@ -100,15 +148,37 @@ static void print_json(json_t *v)
     free(s);
 }
 
+/* One line on stderr saying what went wrong: the error's own message
+ * (reason in brackets), or what the code means. */
+static void say_failure(const char *what, int rc, json_t *err)
+{
+    progress_end();
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    const char *reason = reason_of(err);
+    if (msg && reason)
+        fprintf(stderr, PROG ": %s%s%s (%s)\n", what ? what : "", what ? ": " : "", msg, reason);
+    else if (msg)
+        fprintf(stderr, PROG ": %s%s%s\n", what ? what : "", what ? ": " : "", msg);
+    else
+        fprintf(stderr, PROG ": %s%s%s\n", what ? what : "", what ? ": " : "", tidemark_strerror(rc));
+}
+
 static void on_progress(double p, double total, const char *msg, void *ud)
 {
     (void)ud;
     if (quiet)
         return;
+    if (progress_tty)
+        fputs("\r\033[K", stderr);
     if (total >= 0)
-        fprintf(stderr, "progress %g/%g%s%s\n", p, total, msg ? " " : "", msg ? msg : "");
+        fprintf(stderr, "progress %g/%g%s%s", p, total, msg ? " " : "", msg ? msg : "");
     else
-        fprintf(stderr, "progress %g%s%s\n", p, msg ? " " : "", msg ? msg : "");
+        fprintf(stderr, "progress %g%s%s", p, msg ? " " : "", msg ? msg : "");
+    if (progress_tty)
+        progress_shown = 1;
+    else
+        fputc('\n', stderr);
+    fflush(stderr);
 }
 
 static int record_effect(tidemark_txn_t *txn, const tidemark_event_t *ev, void *ud)
@@ -117,6 +187,8 @@ static int record_effect(tidemark_txn_t *txn, const tidemark_event_t *ev, void *
     char seq[32];
     snprintf(seq, sizeof seq, "%llu", (unsigned long long)ev->seq);
     char *body = json_dumps(ev->message, JSON_COMPACT);
+    if (!body)
+        return TIDEMARK_ENOMEM;
     const char *a[4] = {ev->id, ev->stream, seq, body};
     int rc = tidemark_txn_exec(txn, "INSERT INTO effects(event_id, stream, seq, body) VALUES(?1, ?2, ?3, ?4)",
                                a, 4);
@@ -131,8 +203,11 @@ static void on_notification(json_t *msg, void *ud)
     if (!m || !strcmp(m, "notifications/progress"))
         return;
     char *s = json_dumps(msg, JSON_COMPACT);
-    if (s)
-        fprintf(json_out ? stdout : stderr, "%s\n", s);
+    if (!s)
+        return;
+    if (!json_out)
+        progress_break();
+    fprintf(json_out ? stdout : stderr, "%s\n", s);
     free(s);
 }
 
@@ -142,105 +217,231 @@ static int on_request(const char *method, json_t *params, json_t **result, void 
     (void)params, (void)ud;
     if (!strcmp(method, "elicitation/create")) {
         *result = json_pack("{s:s}", "action", "decline");
-        return 0;
+        return *result ? 0 : TIDEMARK_ENOMEM;
     }
     return TIDEMARK_ENOTSUP;
 }
 
-/* key=value pairs; a value that parses as JSON is taken as JSON. */
+/* key=value pairs; a value that parses as JSON is taken as JSON. NULL
+ * after a message. */
 static json_t *kv_args(int argc, char **argv)
 {
     json_t *o = json_object();
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; o && i < argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (!eq) {
+        if (!eq || eq == argv[i]) {
+            fprintf(stderr, PROG ": '%s' is not key=value (or use --args JSON)\n", argv[i]);
             json_decref(o);
             return NULL;
         }
         *eq = '\0';
         json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
-        json_object_set_new(o, argv[i], v ? v : json_string(eq + 1));
+        if (json_object_set_new(o, argv[i], v ? v : json_string(eq + 1)) != 0) {
+            fprintf(stderr, PROG ": out of memory\n");
+            json_decref(o);
+            return NULL;
+        }
     }
     return o;
 }
 
-/* A positive number for a flag, or 0 after a message. */
-static unsigned long long positive(const char *flag, const char *v)
+/* A positive number for a flag, at most max; 0 after a message. */
+static unsigned long long positive(const char *flag, const char *v, unsigned long long max)
 {
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || n == 0 || v[0] == '-') {
-        fprintf(stderr, "tidemark-client: %s wants a positive number, not '%s'\n", flag, v);
+    if (errno || end == v || *end || n == 0 || v[0] == '-' || n > max) {
+        fprintf(stderr, PROG ": %s wants a positive number up to %llu, not '%s'\n", flag, max, v);
         return 0;
     }
     return n;
 }
 
+/* ---- signals: a thread of ours waits for them and stops the client ---------------------- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static tidemark_client_t *g_client;
-static void on_signal(int sig)
+
+static void *signal_main(void *arg)
 {
-    (void)sig;
-    if (g_client)
-        tidemark_client_stop(g_client);
+    sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&g_mu);
+        if (g_client)
+            tidemark_client_stop(g_client); /* the request stays outstanding for resume */
+        pthread_mutex_unlock(&g_mu);
+    }
+    return NULL;
 }
+
+/* SIGINT and SIGTERM are blocked in every thread (those the client starts
+ * inherit it) and taken by one that only waits for them. */
+static int signals_start(void)
+{
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
+        return -1;
+    pthread_t t;
+    if (pthread_create(&t, NULL, signal_main, &set) != 0)
+        return -1;
+    return pthread_detach(t) == 0 ? 0 : -1;
+}
+
+static void client_publish(tidemark_client_t *c)
+{
+    pthread_mutex_lock(&g_mu);
+    g_client = c;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- options ----------------------------------------------------------------------- */
 
 typedef struct cli_opts {
     const char *state, *args_json, *idem_key;
     int record;
 } cli_opts;
 
+enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION };
+
+static int parse_persist(const char *v, tidemark_client_config_t *cfg)
+{
+    if (!strcmp(v, "atomic"))
+        cfg->persist = TIDEMARK_PERSIST_ATOMIC;
+    else if (!strcmp(v, "cursor_after_dispatch"))
+        cfg->persist = TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH;
+    else if (!strcmp(v, "cursor_before_dispatch"))
+        cfg->persist = TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH;
+    else {
+        fprintf(stderr, PROG ": unknown --persist %s (atomic, cursor_after_dispatch, "
+                        "cursor_before_dispatch)\n", v);
+        return 2;
+    }
+    return -1;
+}
+
+/* A flag with a number. Returns -1 to go on, else the exit code. */
+static int number_option(int c, const char *v, tidemark_client_config_t *cfg)
+{
+    unsigned long long n;
+    switch (c) {
+    case O_TIMEOUT:
+        if (!(n = positive("--timeout-ms", v, 86400000)))
+            return 2;
+        cfg->timeout_ms = (int)n;
+        return -1;
+    case O_RETRY_MIN:
+        if (!(n = positive("--retry-min-ms", v, 3600000)))
+            return 2;
+        cfg->retry_min_ms = (unsigned)n;
+        return -1;
+    case O_RETRY_MAX:
+        if (!(n = positive("--retry-max-ms", v, 3600000)))
+            return 2;
+        cfg->retry_max_ms = (unsigned)n;
+        return -1;
+    default:
+        if (!(n = positive("--max-held-bytes", v, (unsigned long long)SIZE_MAX)))
+            return 2;
+        cfg->max_held_bytes = (size_t)n;
+        return -1;
+    }
+}
+
 /* Parse the options into cfg and o. Returns -1 to go on, else the exit code. */
 static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, cli_opts *o)
 {
+    /* --timeout, --retry-min and --retry-max: the former spellings, kept
+     * working, not in --help. */
     static const struct option opts[] = {
         {"state", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
         {"args", required_argument, 0, 'a'},  {"persist", required_argument, 0, 'p'},
         {"idempotent-handlers", no_argument, 0, 'i'}, {"record-effects", no_argument, 0, 'r'},
-        {"timeout", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-        {"idempotency-key", required_argument, 0, 'k'},
-        {"retry-min", required_argument, 0, 'm'}, {"retry-max", required_argument, 0, 'M'},
-        {"max-held-bytes", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    unsigned long long n;
-    int c;
-    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        {"timeout-ms", required_argument, 0, O_TIMEOUT}, {"timeout", required_argument, 0, O_TIMEOUT},
+        {"quiet", no_argument, 0, 'q'}, {"idempotency-key", required_argument, 0, 'k'},
+        {"retry-min-ms", required_argument, 0, O_RETRY_MIN}, {"retry-min", required_argument, 0, O_RETRY_MIN},
+        {"retry-max-ms", required_argument, 0, O_RETRY_MAX}, {"retry-max", required_argument, 0, O_RETRY_MAX},
+        {"max-held-bytes", required_argument, 0, O_HELD}, {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c, code;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
         case 's': o->state = optarg; break;
         case 'j': json_out = 1; break;
         case 'a': o->args_json = optarg; break;
-        case 'p':
-            if (!strcmp(optarg, "atomic")) cfg->persist = TIDEMARK_PERSIST_ATOMIC;
-            else if (!strcmp(optarg, "cursor_after_dispatch")) cfg->persist = TIDEMARK_PERSIST_CURSOR_AFTER_DISPATCH;
-            else if (!strcmp(optarg, "cursor_before_dispatch")) cfg->persist = TIDEMARK_PERSIST_CURSOR_BEFORE_DISPATCH;
-            else { fprintf(stderr, "tidemark-client: unknown --persist %s\n", optarg); return 2; }
-            break;
+        case 'p': if ((code = parse_persist(optarg, cfg)) >= 0) return code; break;
         case 'i': cfg->idempotent_handlers = 1; break;
         case 'r': o->record = 1; break;
-        case 't': cfg->timeout_ms = atoi(optarg); break;
         case 'q': quiet = 1; break;
         case 'k': o->idem_key = optarg; break;
-        case 'm':
-            if (!(n = positive("--retry-min", optarg)) || n > 3600000) return 2;
-            cfg->retry_min_ms = (unsigned)n;
+        case O_TIMEOUT: case O_RETRY_MIN: case O_RETRY_MAX: case O_HELD:
+            if ((code = number_option(c, optarg, cfg)) >= 0) return code;
             break;
-        case 'M':
-            if (!(n = positive("--retry-max", optarg)) || n > 3600000) return 2;
-            cfg->retry_max_ms = (unsigned)n;
-            break;
-        case 'H':
-            if (!(n = positive("--max-held-bytes", optarg))) return 2;
-            cfg->max_held_bytes = (size_t)n;
-            break;
+        case O_VERSION: printf(PROG " %s\n", tidemark_version(NULL)); return 0;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: fprintf(stderr, "Try '" PROG " --help'.\n"); return 2;
         }
     }
     if (argc - optind < 2) {
-        usage(stderr);
+        fprintf(stderr, argc - optind == 1 ? PROG ": a COMMAND must follow the URL\n"
+                                           : PROG ": a URL and a COMMAND are needed\n");
+        fprintf(stderr, "Usage: " PROG " [options] URL COMMAND [ARGS...]  (see --help)\n");
         return 2;
     }
     return -1;
+}
+
+/* ---- commands -------------------------------------------------------------------------- */
+
+typedef struct command {
+    const char *name;
+    int min_args, max_args; /* max -1: any number */
+    int needs_state;        /* reads or finishes what a state file holds */
+    int offline;            /* reads the state only: no connection */
+    const char *args;       /* what the arguments are, for messages */
+} command;
+
+static const command commands[] = {
+    {"tools", 0, 0, 0, 0, ""},          {"call", 1, -1, 0, 0, "NAME [key=value...]"},
+    {"resources", 0, 0, 0, 0, ""},      {"read", 1, 1, 0, 0, "URI"},
+    {"prompts", 0, 0, 0, 0, ""},        {"prompt", 1, -1, 0, 0, "NAME [key=value...]"},
+    {"listen", 0, 1, 0, 0, "[SECONDS]"}, {"resume", 0, 0, 1, 0, ""},
+    {"end", 0, 0, 0, 0, ""},            {"effects", 0, 0, 1, 1, ""},
+    {"state", 0, 0, 1, 1, ""},          {NULL, 0, 0, 0, 0, NULL}};
+
+/* The command named cmd, checked against its arguments; NULL after a
+ * message (usage: exit 2). */
+static const command *command_check(const char *cmd, char **rest, int nrest, const cli_opts *o)
+{
+    const command *k = commands;
+    while (k->name && strcmp(k->name, cmd) != 0)
+        k++;
+    if (!k->name) {
+        fprintf(stderr, PROG ": unknown command '%s' (commands: tools, call, resources, read, "
+                        "prompts, prompt, listen, resume, end, effects, state; see --help)\n", cmd);
+        return NULL;
+    }
+    if (nrest < k->min_args || (k->max_args >= 0 && nrest > k->max_args)) {
+        fprintf(stderr, PROG ": usage: " PROG " [options] URL %s%s%s\n", k->name,
+                k->args[0] ? " " : "", k->args);
+        return NULL;
+    }
+    if (k->needs_state && !o->state) {
+        fprintf(stderr, PROG ": %s needs --state FILE: %s\n", k->name,
+                !strcmp(k->name, "resume")
+                    ? "the state file of the client that left requests outstanding"
+                    : "the state file to read");
+        return NULL;
+    }
+    if (!strcmp(k->name, "listen") && nrest == 1 && !positive("listen SECONDS", rest[0], 86400))
+        return NULL;
+    return k;
 }
 
 static int cmd_tools(tidemark_client_t *c, json_t **res)
@@ -263,10 +464,16 @@ static int cmd_call(tidemark_client_t *c, const char *name, json_t *args, const 
                     json_t **res)
 {
     json_t *p = json_pack("{s:s,s:O}", "name", name, "arguments", args);
-    if (idem_key)
-        json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key));
+    if (p && idem_key &&
+        json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key)) != 0) {
+        json_decref(p);
+        p = NULL;
+    }
+    if (!p)
+        return TIDEMARK_ENOMEM;
     int rc = tidemark_client_request(c, "tools/call", p, on_progress, NULL, res);
     json_decref(p);
+    progress_end();
     if (json_out || rc) {
         print_json(*res);
         return rc;
@@ -293,16 +500,23 @@ static int cmd_resources(tidemark_client_t *c, json_t **res)
         json_t *all = json_pack("{s:O,s:O}", "resources", *res, "resourceTemplates", tpl);
         print_json(all);
         json_decref(all);
+    } else if (tpl) { /* the templates' error is the result */
+        json_decref(*res);
+        *res = tpl;
+        tpl = NULL;
+        print_json(*res);
     } else {
-        print_json(tpl ? tpl : *res);
+        print_json(*res);
     }
     json_decref(tpl);
     return rc;
 }
 
-/* A request with params {key: value}, printed as JSON. */
+/* A request with params, printed as JSON. */
 static int cmd_get(tidemark_client_t *c, const char *method, json_t *params, json_t **res)
 {
+    if (!params)
+        return TIDEMARK_ENOMEM;
     int rc = tidemark_client_request(c, method, params, NULL, NULL, res);
     json_decref(params);
     print_json(*res);
@@ -312,6 +526,7 @@ static int cmd_get(tidemark_client_t *c, const char *method, json_t *params, jso
 static int cmd_resume(tidemark_client_t *c, json_t **res)
 {
     int rc = tidemark_client_resume(c, res);
+    progress_end();
     print_json(*res);
     size_t i;
     json_t *e;
@@ -320,8 +535,7 @@ static int cmd_resume(tidemark_client_t *c, json_t **res)
         first_err = json_incref(json_object_get(e, "error"));
     if (rc == 0 && first_err) {
         /* Exit with the first failure's code (typed reasons map to 4, 5). */
-        rc = json_object_get(json_object_get(first_err, "data"), "reason") ? TIDEMARK_EPROTO
-                                                                              : TIDEMARK_EPEER;
+        rc = reason_of(first_err) ? TIDEMARK_EPROTO : TIDEMARK_EPEER;
         json_decref(*res);
         *res = first_err;
     } else {
@@ -330,25 +544,33 @@ static int cmd_resume(tidemark_client_t *c, json_t **res)
     return rc;
 }
 
-#define USAGE_ERROR (-100)
+static int cmd_state(tidemark_client_t *c, const char *cmd, json_t **res)
+{
+    int rc = !strcmp(cmd, "state")
+                 ? tidemark_client_state(c, res)
+                 : tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
+                                            "GROUP BY event_id ORDER BY stream, seq", NULL, 0, res);
+    if (!rc)
+        print_json(*res);
+    return rc;
+}
 
-/* Run cmd. OUT res: what exit_code() looks at. */
+/* Run cmd (checked). OUT res: what exit_code() looks at. */
 static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int nrest, json_t *args,
                        const char *idem_key, json_t **res)
 {
-    int rc;
     if (!strcmp(cmd, "tools"))
         return cmd_tools(c, res);
-    if (!strcmp(cmd, "call") && nrest >= 1)
+    if (!strcmp(cmd, "call"))
         return cmd_call(c, rest[0], args, idem_key, res);
     if (!strcmp(cmd, "resources"))
         return cmd_resources(c, res);
-    if (!strcmp(cmd, "read") && nrest == 1)
+    if (!strcmp(cmd, "read"))
         return cmd_get(c, "resources/read", json_pack("{s:s}", "uri", rest[0]), res);
-    if (!strcmp(cmd, "prompt") && nrest >= 1)
+    if (!strcmp(cmd, "prompt"))
         return cmd_get(c, "prompts/get", json_pack("{s:s,s:O}", "name", rest[0], "arguments", args), res);
     if (!strcmp(cmd, "prompts")) {
-        rc = tidemark_client_list(c, "prompts/list", "prompts", res);
+        int rc = tidemark_client_list(c, "prompts/list", "prompts", res);
         print_json(*res);
         return rc;
     }
@@ -356,24 +578,76 @@ static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int n
         return tidemark_client_listen(c, nrest ? atoi(rest[0]) * 1000 : 0);
     if (!strcmp(cmd, "resume"))
         return cmd_resume(c, res);
-    if (!strcmp(cmd, "effects") || !strcmp(cmd, "state")) {
-        rc = !strcmp(cmd, "state")
-                 ? tidemark_client_state(c, res)
-                 : tidemark_client_query(c, "SELECT event_id, stream, seq, COUNT(*) AS n FROM effects "
-                                            "GROUP BY event_id ORDER BY stream, seq", NULL, 0, res);
-        print_json(*res);
-        return rc;
-    }
     if (!strcmp(cmd, "end"))
         return tidemark_client_end_session(c);
-    usage(stderr);
-    return USAGE_ERROR;
+    return cmd_state(c, cmd, res);
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+/* The arguments of call / prompt. NULL after a message. */
+static json_t *command_args(const cli_opts *o, const char *cmd, char **rest, int nrest)
+{
+    if (o->args_json) {
+        json_error_t e;
+        json_t *a = json_loads(o->args_json, 0, &e);
+        if (!json_is_object(a)) {
+            fprintf(stderr, PROG ": --args must be one JSON object (%s)\n", a ? "not an object" : e.text);
+            json_decref(a);
+            return NULL;
+        }
+        return a;
+    }
+    int named = !strcmp(cmd, "call") || !strcmp(cmd, "prompt");
+    return named ? kv_args(nrest - 1, rest + 1) : json_object();
+}
+
+static void config_from(tidemark_client_config_t *cfg, const char *url, const cli_opts *o)
+{
+    cfg->url = url;
+    cfg->state_path = o->state;
+    cfg->on_notification = on_notification;
+    cfg->on_request = on_request;
+    if (o->record) {
+        cfg->on_event = record_effect;
+        cfg->schema = "CREATE TABLE IF NOT EXISTS effects(n INTEGER PRIMARY KEY, event_id TEXT, "
+                      "stream TEXT, seq INTEGER, body TEXT)";
+    }
+}
+
+/* Connect, run the command, end a session no state file keeps. */
+static int run(tidemark_client_t *c, const command *k, const cli_opts *o, char **rest, int nrest,
+               json_t *args)
+{
+    json_t *res = NULL;
+    int rc = k->offline ? 0 : tidemark_client_connect(c, &res);
+    if (rc) {
+        say_failure(NULL, rc, res);
+        if (res)
+            print_json(res);
+        int code = exit_code(rc, res);
+        json_decref(res);
+        return code;
+    }
+    rc = run_command(c, k->name, rest, nrest, args, o->idem_key, &res);
+    int code = exit_code(rc, res);
+    if (rc)
+        say_failure(k->name, rc, res);
+    /* Without a state file nothing can resume the session: end it. */
+    if (!o->state && strcmp(k->name, "end") != 0 && code != 5 && !k->offline) {
+        int erc = tidemark_client_end_session(c);
+        if (erc && erc != TIDEMARK_ENOTFOUND && code == 0)
+            fprintf(stderr, PROG ": ending the session: %s\n", tidemark_strerror(erc));
+    }
+    json_decref(res);
+    return code;
 }
 
 int main(int argc, char **argv)
 {
     tidemark_client_config_t cfg;
-    tidemark_client_config_init(&cfg);
+    if (tidemark_client_config_init(&cfg) != 0)
+        return 3;
     cli_opts o = {0};
     int code = parse_options(argc, argv, &cfg, &o);
     if (code >= 0)
@@ -381,50 +655,27 @@ int main(int argc, char **argv)
     const char *url = argv[optind], *cmd = argv[optind + 1];
     char **rest = argv + optind + 2;
     int nrest = argc - optind - 2;
-    cfg.url = url;
-    cfg.state_path = o.state;
-    cfg.on_notification = on_notification;
-    cfg.on_request = on_request;
-    if (o.record) {
-        cfg.on_event = record_effect;
-        cfg.schema = "CREATE TABLE IF NOT EXISTS effects(n INTEGER PRIMARY KEY, event_id TEXT, "
-                     "stream TEXT, seq INTEGER, body TEXT)";
+    const command *k = command_check(cmd, rest, nrest, &o);
+    json_t *args = k ? command_args(&o, cmd, rest, nrest) : NULL;
+    if (!args)
+        return 2;
+    progress_tty = isatty(STDERR_FILENO);
+    config_from(&cfg, url, &o);
+    if (signals_start() != 0) {
+        fprintf(stderr, PROG ": cannot set up signal handling\n");
+        json_decref(args);
+        return 3;
     }
     tidemark_client_t *c;
     int rc = tidemark_client_new(&cfg, &c);
     if (rc) {
-        fprintf(stderr, "tidemark-client: %s\n", tidemark_strerror(rc));
+        fprintf(stderr, PROG ": %s: %s\n", o.state ? o.state : "client", tidemark_strerror(rc));
+        json_decref(args);
         return 3;
     }
-    g_client = c;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    json_t *res = NULL;
-    int offline = !strcmp(cmd, "effects") || !strcmp(cmd, "state"); /* read the state only */
-    rc = offline ? 0 : tidemark_client_connect(c, &res);
-    if (rc) {
-        fprintf(stderr, "tidemark-client: connect: %s\n", tidemark_strerror(rc));
-        if (res)
-            print_json(res);
-        code = exit_code(rc, res);
-        json_decref(res);
-        tidemark_client_free(c);
-        return code;
-    }
-    int named = !strcmp(cmd, "call") || !strcmp(cmd, "prompt");
-    json_t *args = o.args_json ? json_loads(o.args_json, 0, NULL)
-                   : named && nrest >= 1 ? kv_args(nrest - 1, rest + 1) : json_object();
-    if (!args) {
-        fprintf(stderr, "tidemark-client: arguments must be key=value or --args JSON\n");
-        tidemark_client_free(c);
-        return 2;
-    }
-    rc = run_command(c, cmd, rest, nrest, args, o.idem_key, &res);
-    code = rc == USAGE_ERROR ? 2 : exit_code(rc, res);
-    /* Without a state file nothing can resume the session: end it. */
-    if (!o.state && strcmp(cmd, "end") != 0 && code != 5 && !offline)
-        tidemark_client_end_session(c);
-    json_decref(res);
+    client_publish(c);
+    code = run(c, k, &o, rest, nrest, args);
+    client_publish(NULL);
     json_decref(args);
     tidemark_client_free(c);
     return code;

@@ -17,3 +17,13 @@ if(NODE_EXECUTABLE)
     set_tests_properties(client_holes_${s} PROPERTIES TIMEOUT 90 LABELS "client")
   endforeach()
 endif()
+
+# The first hour of tidemark-client (issue 12): --version, --help, and what
+# each first-hour mistake says (cannot connect, no MCP endpoint, unknown
+# command, resume without --state), progress on a terminal and off it.
+if(NODE_EXECUTABLE)
+  add_test(NAME client_first_hour
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/client_first_hour.mjs
+            $<TARGET_FILE:tidemark-client> ${PROJECT_VERSION})
+  set_tests_properties(client_first_hour PROPERTIES TIMEOUT 120 LABELS "client")
+endif()

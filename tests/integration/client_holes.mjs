@@ -111,7 +111,7 @@ async function cutThenResume(name, reason, answer) {
   });
   try {
     const state = newState();
-    const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+    const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "10000"]));
     check(`${name}: refused, exit 4 ${reason}`, r.code === 4 && r.reason === reason && !/streamed/.test(r.out), brief(r));
     check(`${name}: one POST of the call, one resume from r1-4`, srv.stats.calls === 1 &&
       srv.stats.gets.length === 1 && srv.stats.gets[0] === eid("r1", 4),
@@ -131,7 +131,7 @@ async function idempotencyKeyControl() {
     ctx.res.end();
   } });
   try {
-    const r = await runClient(callArgs(srv.url, newState(), ["--idempotency-key", "k-1", "--timeout", "10000"]));
+    const r = await runClient(callArgs(srv.url, newState(), ["--idempotency-key", "k-1", "--timeout-ms", "10000"]));
     check("idempotency_key: re-sent under its key, answered", r.code === 0 && /streamed 5/.test(r.out) &&
       srv.stats.calls === 2 && srv.stats.callKeys.every((k) => k === "k-1"),
       `${brief(r)}; calls ${srv.stats.calls} keys ${srv.stats.callKeys}`);
@@ -194,7 +194,7 @@ const scenarios = {
     });
     try {
       const state = newState();
-      const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+      const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "10000"]));
       check("resume_headers_cut: resumed again, the result arrives (exit 0)", r.code === 0 &&
         /streamed 5/.test(r.out), brief(r));
       check("resume_headers_cut: two resumes, both from r1-4", srv.stats.gets.join() ===
@@ -223,7 +223,7 @@ const scenarios = {
     });
     try {
       const state = newState();
-      const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+      const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "10000"]));
       check("resume_attached: resumed again after 409 stream_attached (exit 0)", r.code === 0 &&
         /streamed 5/.test(r.out) && srv.stats.gets.length === 2, `${brief(r)}; gets ${srv.stats.gets.length}`);
       const eff = await effectsOf(srv.url, state);
@@ -239,16 +239,16 @@ const scenarios = {
   accepted_answer: () => noResend("accepted_answer", ({ res }) => { res.writeHead(202); res.end(); }),
 
   // 6. retry: 999999999 after progress 3: the client must time out at
-  // --timeout, and a SIGTERM must leave the call resumable.
+  // --timeout-ms, and a SIGTERM must leave the call resumable.
   retry_timeout: async () => {
     const srv = await startHostile({
       onCall: async (ctx) => { await streamStart(ctx, 3, 5, 999999999); ctx.res.end(); },
       onGet: ({ res }) => endWith(res, []),
     });
     try {
-      const r = await runClient(callArgs(srv.url, newState(), ["--timeout", "3000"]), { timeoutMs: 20000 });
+      const r = await runClient(callArgs(srv.url, newState(), ["--timeout-ms", "3000"]), { timeoutMs: 20000 });
       // Bounded by the deadline (plus start-up under a loaded sanitizer build), not by the retry.
-      check("retry_timeout: exit 3 timeout at --timeout 3000", r.code === 3 && r.reason === "timeout" &&
+      check("retry_timeout: exit 3 timeout at --timeout-ms 3000", r.code === 3 && r.reason === "timeout" &&
         r.ms >= 3000 && r.ms < 3000 + 4000, brief(r));
       check("retry_timeout: no resume sent after the deadline", srv.stats.gets.length === 0,
         JSON.stringify(srv.stats.gets));
@@ -271,7 +271,7 @@ const scenarios = {
     });
     try {
       const state = newState();
-      const c = startClient(callArgs(srv.url, state, ["--timeout", "60000"]));
+      const c = startClient(callArgs(srv.url, state, ["--timeout-ms", "60000"]));
       await until(() => ended, 10000, "the cut");
       await sleep(300); // the client is now waiting out its (clamped) retry
       const t0 = Date.now();
@@ -296,8 +296,8 @@ const scenarios = {
       onGet: ({ res }) => { sseHead(res, 0); res.end(sseBlock({ event: "ping", data: "{}" })); },
     });
     try {
-      const r = await runClient(callArgs(srv.url, newState(), ["--timeout", "5000"]), { timeoutMs: 20000 });
-      check("storm: ends in transport failure (exit 3) by --timeout", r.code === 3 &&
+      const r = await runClient(callArgs(srv.url, newState(), ["--timeout-ms", "5000"]), { timeoutMs: 20000 });
+      check("storm: ends in transport failure (exit 3) by --timeout-ms", r.code === 3 &&
         ["timeout", "reconnect_exhausted"].includes(r.reason) && r.ms < 5000 + 4000, brief(r));
       check("storm: resumes bounded by the attempt budget (<= 8)", srv.stats.gets.length <= 8 &&
         srv.stats.gets.length >= 2, `${srv.stats.gets.length} resume GETs`);
@@ -319,7 +319,7 @@ const scenarios = {
     } });
     try {
       const state = newState();
-      const r = await runClient(callArgs(srv.url, state, ["--timeout", "20000"]), { timeoutMs: 40000, rss: true });
+      const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "20000"]), { timeoutMs: 40000, rss: true });
       check("early_flood: refused, exit 4 held_back_overflow", r.code === 4 && r.reason === "held_back_overflow", brief(r));
       check(`early_flood: peak RSS bounded (< 100 MB): ${r.hwmMb.toFixed(1)} MB`, r.hwmMb > 0 && r.hwmMb < 100);
       check("early_flood: the call POSTed once", srv.stats.calls === 1, `${srv.stats.calls} POSTs`);
@@ -345,7 +345,7 @@ async function malformed(name, data) {
   } });
   try {
     const state = newState();
-    const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+    const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "10000"]));
     check(`${name}: refused, exit 4 malformed_event`, r.code === 4 && r.reason === "malformed_event", brief(r));
     await checkState(name, srv.url, state, 2, [2]);
   } finally { await srv.close(); }
@@ -354,7 +354,7 @@ async function malformed(name, data) {
 async function noResend(name, answer) {
   const srv = await startHostile({ onCall: answer });
   try {
-    const r = await runClient(callArgs(srv.url, newState(), ["--timeout", "10000"]));
+    const r = await runClient(callArgs(srv.url, newState(), ["--timeout-ms", "10000"]));
     check(`${name}: uncertainty reported, exit 4 continuity_unprovable`, r.code === 4 &&
       r.reason === "continuity_unprovable", brief(r));
     check(`${name}: the call POSTed exactly once`, srv.stats.calls === 1,
@@ -373,7 +373,7 @@ async function badId(name, id) {
   } });
   try {
     const state = newState();
-    const r = await runClient(callArgs(srv.url, state, ["--timeout", "10000"]));
+    const r = await runClient(callArgs(srv.url, state, ["--timeout-ms", "10000"]));
     check(`${name}: refused, exit 4 malformed_event_id`, r.code === 4 && r.reason === "malformed_event_id", brief(r));
     await checkState(name, srv.url, state, 2, [2]);
   } finally { await srv.close(); }
