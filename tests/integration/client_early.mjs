@@ -1,11 +1,11 @@
 // client_early.mjs (CTest client_early): tidemark-client against a server in
-// emit-early mode (`--emit early`, DESIGN §8), which writes events to the
-// wire before they are durable and announces its durable head. Commits are
-// slowed to 150 ms (TIDEMARK_COMMIT_DELAY_MS, a test build), so the client
-// always holds events that are not durable yet; the server is kill -9ed
-// mid-call three times and restarted on the same port, losing them. The client
-// must dispatch only events announced durable, so its cursor is never above
-// what the server kept:
+// emit-early mode (`--emit early`; docs/design.md, "Emit-then-reconcile"),
+// which writes events to the wire before they are durable and announces its
+// durable head. Commits are slowed to 150 ms (TIDEMARK_COMMIT_DELAY_MS, a
+// test build), so the client always holds events that are not durable yet;
+// the server is kill -9ed mid-call three times and restarted on the same
+// port, losing them. The client must dispatch only events announced durable,
+// so its cursor is never above what the server kept:
 //   - the call ends with its result, exit 0;
 //   - progress 1..N arrives exactly once, in order;
 //   - the recorded effects (one per dispatched event) have dense seqs, each once;
