@@ -1,6 +1,7 @@
 /*
- * store.h - the event log interface (DESIGN.md §4). One interface, several
- * backends (memory now; SQLite, Redis later) selected by a URI.
+ * store.h - the event log interface. One interface, three backends (memory,
+ * SQLite, Redis) selected by a URI; the SQLite and Redis ones commit through
+ * the group-commit writer (writer.h).
  *
  * Rules every backend keeps:
  *  - append() assigns the seq inside the commit; an event becomes visible
@@ -68,7 +69,7 @@ typedef struct tm_store_options {
     uint64_t retain_events;   /* per-stream count limit, 0 = unlimited */
     int64_t retain_ms;        /* per-stream age limit, 0 = unlimited */
     tm_durability durability; /* for durable backends */
-    int emit_early;           /* read() may return events not yet durable (DESIGN §8) */
+    int emit_early;           /* read() may return events not yet durable (emit early) */
     int64_t touch_every_ms;   /* session_touch writes at most this often (0 = 5000);
                                  keep it well below the session TTL */
     int accept_loss;          /* SQLite: open even when the database holds fewer commits
@@ -86,7 +87,8 @@ typedef struct tm_store_options {
 
 #define TM_APPEND_FINAL 1u /* the stream ends with this event */
 
-/* A transaction handle given to atomic effects (public: tidemark_txn_t). */
+/* A transaction handle given to atomic effects (public: tidemark_txn_t,
+ * include/tidemark/txn.h; behind it: txn.h). */
 typedef struct tidemark_txn tm_txn;
 /* An effect run inside the transaction that commits its result event.
  * Returns 0, or a negative code to discard the effect (the fallback bytes
@@ -110,7 +112,8 @@ typedef struct tm_append_req {
 
 typedef enum tm_req_state { TM_REQ_STARTED = 1, TM_REQ_COMPLETED = 2 } tm_req_state;
 
-/* A request record (DESIGN §6). Strings owned (tm_request_rec_clear). */
+/* A request record: a call's durable record (exactly-once calls). Strings
+ * owned (tm_request_rec_clear). */
 typedef struct tm_request_rec {
     char *session;
     char *key;        /* "i:<id>", "s:<id>" or "k:<idempotency key>" */

@@ -1,6 +1,6 @@
 /*
- * store_redis.c - the event log on Redis Streams, shared by many nodes
- * (DESIGN.md §3-§6). URI: redis://HOST:PORT[/DB].
+ * store_redis.c - the event log on Redis Streams, shared by many nodes.
+ * URI: redis://HOST:PORT[/DB].
  *
  * Redis is the only authority. Every mutation is one Lua script, so a seq is
  * assigned, its entry written (XADD with the explicit id "<seq>-0"), the
@@ -30,9 +30,10 @@
  * Channel tm:<db>:commits carries "<writer> <seq> <closed 0|1> <stream> <session>".
  * Channel tm:<db>:bus carries "<writer> <channel> <bytes>" (tm_store_publish).
  *
- * Threads. One writer thread owns the write connection and does group commit
- * over the network: everything queued is sent as one pipeline of EVALSHA
- * calls, then the append callbacks run, then the commit listener. Readers use
+ * Threads. The group-commit writer (writer.h) owns the write connection:
+ * everything queued (at most BATCH_MAX ops) is sent as one MULTI/EXEC of
+ * EVALSHA calls (this file's hooks: redis_writer_hooks), then the append
+ * callbacks run, then the commit listener. Readers use
  * a small pool of connections. One subscriber thread blocks on the channel
  * (poll(), no busy loop) and wakes this node's readers for other nodes'
  * commits.
@@ -365,7 +366,7 @@ static void current_epoch(rstore *r, char out[TM_EPOCH_LEN + 1])
 
 /* A connection reached a server: if it is another server than the one seen
  * before, whatever that one held may be lost or older here, so the seqs it
- * assigns from now on need a new writer generation (DESIGN §3). */
+ * assigns from now on need a new writer generation. */
 static void note_identity(rstore *r, const char *run_id)
 {
     pthread_mutex_lock(&r->e_mu);
@@ -1410,14 +1411,13 @@ static void r_settle(void *be, tm_wop *batch, int rc)
     (void)rc; /* r_commit always settles */
     rstore *r = be;
     pthread_mutex_lock(&r->c_mu);
-    for (rop *o = (rop *)batch; o; o = op_next(o)) {
-        if (o->kind != OP_APPEND && o->kind != OP_CLOSE)
-            continue;
-        settle_hint(r, o);
-        if (o->w.q.status == 0)
-            tm_writer_wake(r->writer, o->session, o->name, o->w.seq);
-    }
+    for (rop *o = (rop *)batch; o; o = op_next(o))
+        if (o->kind == OP_APPEND || o->kind == OP_CLOSE)
+            settle_hint(r, o);
     pthread_mutex_unlock(&r->c_mu);
+    for (rop *o = (rop *)batch; o; o = op_next(o))
+        if ((o->kind == OP_APPEND || o->kind == OP_CLOSE) && o->w.q.status == 0)
+            tm_writer_wake(r->writer, o->session, o->name, o->w.seq);
 }
 
 static void r_release(tm_wop *o) { op_free((rop *)o); }

@@ -1,18 +1,23 @@
 /*
- * store_sqlite.c - the embedded durable store (DESIGN.md §4).
+ * store_sqlite.c - the embedded durable store.
  *
- * One writer thread owns the write connection and does group commit: every
+ * The group-commit writer (writer.h) owns the write connection: every
  * operation queued while a commit is in flight rides in the next
- * transaction. Seqs are assigned when an append is queued (so the caller
- * knows its position), made durable by the commit, and only then visible to
- * read() and announced to the commit listener (commit-then-emit). With
- * emit_early, read() also serves queued events (DESIGN §8).
+ * transaction. This file supplies its hooks (sqlite_writer_hooks: one
+ * transaction per batch, the cache update after it, the WAL restart between
+ * batches, the probe write after a failure, age retention). Seqs are
+ * assigned when an append is queued (so the caller knows its position), made
+ * durable by the commit, and only then visible to read() and announced to
+ * the commit listener (commit-then-emit). With emit_early, read() also
+ * serves queued events.
  *
  * Readers use a small pool of read connections (WAL lets them run beside
  * the writer) plus an in-memory tail of each stream's recent events, so a
  * live stream is served without touching SQLite.
  *
- * Lock order: the queue's lock and c_mu are never held together; the commit listener and
+ * Lock order: c_mu before the writer's queue lock (ops whose order must
+ * follow the cache's are queued under c_mu) and before its touch lock; the
+ * writer's hooks take c_mu with no queue lock held; the commit listener and
  * append callbacks run with no store lock held.
  */
 #include "store.h"
@@ -892,7 +897,6 @@ static void sq_settle(void *be, tm_wop *batch, int rc)
         s->first = u->first;
         memcpy(s->trimmed_epoch, u->te, sizeof s->trimmed_epoch);
         tail_drop_below(s, s->first);
-        tm_writer_wake(q->writer, s->session, s->name, u->head);
     }
     untouch(q->w_touched);
     q->w_touched = NULL;
@@ -907,6 +911,10 @@ static void sq_settle(void *be, tm_wop *batch, int rc)
             o->ss->pending--;
     }
     pthread_mutex_unlock(&q->c_mu);
+    /* Named without c_mu (appenders wait for it): the entries stay until
+     * sq_after, the names with them. */
+    for (size_t i = 0; rc == 0 && i < q->w_nups; i++)
+        tm_writer_wake(q->writer, q->w_ups[i].s->session, q->w_ups[i].s->name, q->w_ups[i].head);
 }
 
 /* after hook: only now may a finished stream leave the cache (the listener

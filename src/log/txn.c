@@ -7,19 +7,13 @@
 #include "tidemark/tidemark.h"
 #include <stdlib.h>
 
-/* The handle's operations; the transitional {.db = conn} form is SQLite. */
-static const struct tm_txn_ops *ops_of(struct tidemark_txn *txn)
-{
-    if (!txn->ops && txn->db)
-        tm_txn_sqlite_init(txn, txn->db);
-    return txn->ops;
-}
-
 int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row)
 {
-    if (!txn || !ops_of(txn) || !tm_table_name_ok(table) || !json_is_object(row) ||
+    if (!txn || !txn->ops || !tm_table_name_ok(table) || !json_is_object(row) ||
         json_object_get(row, "id"))
         return TIDEMARK_EINVAL;
+    if (!txn->ops->insert)
+        return TIDEMARK_ENOTSUP;
     char *doc = json_dumps(row, JSON_COMPACT | JSON_SORT_KEYS);
     if (!doc)
         return TIDEMARK_ENOMEM;
@@ -30,7 +24,7 @@ int tidemark_txn_insert(tidemark_txn_t *txn, const char *table, json_t *row)
 
 int tidemark_txn_exec(tidemark_txn_t *txn, const char *sql, const char *const *args, size_t nargs)
 {
-    if (!txn || !ops_of(txn) || !sql || (nargs && !args))
+    if (!txn || !txn->ops || !sql || (nargs && !args))
         return TIDEMARK_EINVAL;
     if (!txn->ops->exec) {
         TM_WARN("tidemark_txn_exec: a %s transaction has no SQL (use tidemark_txn_insert)",

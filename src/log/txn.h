@@ -24,10 +24,6 @@ struct tm_txn_ops {
 struct tidemark_txn {
     const struct tm_txn_ops *ops;
     void *impl; /* the backend's: SQLite, the sqlite3 connection */
-    /* Transitional: a handle made as {.db = conn} by code that predates
-     * tm_txn_sqlite_init (ops NULL) is SQLite-backed. To go once every
-     * caller uses tm_txn_sqlite_init. */
-    sqlite3 *db;
 };
 
 /* A handle on the transaction open on db (BEGIN or SAVEPOINT is the

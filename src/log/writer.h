@@ -54,9 +54,10 @@ typedef struct tm_writer_hooks {
      * code when none of it is. */
     int (*commit)(void *be, tm_wop *batch, size_t n);
     /* After commit (rc 0) or a failure (rc: every op's status): fold the
-     * outcome into the backend's state, under its own lock, naming the
-     * streams the listener must hear of (tm_writer_wake). Also called with
-     * the ops failed while writes are refused (commit not called). */
+     * outcome into the backend's state, under its own lock, and name the
+     * streams the listener must hear of (tm_writer_wake; best outside that
+     * lock). Also called with the ops failed while writes are refused
+     * (commit not called). */
     void (*settle)(void *be, tm_wop *batch, int rc);
     /* Optional: after the listener was told, before ops are let go. */
     void (*after)(void *be, tm_wop *batch);

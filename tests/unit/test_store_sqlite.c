@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "log/sqlite_util.h"
 #include "log/store.h"
+#include "log/txn.h"
 #include "tidemark/tidemark.h"
 #include <sqlite3.h>
 #include <stdio.h>
@@ -103,6 +105,52 @@ static void test_old_database_gains_attrs(void **state)
     tm_store_close(st);
 }
 
+/* The SQLite transaction (txn.h) on its own, as the client's state uses it:
+ * a database without tm_rows gets it with its first row, in the caller's
+ * transaction; SQL runs there; the public functions check their arguments. */
+static void test_txn_sqlite(void **state)
+{
+    (void)state;
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE app(k TEXT)", NULL, NULL, NULL), SQLITE_OK);
+    struct tidemark_txn txn;
+    tm_txn_sqlite_init(&txn, db);
+    assert_int_equal(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+    json_t *row = json_pack("{s:s}", "entry", "a");
+    assert_int_equal(tidemark_txn_insert(&txn, "ledger", row), 0);
+    assert_int_equal(tidemark_txn_insert(&txn, "ledger", row), 0);
+    const char *args[1] = {"x"};
+    assert_int_equal(tidemark_txn_exec(&txn, "INSERT INTO app(k) VALUES(?1)", args, 1), 0);
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    json_t *rows = NULL; /* rolled back: the rows and the table they made */
+    assert_int_not_equal(tm_sqlite_rows(db, "ledger", &rows), 0);
+    assert_int_equal(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tidemark_txn_insert(&txn, "ledger", row), 0);
+    assert_int_equal(tidemark_txn_exec(&txn, "INSERT INTO app(k) VALUES(?1)", args, 1), 0);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tm_sqlite_rows(db, "ledger", &rows), 0);
+    assert_int_equal(json_array_size(rows), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "id")), 1);
+    json_decref(rows);
+    /* checked once for every backend */
+    json_t *with_id = json_pack("{s:i}", "id", 3);
+    assert_int_equal(tidemark_txn_insert(&txn, "ledger", with_id), TIDEMARK_EINVAL);
+    assert_int_equal(tidemark_txn_insert(&txn, "no spaces", row), TIDEMARK_EINVAL);
+    assert_int_equal(tidemark_txn_insert(NULL, "ledger", row), TIDEMARK_EINVAL);
+    assert_int_equal(tidemark_txn_exec(&txn, NULL, NULL, 0), TIDEMARK_EINVAL);
+    assert_int_equal(tidemark_txn_exec(&txn, "SELECT 1", NULL, 1), TIDEMARK_EINVAL);
+    assert_int_equal(tidemark_txn_exec(&txn, "NOT SQL", NULL, 0), TIDEMARK_EINVAL);
+    /* a backend without SQL (nor rows) */
+    static const struct tm_txn_ops nothing = {.name = "test"};
+    struct tidemark_txn none = {.ops = &nothing};
+    assert_int_equal(tidemark_txn_exec(&none, "SELECT 1", NULL, 0), TIDEMARK_ENOTSUP);
+    assert_int_equal(tidemark_txn_insert(&none, "ledger", row), TIDEMARK_ENOTSUP);
+    json_decref(with_id);
+    json_decref(row);
+    sqlite3_close(db);
+}
+
 static int remove_dir(void)
 {
     char cmd[160];
@@ -141,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
         cmocka_unit_test(test_old_database_gains_attrs),
+        cmocka_unit_test(test_txn_sqlite),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     remove_dir();
