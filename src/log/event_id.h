@@ -1,5 +1,5 @@
 /*
- * event_id.h - the event id codec: "<epoch>-<stream>-<seq>" (DESIGN.md §3).
+ * event_id.h - the event id codec: "<epoch>-<stream>-<seq>" (docs/design.md, "The contract", item 2).
  *   epoch  16 lowercase hex digits (writer generation)
  *   stream "g" (standalone GET stream) or "r<n>", n >= 1, no leading zero
  *   seq    decimal >= 1, no leading zero, dense per stream

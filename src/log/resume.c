@@ -1,4 +1,4 @@
-/* resume.c - the resume table, rows in the order DESIGN.md §5 gives. */
+/* resume.c - the resume table, rows in the order of docs/design.md, "The contract", item 4. */
 #include "resume.h"
 #include "tidemark/tidemark.h"
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * resume.h - the server's resume table (DESIGN.md §5), minus the 409 row,
+ * resume.h - the server's resume table (docs/design.md, "The contract", item 4), minus the 409 row,
  * which the transport decides atomically when it attaches the stream.
  */
 #ifndef TM_RESUME_H

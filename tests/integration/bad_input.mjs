@@ -9,7 +9,7 @@
 // body-limit cases depend on both).
 //
 // Each case names a request and the expected HTTP status, JSON-RPC error.code
-// and error.data.reason (as in DESIGN.md §5 and the 2025-11-25 transport
+// and error.data.reason (as in docs/design.md, "The contract", item 4, and the 2025-11-25 transport
 // spec). After every case a `ping` on the session opened at the start must
 // still be answered; at the end a resume of a completed stream must replay the
 // same events as before the cases ran (nothing committed was lost).
@@ -493,7 +493,7 @@ const cases = [
     { name: 'GET with unknown session', req: () => G({ id: 'nope', version: '2025-11-25' }), expect: { status: 404, code: -32001, reason: 'unknown_session' } },
     { name: 'GET unsupported MCP-Protocol-Version', req: (c) => G(c.A, { 'MCP-Protocol-Version': '1999-01-01' }), expect: { status: 400, code: -32600, reason: 'unsupported_protocol_version' } },
 
-    // ---- Last-Event-ID (DESIGN.md §5 table) --------------------------------------
+    // ---- Last-Event-ID (the resume table of docs/design.md) --------------------------------------
     { name: 'Last-Event-ID garbage', req: (c) => G(c.A, { 'Last-Event-ID': 'garbage' }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
     { name: 'Last-Event-ID uppercase epoch', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(7, c.epoch.toUpperCase().replace(/^[0-9]/, 'A')) }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
     { name: 'Last-Event-ID 15-hex epoch', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(7, c.epoch.slice(1)) }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
@@ -533,7 +533,7 @@ const cases = [
       }, expect: { status: 409, code: -32600, reason: 'stream_attached' } },
 
     // ---- live stream under retention ---------------------------------------------
-    // DESIGN §1/§4/§5: no message is skipped; a known gap is reported with a
+    // The contract: no message is skipped; a known gap is reported with a
     // typed error, never hidden. A POST stream whose reader falls more than
     // --retain-events behind the tool must deliver every seq, or signal
     // `event: gap`, or end early so that a resume from the last id it did

@@ -32,7 +32,7 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
   function checkEvent(session, ev) {
     const m = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)$/.exec(ev.id ?? "");
     if (!m) { violate(`bad event id ${ev.id}`); return null; }
-    // Ids name a position in a stream of one session (DESIGN §3).
+    // Ids name a position in a stream of one session (docs/design.md, "The contract", item 2).
     const gid = session + " " + ev.id;
     const prev = payloadById.get(gid);
     if (prev !== undefined && prev !== ev.data) violate(`id ${ev.id} reused: ${prev} vs ${ev.data}`);

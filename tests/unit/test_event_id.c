@@ -1,4 +1,4 @@
-/* test_event_id.c - unit tests for src/log/event_id.{h,c} (DESIGN.md §3). */
+/* test_event_id.c - unit tests for src/log/event_id.{h,c} (docs/design.md, "The contract", item 2). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* test_resume.c - the resume table (DESIGN.md §5) over the memory store. */
+/* test_resume.c - the resume table (docs/design.md, "The contract", item 4) over the memory store. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
