@@ -1,0 +1,70 @@
+/*
+ * seal.h - sealed request state for the 2026-07-28 wire (multi-round-trip
+ * requests): state the server hands to the client and gets back later,
+ * opaque and tamper-proof, so any node can continue the request without
+ * having kept it.
+ *
+ * A token is base64url (no padding) of
+ *     version (1 byte, 1) | expiry ms (8 bytes, big-endian) | nonce (12)
+ *     | AES-256-GCM ciphertext of the payload | tag (16)
+ * The additional data binds the version byte, the expiry, the principal and
+ * the method, each string length-prefixed. The expiry is checked only after
+ * the tag verified, so a forged or altered token is always
+ * "request_state_invalid", never "request_state_expired".
+ *
+ * The key is 32 random bytes shared by every node through the store (a
+ * reserved session record, created once by whichever node comes first), so
+ * a token sealed on one node opens on another and after a restart.
+ *
+ * Error codes: TIDEMARK_ETIMEDOUT exists in tidemark.h and is the code of an
+ * expired token. All functions return 0 or a negative TIDEMARK_E*.
+ *
+ * Threading: a sealer is immutable once open; every function may be called
+ * from any thread at once.
+ */
+#ifndef TM_SEAL_H
+#define TM_SEAL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../log/store.h"
+
+/* Largest payload tm_seal accepts; tm_unseal refuses a longer token before
+ * decoding it. */
+#define TM_SEAL_MAX_PAYLOAD (64u * 1024u)
+
+/* The reserved session id under which the key lives in the store. It can
+ * never be a real session id (those are 32 hex characters). */
+#define TM_SEAL_KEY_SESSION "tidemark:seal-key"
+
+typedef struct tm_sealer tm_sealer;
+
+/* Open a sealer whose key is shared by all nodes through the store: read it,
+ * or create it if no node has (race-safe: a node that loses the race reads
+ * the winner's key). */
+int tm_sealer_open(tm_store *st, tm_sealer **out);
+/* A sealer with a fixed key (tests and fuzz targets only). */
+int tm_sealer_open_key(const unsigned char key[32], tm_sealer **out);
+void tm_sealer_free(tm_sealer *s);
+
+/* Seal payload (len <= TM_SEAL_MAX_PAYLOAD) for principal and method until
+ * expires_ms (Unix ms). principal and method are NUL-terminated; "" is
+ * allowed. OUT *token: malloc'd NUL-terminated base64url text. */
+int tm_seal(tm_sealer *s, const char *principal, const char *method, int64_t expires_ms,
+            const void *payload, size_t len, char **token);
+
+/* Open a token sealed for principal and method. OUT *payload (malloc'd and
+ * NUL-terminated too), *len. TIDEMARK_EINVAL with *reason
+ * "request_state_invalid" (tampered, foreign, malformed, too long), or
+ * TIDEMARK_ETIMEDOUT with *reason "request_state_expired" (now_ms >= the
+ * expiry of an authentic token). *reason is a static string, or NULL on
+ * success; reason may be NULL. */
+int tm_unseal(tm_sealer *s, const char *principal, const char *method, int64_t now_ms,
+              const char *token, void **payload, size_t *len, const char **reason);
+
+/* 32 lowercase hex chars (+NUL) derived from (a, b) under the shared key
+ * (HMAC-SHA256, length-prefixed inputs, truncated to 128 bits): the same on
+ * every node, unguessable without the key. */
+int tm_seal_derive_id(tm_sealer *s, const char *a, size_t alen, const char *b, size_t blen,
+                      char out[33]);
+
+#endif
