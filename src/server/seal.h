@@ -67,4 +67,12 @@ int tm_unseal(tm_sealer *s, const char *principal, const char *method, int64_t n
 int tm_seal_derive_id(tm_sealer *s, const char *a, size_t alen, const char *b, size_t blen,
                       char out[33]);
 
+/* base64url without padding (RFC 4648 section 5), as the tokens use it.
+ * encode: OUT *out malloc'd NUL-terminated text. decode: OUT *out malloc'd
+ * bytes, *outlen; only the canonical form decodes (no '=', no other
+ * alphabet, no length of 1 mod 4, the last character's unused bits zero),
+ * else TIDEMARK_EINVAL. */
+int tm_b64url_encode(const void *data, size_t n, char **out);
+int tm_b64url_decode(const char *s, size_t n, void **out, size_t *outlen);
+
 #endif
