@@ -9,7 +9,10 @@
  * timeout, stopped by a signal); 4 the client refused a stream it cannot
  * prove continuous, or refused to re-send a call it cannot prove
  * unreceived (typed reason: never a silent resume); 5 the session was
- * lost (404).
+ * lost (404); 6 the protocol could not be followed (no protocol version in
+ * common, a forced era the server does not speak, a malformed
+ * InputRequiredResult, too many input rounds, an input request the client
+ * cannot answer, a tool whose x-mcp-header annotations are invalid).
  *
  * Output: results on stdout. A failure is said in one line on stderr
  * ("tidemark-client: cannot connect to URL: Connection refused"), and its
@@ -30,6 +33,7 @@
 #define PROG "tidemark-client"
 
 static int json_out;
+static int listening;      /* listen: every notification is a JSON line on stdout */
 static int quiet;
 static int progress_tty;   /* stderr is a terminal: progress is one line, rewritten */
 static int progress_shown; /* ... and that line is on the screen now */
@@ -46,7 +50,11 @@ static void usage(FILE *f)
             "  read URI                   read a resource\n"
             "  prompts                    list prompts\n"
             "  prompt NAME [key=value...] get a prompt\n"
-            "  listen [SECONDS]           print the standalone stream's notifications\n"
+            "  listen [--tools] [--resources] [--prompts] [--resource URI]... [SECONDS]\n"
+            "                             print change notifications, one JSON line each:\n"
+            "                             modern: a subscriptions/listen stream for what is\n"
+            "                             named (none named: the three list changes); legacy:\n"
+            "                             the standalone GET stream\n"
             "  resume                     finish the requests a killed, stopped or timed-out\n"
             "                             client left outstanding (needs --state)\n"
             "  end                        end the session (DELETE)\n"
@@ -69,9 +77,17 @@ static void usage(FILE *f)
             "  --record-effects           record every dispatched event in the state file's\n"
             "                             table effects(event_id, stream, seq, body): the\n"
             "                             application effect the persistence modes protect\n"
+            "  --protocol ERA             auto (default: server/discover first, a legacy\n"
+            "                             session when the server speaks no 2026-07-28) |\n"
+            "                             modern | legacy\n"
             "  --idempotency-key KEY      send _meta[\"dev.tidemark/idempotency-key\"] with the\n"
             "                             call: a Tidemark server then answers a re-issue of\n"
-            "                             the same call (new request id) from its record\n"
+            "                             the same call (new request id) from its record. In\n"
+            "                             modern a call gets a fresh key unless given one\n"
+            "  --no-idempotency-key       modern: send the call without a key (a cut call is\n"
+            "                             then re-issued only for idempotent or read-only tools)\n"
+            "  --log-level LEVEL          modern: ask for log notifications at LEVEL (debug,\n"
+            "                             info, notice, warning, error, ...) on every request\n"
             "  --timeout-ms MS            per-request timeout, reconnect waits included\n"
             "                             (default 60000)\n"
             "  --retry-min-ms MS          a server's SSE retry: is clamped to at least MS\n"
@@ -92,7 +108,10 @@ static void usage(FILE *f)
             "2 usage; 3 transport: cannot connect, no MCP endpoint at the URL, timeout,\n"
             "reconnects exhausted, stopped by a signal (the call stays outstanding for\n"
             "resume); 4 the client refused a stream or a re-send it cannot prove safe\n"
-            "(typed reason); 5 the session was lost.\n");
+            "(typed reason); 5 the session was lost; 6 the protocol could not be followed:\n"
+            "no version in common, a forced era the server does not speak, a malformed or\n"
+            "endless input request, an input request that cannot be answered, a tool with\n"
+            "invalid x-mcp-header annotations (typed reason).\n");
 }
 
 /* The typed reasons of a stream (or a re-send) the client refused: exit 4. */
@@ -100,6 +119,11 @@ static const char *const refusals[] = {
     "resumption_gap", "duplicate_effect", "dispatch_log_inconsistent", "replay_not_monotonic",
     "stream_mismatch", "continuity_lost", "malformed_event", "malformed_event_id",
     "held_back_overflow", "continuity_unprovable", NULL};
+
+/* The typed reasons of a protocol the client could not follow: exit 6. */
+static const char *const protocol_failures[] = {
+    "no_common_version", "modern_unsupported", "malformed_input_required", "input_rounds_exceeded",
+    "input_request_unsupported", "invalid_tool_definition", NULL};
 
 static const char *reason_of(json_t *err)
 {
@@ -114,6 +138,9 @@ static int exit_code(int rc, json_t *res)
     for (const char *const *r = refusals; reason && *r; r++)
         if (!strcmp(reason, *r))
             return 4;
+    for (const char *const *r = protocol_failures; reason && *r; r++)
+        if (!strcmp(reason, *r))
+            return 6;
     if (reason && !strcmp(reason, "session_lost"))
         return 5;
     if (rc == TIDEMARK_EPEER)
@@ -205,9 +232,11 @@ static void on_notification(json_t *msg, void *ud)
     char *s = json_dumps(msg, JSON_COMPACT);
     if (!s)
         return;
-    if (!json_out)
+    if (!json_out && !listening)
         progress_break();
-    fprintf(json_out ? stdout : stderr, "%s\n", s);
+    fprintf(json_out || listening ? stdout : stderr, "%s\n", s);
+    if (listening)
+        fflush(stdout);
     free(s);
 }
 
@@ -305,10 +334,26 @@ static void client_publish(tidemark_client_t *c)
 
 typedef struct cli_opts {
     const char *state, *args_json, *idem_key;
-    int record;
+    int record, no_key;
 } cli_opts;
 
-enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION };
+enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION, O_PROTOCOL, O_NO_KEY,
+       O_LOG_LEVEL };
+
+static int parse_protocol(const char *v, tidemark_client_config_t *cfg)
+{
+    if (!strcmp(v, "auto"))
+        cfg->protocol = TIDEMARK_PROTOCOL_AUTO;
+    else if (!strcmp(v, "modern"))
+        cfg->protocol = TIDEMARK_PROTOCOL_MODERN;
+    else if (!strcmp(v, "legacy"))
+        cfg->protocol = TIDEMARK_PROTOCOL_LEGACY;
+    else {
+        fprintf(stderr, PROG ": unknown --protocol %s (auto, modern, legacy)\n", v);
+        return 2;
+    }
+    return -1;
+}
 
 static int parse_persist(const char *v, tidemark_client_config_t *cfg)
 {
@@ -368,6 +413,8 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         {"retry-min-ms", required_argument, 0, O_RETRY_MIN}, {"retry-min", required_argument, 0, O_RETRY_MIN},
         {"retry-max-ms", required_argument, 0, O_RETRY_MAX}, {"retry-max", required_argument, 0, O_RETRY_MAX},
         {"max-held-bytes", required_argument, 0, O_HELD}, {"version", no_argument, 0, O_VERSION},
+        {"protocol", required_argument, 0, O_PROTOCOL}, {"no-idempotency-key", no_argument, 0, O_NO_KEY},
+        {"log-level", required_argument, 0, O_LOG_LEVEL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c, code;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -380,6 +427,9 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         case 'r': o->record = 1; break;
         case 'q': quiet = 1; break;
         case 'k': o->idem_key = optarg; break;
+        case O_PROTOCOL: if ((code = parse_protocol(optarg, cfg)) >= 0) return code; break;
+        case O_NO_KEY: o->no_key = 1; break;
+        case O_LOG_LEVEL: cfg->log_level = optarg; break;
         case O_TIMEOUT: case O_RETRY_MIN: case O_RETRY_MAX: case O_HELD:
             if ((code = number_option(c, optarg, cfg)) >= 0) return code;
             break;
@@ -411,9 +461,48 @@ static const command commands[] = {
     {"tools", 0, 0, 0, 0, ""},          {"call", 1, -1, 0, 0, "NAME [key=value...]"},
     {"resources", 0, 0, 0, 0, ""},      {"read", 1, 1, 0, 0, "URI"},
     {"prompts", 0, 0, 0, 0, ""},        {"prompt", 1, -1, 0, 0, "NAME [key=value...]"},
-    {"listen", 0, 1, 0, 0, "[SECONDS]"}, {"resume", 0, 0, 1, 0, ""},
+    {"listen", 0, -1, 0, 0, "[--tools] [--resources] [--prompts] [--resource URI]... [SECONDS]"},
+    {"resume", 0, 0, 1, 0, ""},
     {"end", 0, 0, 0, 0, ""},            {"effects", 0, 0, 1, 1, ""},
     {"state", 0, 0, 1, 1, ""},          {NULL, 0, 0, 0, 0, NULL}};
+
+/* listen's arguments: the filter (NULL: the default one) and the seconds
+ * (0: until stopped). Nonzero after a message. */
+static int listen_args(char **rest, int nrest, json_t **filter, int *secs)
+{
+    *filter = NULL;
+    *secs = 0;
+    json_t *f = json_object(), *uris = json_array();
+    int bad = !f || !uris;
+    for (int i = 0; !bad && i < nrest; i++) {
+        const char *a = rest[i];
+        if (!strcmp(a, "--tools"))
+            bad = json_object_set_new(f, "toolsListChanged", json_true());
+        else if (!strcmp(a, "--prompts"))
+            bad = json_object_set_new(f, "promptsListChanged", json_true());
+        else if (!strcmp(a, "--resources"))
+            bad = json_object_set_new(f, "resourcesListChanged", json_true());
+        else if (!strcmp(a, "--resource") && i + 1 < nrest)
+            bad = json_array_append_new(uris, json_string(rest[++i]));
+        else if (a[0] != '-' && !*secs && (*secs = (int)positive("listen SECONDS", a, 86400)) > 0)
+            continue;
+        else {
+            if (a[0] == '-')
+                fprintf(stderr, PROG ": listen: unknown %s%s\n", a,
+                        !strcmp(a, "--resource") ? " (it wants a URI)" : "");
+            bad = 1;
+        }
+    }
+    if (!bad && json_array_size(uris))
+        bad = json_object_set(f, "resourceSubscriptions", uris);
+    json_decref(uris);
+    if (bad || !json_object_size(f)) {
+        json_decref(f);
+        f = NULL;
+    }
+    *filter = f;
+    return bad;
+}
 
 /* The command named cmd, checked against its arguments; NULL after a
  * message (usage: exit 2). */
@@ -439,8 +528,13 @@ static const command *command_check(const char *cmd, char **rest, int nrest, con
                     : "the state file to read");
         return NULL;
     }
-    if (!strcmp(k->name, "listen") && nrest == 1 && !positive("listen SECONDS", rest[0], 86400))
-        return NULL;
+    if (!strcmp(k->name, "listen")) {
+        json_t *f = NULL;
+        int secs = 0;
+        if (listen_args(rest, nrest, &f, &secs) != 0)
+            return NULL;
+        json_decref(f);
+    }
     return k;
 }
 
@@ -460,9 +554,37 @@ static int cmd_tools(tidemark_client_t *c, json_t **res)
     return 0;
 }
 
-static int cmd_call(tidemark_client_t *c, const char *name, json_t *args, const char *idem_key,
-                    json_t **res)
+/* A fresh idempotency key ("tmk-" and 32 hex digits); 0 or -1. */
+static int fresh_key(char out[40])
 {
+    unsigned char b[16];
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t n = f ? fread(b, 1, sizeof b, f) : 0;
+    if (f && fclose(f) != 0)
+        n = 0;
+    if (n != sizeof b)
+        return -1;
+    strcpy(out, "tmk-");
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 4 + 2 * i, 3, "%02x", b[i]);
+    return 0;
+}
+
+static int cmd_call(tidemark_client_t *c, const char *name, json_t *args, const char *idem_key,
+                    int no_key, json_t **res)
+{
+    char version[32], key[40];
+    if (!idem_key && !no_key &&
+        tidemark_client_protocol_version(c, version, sizeof version) == 0 &&
+        !strcmp(version, TIDEMARK_CLIENT_MODERN_VERSION)) {
+        /* Saved with the call in the state before it is sent: a re-issue
+         * after a cut, or after a restart, carries the same key. */
+        if (fresh_key(key) != 0) {
+            fprintf(stderr, PROG ": no randomness for an idempotency key\n");
+            return TIDEMARK_EIO;
+        }
+        idem_key = key;
+    }
     json_t *p = json_pack("{s:s,s:O}", "name", name, "arguments", args);
     if (p && idem_key &&
         json_object_set_new(p, "_meta", json_pack("{s:s}", "dev.tidemark/idempotency-key", idem_key)) != 0) {
@@ -523,6 +645,18 @@ static int cmd_get(tidemark_client_t *c, const char *method, json_t *params, jso
     return rc;
 }
 
+static int cmd_listen(tidemark_client_t *c, char **rest, int nrest)
+{
+    json_t *filter = NULL;
+    int secs = 0;
+    if (listen_args(rest, nrest, &filter, &secs) != 0)
+        return TIDEMARK_EINVAL; /* checked before: not reached */
+    listening = 1;
+    int rc = tidemark_client_subscribe(c, filter, secs * 1000);
+    json_decref(filter);
+    return rc;
+}
+
 static int cmd_resume(tidemark_client_t *c, json_t **res)
 {
     int rc = tidemark_client_resume(c, res);
@@ -557,12 +691,12 @@ static int cmd_state(tidemark_client_t *c, const char *cmd, json_t **res)
 
 /* Run cmd (checked). OUT res: what exit_code() looks at. */
 static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int nrest, json_t *args,
-                       const char *idem_key, json_t **res)
+                       const cli_opts *o, json_t **res)
 {
     if (!strcmp(cmd, "tools"))
         return cmd_tools(c, res);
     if (!strcmp(cmd, "call"))
-        return cmd_call(c, rest[0], args, idem_key, res);
+        return cmd_call(c, rest[0], args, o->idem_key, o->no_key, res);
     if (!strcmp(cmd, "resources"))
         return cmd_resources(c, res);
     if (!strcmp(cmd, "read"))
@@ -575,7 +709,7 @@ static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int n
         return rc;
     }
     if (!strcmp(cmd, "listen"))
-        return tidemark_client_listen(c, nrest ? atoi(rest[0]) * 1000 : 0);
+        return cmd_listen(c, rest, nrest);
     if (!strcmp(cmd, "resume"))
         return cmd_resume(c, res);
     if (!strcmp(cmd, "end"))
@@ -629,7 +763,7 @@ static int run(tidemark_client_t *c, const command *k, const cli_opts *o, char *
         json_decref(res);
         return code;
     }
-    rc = run_command(c, k->name, rest, nrest, args, o->idem_key, &res);
+    rc = run_command(c, k->name, rest, nrest, args, o, &res);
     int code = exit_code(rc, res);
     if (rc)
         say_failure(k->name, rc, res);

@@ -23,6 +23,19 @@
  *                                       Last-Event-ID after exactly that delay
  *   anything else                       connect and list tools
  *
+ * Under MCP_CONFORMANCE_PROTOCOL_VERSION=2026-07-28 the client starts in
+ * auto mode (server/discover first, modern when the server is); otherwise it
+ * speaks legacy only. The 2026-07-28 scenarios:
+ *
+ *   request-metadata, json-schema-ref-no-deref   list tools
+ *   sep-2322-client-request-state,
+ *   http-invalid-tool-headers                    list tools, call every tool listed (a tool
+ *                                                with invalid x-mcp-header is not listed)
+ *   http-standard-headers                        every tool, resource and prompt: listed,
+ *                                                then called, read, got
+ *   http-custom-headers                          the calls the runner names in
+ *                                                MCP_CONFORMANCE_CONTEXT (toolCalls)
+ *
  * Exit codes: 0 the scenario ran through; 1 a step failed; 2 usage.
  */
 #include "tidemark/client.h"
@@ -104,8 +117,113 @@ static int list_tools(tidemark_client_t *c)
     return 0;
 }
 
+/* Arguments for a tool: a plain value for each required property. */
+static json_t *minimal_args(json_t *tool)
+{
+    json_t *schema = json_object_get(tool, "inputSchema"), *args = json_object();
+    size_t i;
+    json_t *req;
+    json_array_foreach(json_object_get(schema, "required"), i, req) {
+        const char *k = json_string_value(req);
+        const char *t = json_string_value(
+            json_object_get(json_object_get(json_object_get(schema, "properties"), k), "type"));
+        json_t *v = !t || !strcmp(t, "string") ? json_string("x")
+                    : !strcmp(t, "boolean")     ? json_true()
+                    : !strcmp(t, "object")      ? json_object()
+                    : !strcmp(t, "array")       ? json_array()
+                                                : json_integer(1);
+        if (k && args)
+            json_object_set_new(args, k, v);
+        else
+            json_decref(v);
+    }
+    return args;
+}
+
+/* List tools and call every one listed. */
+static int call_every_tool(tidemark_client_t *c)
+{
+    json_t *tools = NULL;
+    if (tidemark_client_list(c, "tools/list", "tools", &tools) != 0) {
+        print_json("tools/list error", tools);
+        json_decref(tools);
+        return 1;
+    }
+    int code = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *args = minimal_args(t);
+        code |= call_tool(c, json_string_value(json_object_get(t, "name")), args);
+        json_decref(args);
+    }
+    json_decref(tools);
+    return code;
+}
+
+/* A request whose result is only printed. */
+static int request(tidemark_client_t *c, const char *method, json_t *params)
+{
+    json_t *res = NULL;
+    int rc = tidemark_client_request(c, method, params, NULL, NULL, &res);
+    print_json(method, res);
+    json_decref(res);
+    json_decref(params);
+    return rc ? 1 : 0;
+}
+
+/* Every resource read and every prompt got, after every tool called. */
+static int everything(tidemark_client_t *c)
+{
+    int code = call_every_tool(c);
+    json_t *items = NULL;
+    size_t i;
+    json_t *e;
+    if (tidemark_client_list(c, "resources/list", "resources", &items) != 0)
+        code = 1;
+    else
+        json_array_foreach(items, i, e)
+            code |= request(c, "resources/read", json_pack("{s:O}", "uri", json_object_get(e, "uri")));
+    json_decref(items);
+    items = NULL;
+    if (tidemark_client_list(c, "prompts/list", "prompts", &items) != 0)
+        code = 1;
+    else
+        json_array_foreach(items, i, e)
+            code |= request(c, "prompts/get", json_pack("{s:O,s:{}}", "name",
+                                                        json_object_get(e, "name"), "arguments"));
+    json_decref(items);
+    return code;
+}
+
+/* The calls the runner's context names (toolCalls: [{name, arguments}]). */
+static int context_calls(tidemark_client_t *c)
+{
+    const char *ctx = getenv("MCP_CONFORMANCE_CONTEXT");
+    json_t *v = ctx ? json_loads(ctx, 0, NULL) : NULL;
+    if (list_tools(c)) {
+        json_decref(v);
+        return 1;
+    }
+    int code = json_array_size(json_object_get(v, "toolCalls")) ? 0 : 1;
+    size_t i;
+    json_t *call;
+    json_array_foreach(json_object_get(v, "toolCalls"), i, call)
+        code |= call_tool(c, json_string_value(json_object_get(call, "name")),
+                          json_object_get(call, "arguments"));
+    json_decref(v);
+    return code;
+}
+
 static int run_scenario(tidemark_client_t *c, const char *scenario)
 {
+    if (!strcmp(scenario, "sep-2322-client-request-state") ||
+        !strcmp(scenario, "http-invalid-tool-headers"))
+        return call_every_tool(c);
+    if (!strcmp(scenario, "http-standard-headers"))
+        return everything(c);
+    if (!strcmp(scenario, "http-custom-headers"))
+        return context_calls(c);
     if (!strcmp(scenario, "tools_call")) {
         if (list_tools(c))
             return 1;
@@ -178,9 +296,18 @@ int main(int argc, char **argv)
      * open as SDK clients do, since some scenarios send requests there. */
     cfg.opaque_policy = TIDEMARK_OPAQUE_RESUME;
     cfg.open_standalone = scenario && !strcmp(scenario, "elicitation-sep1034-client-defaults");
+    /* The runner says which revision it tests: 2026-07-28 finds the era out
+     * (discover first), an older one is a legacy run. */
+    const char *rev = getenv("MCP_CONFORMANCE_PROTOCOL_VERSION");
+    cfg.protocol = rev && !strcmp(rev, TIDEMARK_CLIENT_MODERN_VERSION) ? TIDEMARK_PROTOCOL_AUTO
+                                                                       : TIDEMARK_PROTOCOL_LEGACY;
+    json_t *roots = json_pack("[{s:s,s:s}]", "uri", "file:///tmp/tidemark-conformance", "name",
+                              "conformance");
+    cfg.roots = roots; /* copied: the roots capability is declared */
 
     tidemark_client_t *c = NULL;
     int rc = tidemark_client_new(&cfg, &c);
+    json_decref(roots);
     if (rc) {
         fprintf(stderr, "%s: %s\n", prog, tidemark_strerror(rc));
         return 1;

@@ -125,6 +125,24 @@ typedef enum tidemark_opaque_policy {
     TIDEMARK_OPAQUE_RESUME = 1,    /* always resume with Last-Event-ID, deduplicating by event id */
 } tidemark_opaque_policy_t;
 
+/* Which protocol era the client speaks. Modern is 2026-07-28: no session,
+ * every request carries its own _meta (protocol version, client info and
+ * capabilities) and the standard headers; server requests come embedded in
+ * InputRequiredResult (answered with on_request and the request re-sent);
+ * change notifications come on a subscriptions/listen stream. Legacy is
+ * 2025-11-25 and earlier: initialize, a session, the GET stream. */
+typedef enum tidemark_protocol_mode {
+    TIDEMARK_PROTOCOL_AUTO = 0,   /* server/discover first; legacy when the server's answer
+                                     carries no modern error (default) */
+    TIDEMARK_PROTOCOL_MODERN = 1, /* modern only: a legacy server is modern_unsupported */
+    TIDEMARK_PROTOCOL_LEGACY = 2, /* initialize and a session, as before 2026-07-28 */
+} tidemark_protocol_mode_t;
+
+/* The modern protocol version this client speaks. */
+#define TIDEMARK_CLIENT_MODERN_VERSION "2026-07-28"
+/* Default bound of InputRequiredResult rounds per request. */
+#define TIDEMARK_CLIENT_MAX_INPUT_ROUNDS 16u
+
 /* Defaults of the reconnection and hold-back bounds (tidemark_client_config_init). */
 #define TIDEMARK_CLIENT_RETRY_MIN_MS 50u
 #define TIDEMARK_CLIENT_RETRY_MAX_MS 30000u
@@ -164,6 +182,14 @@ typedef struct tidemark_client_config {
     tidemark_server_request_fn on_request; /* sampling / elicitation; NULL = not supported */
     tidemark_notification_fn on_notification; /* notifications, after dispatch; may be NULL */
     void *ud;                      /* passed to on_event, on_request, on_notification */
+    /* Added with the 2026-07-28 protocol (at the end: older callers get the
+     * defaults). */
+    tidemark_protocol_mode_t protocol; /* which era to speak; default TIDEMARK_PROTOCOL_AUTO */
+    const char *log_level;         /* modern: _meta logLevel on every request (the server then
+                                      sends notifications/message at that level); NULL = none */
+    unsigned max_input_rounds;     /* modern: InputRequiredResult rounds answered per request
+                                      before input_rounds_exceeded; default 16 */
+    int no_cache;                  /* modern: do not keep cacheable results (ttlMs) in memory */
 } tidemark_client_config_t;
 
 /* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a
@@ -234,6 +260,19 @@ TIDEMARK_API int tidemark_client_notify(tidemark_client_t *c, const char *method
  * the stream ends for good. 0 when the time ran out.
  */
 TIDEMARK_API int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms);
+/*
+ * Modern: open a subscriptions/listen stream with filter (borrowed; NULL =
+ * every list change: {toolsListChanged, promptsListChanged,
+ * resourcesListChanged}; resourceSubscriptions: [URI...] for updates) and
+ * deliver its notifications - the acknowledgement first - to
+ * on_notification, on the calling thread, until stop_after_ms passes (0 =
+ * until tidemark_client_stop) or the server ends it (its response). A cut
+ * stream is opened again (a new request id) within the reconnect budget.
+ * Legacy: the GET stream, as tidemark_client_listen (the filter is not
+ * sent). 0 when the time ran out or the server ended it.
+ */
+TIDEMARK_API int tidemark_client_subscribe(tidemark_client_t *c, json_t *filter,
+                                           int stop_after_ms);
 /* Wait until the standalone GET stream has been requested on a connection
  * (servers may hold its headers until they have something to send), at
  * most timeout_ms. TIDEMARK_ETIMEDOUT otherwise. */

@@ -29,6 +29,8 @@ static void config_defaults(tidemark_client_config_t *c)
     c->retry_max_ms = TIDEMARK_CLIENT_RETRY_MAX_MS;
     c->max_held_bytes = TIDEMARK_CLIENT_MAX_HELD_BYTES;
     c->timeout_ms = 60000;
+    c->protocol = TIDEMARK_PROTOCOL_AUTO;
+    c->max_input_rounds = TIDEMARK_CLIENT_MAX_INPUT_ROUNDS;
 }
 
 int tidemark_client_config_init_sized(tidemark_client_config_t *cfg, size_t size)
@@ -66,6 +68,8 @@ static void config_settle(tidemark_client_config_t *c)
         c->max_held_bytes = d.max_held_bytes;
     if (c->timeout_ms <= 0)
         c->timeout_ms = d.timeout_ms;
+    if (!c->max_input_rounds)
+        c->max_input_rounds = d.max_input_rounds;
 }
 
 /* ---- new and free -------------------------------------------------------------------- */
@@ -81,6 +85,10 @@ static int keep_copies(tidemark_client_t *c)
     c->offer = tm_strdup(cfg->protocol_version ? cfg->protocol_version : TIDEMARK_PROTOCOL_LATEST);
     c->caps = cfg->capabilities ? json_deep_copy(cfg->capabilities) : NULL;
     c->roots = cfg->roots ? json_deep_copy(cfg->roots) : NULL;
+    c->log_level = cfg->log_level ? tm_strdup(cfg->log_level) : NULL;
+    if (cfg->log_level && !c->log_level)
+        return TIDEMARK_ENOMEM;
+    c->cfg.log_level = c->log_level;
     if (!c->url || (cfg->state_path && !c->state_path) || !c->name || !c->version || !c->offer ||
         (cfg->capabilities && !c->caps) || (cfg->roots && !c->roots))
         return TIDEMARK_ENOMEM;
@@ -167,6 +175,9 @@ void tidemark_client_free(tidemark_client_t *c)
     json_decref(c->roots);
     json_decref(c->server_info);
     json_decref(c->tool_safe);
+    json_decref(c->tool_headers);
+    json_decref(c->cache);
+    free(c->log_level);
     free(c->url);
     free(c->state_path);
     free(c->name);

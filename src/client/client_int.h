@@ -101,10 +101,14 @@ typedef struct rq {
     struct tidemark_client *c;
     pthread_cond_t cv;          /* its driver waits here (with c->mu) */
     struct rq *live_prev, *live_next; /* c->live (c->mu) */
-    int64_t id;
+    int64_t id;                 /* the JSON-RPC id on the wire (a modern re-issue takes a new one) */
+    int64_t row_id;             /* the outstanding row of the state (the first id) */
+    int modern;                 /* sent in the modern era: _meta, headers, no session, no GET */
     char key[64];               /* pending map key */
     json_t *msg;                /* the request (NULL for the listen stream) */
     int listen;                 /* the standalone GET stream */
+    int sub;                    /* a modern subscriptions/listen stream */
+    int probe;                  /* server/discover finding the era out: never reconnected */
     int phase;                  /* c->mu */
     int rc;                     /* final status */
     json_t *result;             /* result, or error object */
@@ -151,7 +155,7 @@ typedef struct rq {
 
 struct tidemark_client {
     tidemark_client_config_t cfg;
-    char *url, *state_path, *name, *version, *offer;
+    char *url, *state_path, *name, *version, *offer, *log_level;
     json_t *caps, *roots;
     tm_hc *hc;
     tm_cstate *st;
@@ -171,6 +175,10 @@ struct tidemark_client {
     int standalone_open;     /* the GET stream was requested (c->mu) */
     int stopping;            /* c->mu */
     int session_lost;        /* c->mu */
+    int modern;              /* the era is modern (c->mu) */
+    json_t *tool_headers;    /* modern: tool name -> [[path..., header], ...], or false when
+                                its x-mcp-header annotations are invalid (c->mu) */
+    json_t *cache;           /* modern: cache key -> {until, result} (c->mu) */
 };
 
 /* request.c */
@@ -220,6 +228,60 @@ void tm_held_clear(rq *r);
 /* messages.c */
 /* A message or a batch of them arrived on r's exchange (r's driver). */
 void tm_deliver(tidemark_client_t *c, rq *r, json_t *msg);
+
+/* modern.c: the 2026-07-28 era */
+/* Recognised modern JSON-RPC error codes (a server that sends one speaks modern). */
+#define TM_RPC_HEADER_MISMATCH -32020
+#define TM_RPC_MISSING_CLIENT_CAPABILITY -32021
+#define TM_RPC_UNSUPPORTED_VERSION -32022
+/* Discover the server's era (auto/modern) and settle on one: 0 with
+ * c->modern set, 1 when the caller should initialize a legacy session,
+ * else a negative code with *err. */
+TM_MUST_CHECK int tm_modern_connect(tidemark_client_t *c, json_t **err);
+/* The capabilities offered (config, or implied by the callbacks). */
+json_t *tm_client_capabilities(tidemark_client_t *c);
+/* Put the modern _meta keys into r->msg's params. */
+TM_MUST_CHECK int tm_modern_meta(tidemark_client_t *c, rq *r);
+/* The modern headers of r's POST (Mcp-Method, Mcp-Name, Mcp-Param-*) into
+ * out[*n...] (at most max), their text owned by own (tm_modern_headers_free). */
+typedef struct tm_hdrs {
+    const char *v[48];
+    char *own[48];
+    int n;
+} tm_hdrs;
+TM_MUST_CHECK int tm_modern_headers(tidemark_client_t *c, rq *r, tm_hdrs *h);
+void tm_hdrs_free(tm_hdrs *h);
+/* A copy of line into h; TIDEMARK_ENOMEM when it does not fit. */
+TM_MUST_CHECK int tm_hdrs_add(tm_hdrs *h, const char *line);
+/* Learn the x-mcp-header annotations of a tools/list page; invalid tools
+ * are removed from tools (and logged). */
+void tm_modern_tools_seen(tidemark_client_t *c, json_t *tools);
+/* Whether tool's definition was refused (invalid x-mcp-header): 1 yes. */
+int tm_modern_tool_refused(tidemark_client_t *c, const char *tool);
+/* Whether tool's headers are known (tools/list seen it, or said it is unknown). */
+int tm_modern_tool_known(tidemark_client_t *c, const char *tool);
+/* A new JSON-RPC id for r (a modern re-issue: same key, new id). */
+TM_MUST_CHECK int tm_modern_new_id(tidemark_client_t *c, rq *r);
+
+/* mrtr.c: InputRequiredResult rounds, the cache of cacheable results */
+/* After a request's result: while it is an InputRequiredResult, answer
+ * its input requests and send the request again (new id). *result is
+ * replaced by the final one (or a typed error). Returns the final rc. */
+int tm_mrtr_rounds(tidemark_client_t *c, const char *method, json_t *params, int rc,
+                   tidemark_progress_fn progress, void *progress_ud, json_t **result);
+/* A fresh cached result for method+params (new reference) or NULL. */
+json_t *tm_cache_get(tidemark_client_t *c, const char *method, json_t *params);
+void tm_cache_put(tidemark_client_t *c, const char *method, json_t *params, json_t *result);
+/* Something changed on the server (a list_changed or updated notification). */
+void tm_cache_clear(tidemark_client_t *c);
+/* One request round: sent, driven, settled (request.c). */
+int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
+                    tidemark_progress_fn progress, void *progress_ud, json_t **result);
+
+/* messages.c */
+/* The answer to a server request (ping, roots/list, on_request). OUT result. */
+int tm_answer_server_request(tidemark_client_t *c, const char *method, json_t *params,
+                             json_t **result);
 
 /* session.c */
 /* Initialize a new session (forgetting the old one's state). */

@@ -115,7 +115,7 @@ static int note_first_event(tidemark_client_t *c, rq *r, const inev *e, const ch
 {
     int rc = 0;
     if (r->recorded && !r->have_id)
-        rc = tm_cstate_outstanding_stream_txn(c->st, r->id, key);
+        rc = tm_cstate_outstanding_stream_txn(c->st, r->row_id, key);
     if (rc == 0 && e->kind == TM_ID_STRUCTURED && !r->ours)
         rc = tm_cstate_session_prove(c->st);
     return rc;
@@ -128,7 +128,7 @@ static int persist(tidemark_client_t *c, rq *r, const inev *e, const char *key, 
     uint64_t seq = e->kind == TM_ID_STRUCTURED ? e->eid.seq : 0;
     tidemark_event_t ev = {.id = e->id, .stream = seq ? e->eid.stream : "", .seq = seq,
                            .message = e->msg};
-    int64_t done_id = r->recorded && !r->listen && e->msg && answers(e->msg, r->id) ? r->id : 0;
+    int64_t done_id = r->recorded && !r->listen && e->msg && answers(e->msg, r->id) ? r->row_id : 0;
     int rc = note_first_event(c, r, e, key);
     if (rc)
         return settle_txn(c, rc);
@@ -443,6 +443,12 @@ static int on_sse_event(void *ud, const tm_sse_event *ev)
         return 0; /* pings and other types: nothing to apply, and no progress */
     inev e;
     intake(ev, &e);
+    if (r->modern) {
+        /* Modern streams are never resumed: their ids mean nothing to us,
+         * and the events are handled as the plain messages they are. */
+        e.kind = TM_ID_NONE;
+        e.id = "";
+    }
     tm_verdict v = tm_validate_intake(e.kind, e.msg_ok);
     int stop;
     if (v != TM_V_DISPATCH) {

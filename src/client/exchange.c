@@ -45,7 +45,7 @@ static void x_headers(void *ud, long status, const char *ctype, const char *sid)
         c->standalone_open = 0;
         pthread_cond_broadcast(&c->cv);
     }
-    if (sid && !c->session) /* c->session is read and freed by other threads: only under c->mu */
+    if (sid && !c->session && !r->modern) /* c->session is read and freed by other threads: only under c->mu */
         c->session = strdup(sid); /* NULL when memory is short: the next answer brings it again */
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&c->mu);
@@ -92,32 +92,41 @@ static const tm_hx_cb rq_callbacks = {x_sent, x_headers, x_data, x_done};
 
 /* ---- starting and ending exchanges (on the driver) -------------------------------------- */
 
-/* Headers for an exchange. out holds up to 8 lines, buf the text. Returns
- * whether a session id went with them. */
-static int make_headers(tidemark_client_t *c, const char *accept, const char *last_id,
-                        const char **out, char buf[4][512])
+/* Headers for an exchange into h (r NULL: a message of no request).
+ * Returns whether a session id went with them; negative when memory ran out. */
+static int make_headers(tidemark_client_t *c, rq *r, const char *accept, const char *last_id,
+                        tm_hdrs *h)
 {
-    int n = 0, with_session = 0;
-    out[n++] = accept;
+    int with_session = 0, rc = 0;
+    char line[512];
+    h->n = 0;
+    h->v[0] = NULL;
+    rc |= tm_hdrs_add(h, accept);
     if (strcmp(accept, "Accept: text/event-stream") != 0)
-        out[n++] = "Content-Type: application/json";
+        rc |= tm_hdrs_add(h, "Content-Type: application/json");
     pthread_mutex_lock(&c->mu);
-    if (c->session) {
-        snprintf(buf[0], 512, "Mcp-Session-Id: %s", c->session);
-        out[n++] = buf[0];
+    int modern = r ? r->modern : c->modern;
+    line[0] = '\0';
+    if (c->session && !modern) {
+        snprintf(line, sizeof line, "Mcp-Session-Id: %s", c->session);
         with_session = 1;
     }
-    if (c->proto) {
-        snprintf(buf[1], 512, "MCP-Protocol-Version: %s", c->proto);
-        out[n++] = buf[1];
-    }
+    char pv[128] = "";
+    if (c->proto || modern)
+        snprintf(pv, sizeof pv, "MCP-Protocol-Version: %s",
+                 c->proto ? c->proto : TIDEMARK_CLIENT_MODERN_VERSION);
     pthread_mutex_unlock(&c->mu);
-    if (last_id) {
-        snprintf(buf[2], 512, "Last-Event-ID: %s", last_id);
-        out[n++] = buf[2];
+    if (line[0])
+        rc |= tm_hdrs_add(h, line);
+    if (pv[0])
+        rc |= tm_hdrs_add(h, pv);
+    if (last_id && !modern) {
+        snprintf(line, sizeof line, "Last-Event-ID: %s", last_id);
+        rc |= tm_hdrs_add(h, line);
     }
-    out[n] = NULL;
-    return with_session;
+    if (modern && r && r->msg)
+        rc |= tm_modern_headers(c, r, h);
+    return rc ? TIDEMARK_ENOMEM : with_session;
 }
 
 /* Fresh state for r's next exchange. */
@@ -165,32 +174,41 @@ int tm_is_tools_call(json_t *msg)
 
 int tm_start_post(tidemark_client_t *c, rq *r)
 {
+    if (r->modern && tm_modern_meta(c, r) != 0)
+        return TIDEMARK_ENOMEM;
     size_t len;
     char *body = tm_jsonrpc_dump(r->msg, &len);
     if (!body)
         return TIDEMARK_ENOMEM;
-    const char *h[8];
-    char buf[4][512];
+    tm_hdrs h;
     exchange_reset(c, r, 0);
-    r->had_session = make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
+    int hs = make_headers(c, r, "Accept: application/json, text/event-stream", NULL, &h);
+    if (hs < 0) {
+        tm_hdrs_free(&h);
+        free(body);
+        return hs;
+    }
+    r->had_session = hs;
     /* A call goes out once per decision of ours: never on a reused
      * connection, where libcurl would re-send it by itself after a cut. */
-    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
+    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h.v, .body = body, .body_len = len,
                      .fresh_connection = tm_is_tools_call(r->msg)};
     int rc = start_exchange(c, r, &req);
+    tm_hdrs_free(&h);
     free(body);
     return rc;
 }
 
 int tm_start_get(tidemark_client_t *c, rq *r)
 {
-    const char *h[8];
-    char buf[4][512];
+    tm_hdrs h;
     exchange_reset(c, r, 1);
-    r->had_session = make_headers(c, "Accept: text/event-stream", r->have_id ? r->last_id : NULL,
-                                  h, buf);
-    tm_hx_req req = {.method = "GET", .url = c->url, .headers = h};
-    return start_exchange(c, r, &req);
+    int hs = make_headers(c, r, "Accept: text/event-stream", r->have_id ? r->last_id : NULL, &h);
+    r->had_session = hs > 0;
+    tm_hx_req req = {.method = "GET", .url = c->url, .headers = h.v};
+    int rc = hs < 0 ? hs : start_exchange(c, r, &req);
+    tm_hdrs_free(&h);
+    return rc;
 }
 
 /* A fire-and-forget POST: only its outcome is logged (on the I/O thread). */
@@ -208,13 +226,13 @@ int tm_post_message(tidemark_client_t *c, json_t *msg)
     char *body = tm_jsonrpc_dump(msg, &len);
     if (!body)
         return TIDEMARK_ENOMEM;
-    const char *h[8];
-    char buf[4][512];
-    (void)make_headers(c, "Accept: application/json, text/event-stream", NULL, h, buf);
-    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h, .body = body, .body_len = len,
+    tm_hdrs h;
+    int hs = make_headers(c, NULL, "Accept: application/json, text/event-stream", NULL, &h);
+    tm_hx_req req = {.method = "POST", .url = c->url, .headers = h.v, .body = body, .body_len = len,
                      .timeout_ms = c->cfg.timeout_ms};
     static const tm_hx_cb cb = {.on_done = f_done};
-    int rc = tm_hc_start(c->hc, &req, &cb, NULL, NULL);
+    int rc = hs < 0 ? hs : tm_hc_start(c->hc, &req, &cb, NULL, NULL);
+    tm_hdrs_free(&h);
     free(body);
     return rc;
 }
@@ -457,6 +475,10 @@ static void exchange_over(tidemark_client_t *c, rq *r, const xtake *t)
     pthread_mutex_unlock(&c->mu);
     if (done)
         return;
+    if (status == 404 && !r->sse && r->modern && r->body.len) {
+        x_http_error(c, r, status); /* a modern server's -32601: the method, not the URL */
+        return;
+    }
     if (status == 404 && !r->sse) {
         if (r->had_session)
             x_session_lost(c, r);

@@ -59,6 +59,13 @@ static int answer_of(tidemark_client_t *c, const char *method, json_t *params, j
     return rc;
 }
 
+int tm_answer_server_request(tidemark_client_t *c, const char *method, json_t *params,
+                             json_t **result)
+{
+    *result = NULL;
+    return answer_of(c, method, params, result);
+}
+
 /* The reply to id: result, or the error rc stands for. */
 static json_t *reply_of(json_t *id, int rc, json_t *result)
 {
@@ -135,10 +142,16 @@ static void response(tidemark_client_t *c, rq *r, const tm_msg *m)
 /* A notification: progress of r to its callback, every one to on_notification. */
 static void notification(tidemark_client_t *c, rq *r, json_t *msg, const tm_msg *m)
 {
+    if (strstr(m->method, "list_changed") || strcmp(m->method, "notifications/resources/updated") == 0)
+        tm_cache_clear(c); /* what was cached may no longer be so */
     if (strcmp(m->method, "notifications/progress") == 0 && r->progress) {
         json_t *p = m->params;
         json_t *tok = json_object_get(p, "progressToken");
-        if (json_is_integer(tok) && json_integer_value(tok) == r->id) {
+        /* The token the request carries (a modern re-issue keeps it under a new id). */
+        json_t *mine = json_object_get(
+            json_object_get(json_object_get(r->msg, "params"), "_meta"), "progressToken");
+        if (json_is_integer(tok) && json_is_integer(mine) &&
+            json_integer_value(tok) == json_integer_value(mine)) {
             json_t *tot = json_object_get(p, "total");
             r->progress(json_number_value(json_object_get(p, "progress")),
                         tot ? json_number_value(tot) : -1,

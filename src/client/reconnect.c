@@ -148,6 +148,8 @@ static int resend_allowed(tidemark_client_t *c, rq *r)
     json_t *meta = json_object_get(json_object_get(r->msg, "params"), "_meta");
     if (json_is_string(json_object_get(meta, "dev.tidemark/idempotency-key")))
         return 1;
+    if (r->modern) /* a re-issue is a new request: no record of the old id answers it */
+        return tool_safe(c, tool_of(r->msg));
     int proven = 0;
     if (tm_cstate_session_proven(c->st, &proven) != 0)
         return -1; /* the state cannot say now: decide again */
@@ -176,6 +178,8 @@ static int next_exchange(tidemark_client_t *c, rq *r)
 {
     if (r->listen)
         return X_GET;
+    if (r->sub)
+        return X_POST; /* a listen stream is opened again: it repeats nothing */
     if (r->have_id) {
         int ok = r->ours ? 1 : opaque_resume_allowed(c, r);
         if (ok)
@@ -210,6 +214,12 @@ static void exhausted(tidemark_client_t *c, rq *r)
 
 void tm_reconnect(tidemark_client_t *c, rq *r, int64_t deadline)
 {
+    if (r->probe) { /* the era probe got no answer: a legacy server, most likely */
+        tm_end_exchange(c, r);
+        tm_rq_fail_final(r, TIDEMARK_EIO, "probe_unanswered",
+                         "server/discover got no answer before its stream ended", NULL);
+        return;
+    }
     if (r->progressed)
         r->attempts = 0; /* the stream moved forward: a fresh budget */
     r->progressed = 0;
@@ -228,7 +238,11 @@ void tm_reconnect(tidemark_client_t *c, rq *r, int64_t deadline)
     pthread_mutex_lock(&c->mu);
     r->phase = RQ_RUNNING;
     pthread_mutex_unlock(&c->mu);
-    int rc = how == X_POST ? tm_start_post(c, r) : tm_start_get(c, r);
+    int rc = 0;
+    if (how == X_POST && r->modern)
+        rc = tm_modern_new_id(c, r); /* a re-issue: the same key, a new JSON-RPC id */
+    if (!rc)
+        rc = how == X_POST ? tm_start_post(c, r) : tm_start_get(c, r);
     if (rc)
         tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
 }

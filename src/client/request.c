@@ -42,11 +42,13 @@ rq *tm_rq_new(tidemark_client_t *c, int64_t id)
     }
     r->c = c;
     r->id = id;
+    r->row_id = id;
     snprintf(r->key, sizeof r->key, "%" PRId64, id);
     tm_buf_init(&r->body, TM_CLIENT_MAX_BODY);
     tm_buf_init(&r->chunk, TM_CLIENT_MAX_BODY);
     tm_buf_init(&r->io.in, TM_CLIENT_MAX_BODY);
     pthread_mutex_lock(&c->mu);
+    r->modern = c->modern;
     r->live_next = c->live;
     if (c->live)
         c->live->live_prev = r;
@@ -261,17 +263,15 @@ static void request_settle(tidemark_client_t *c, rq *r)
 {
     if (!r->recorded || !r->final)
         return;
-    int rc = tm_cstate_outstanding_done(c->st, r->id);
+    int rc = tm_cstate_outstanding_done(c->st, r->row_id);
     if (rc)
         TM_WARN("client: request %" PRId64 " has its outcome but stays listed outstanding (%s); "
-                "a later resume asks for it again", r->id, tidemark_strerror(rc));
+                "a later resume asks for it again", r->row_id, tidemark_strerror(rc));
 }
 
-int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
-                            tidemark_progress_fn progress, void *progress_ud, json_t **result)
+int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
+                    tidemark_progress_fn progress, void *progress_ud, json_t **result)
 {
-    if (!c || !method || !result)
-        return TIDEMARK_EINVAL;
     *result = NULL;
     int64_t id;
     int rc = tm_renew_session(c, result);
@@ -299,6 +299,52 @@ int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *pa
     request_settle(c, r);
     *result = json_incref(r->result);
     tm_rq_free(r);
+    return rc;
+}
+
+/* Modern, a tools/call: its tool's x-mcp-header annotations are needed
+ * for the headers (tools/list once), and a tool whose annotations are
+ * invalid is never called. */
+static int modern_call_check(tidemark_client_t *c, json_t *params, json_t **result)
+{
+    const char *tool = json_string_value(json_object_get(params, "name"));
+    if (!tm_modern_tool_known(c, tool)) {
+        json_t *tools = NULL;
+        int rc = tidemark_client_list(c, "tools/list", "tools", &tools);
+        json_decref(tools);
+        if (rc)
+            TM_DEBUG("client: tools/list before a call failed (%s)", tidemark_strerror(rc));
+    }
+    if (!tm_modern_tool_refused(c, tool))
+        return 0;
+    tm_client_error(result, TM_RPC_INVALID_PARAMS, "invalid_tool_definition",
+                    "the tool's x-mcp-header annotations are invalid: it is not called",
+                    json_pack("{s:s}", "tool", tool));
+    return TIDEMARK_EPROTO;
+}
+
+int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
+                            tidemark_progress_fn progress, void *progress_ud, json_t **result)
+{
+    if (!c || !method || !result)
+        return TIDEMARK_EINVAL;
+    *result = NULL;
+    pthread_mutex_lock(&c->mu);
+    int modern = c->modern;
+    pthread_mutex_unlock(&c->mu);
+    if (!modern)
+        return tm_request_once(c, method, params, progress, progress_ud, result);
+    if ((*result = tm_cache_get(c, method, params)) != NULL)
+        return 0;
+    int rc = strcmp(method, "tools/call") == 0 ? modern_call_check(c, params, result) : 0;
+    if (rc)
+        return rc;
+    rc = tm_request_once(c, method, params, progress, progress_ud, result);
+    rc = tm_mrtr_rounds(c, method, params, rc, progress, progress_ud, result);
+    if (rc == 0 && strcmp(method, "tools/list") == 0)
+        tm_modern_tools_seen(c, json_object_get(*result, "tools"));
+    if (rc == 0)
+        tm_cache_put(c, method, params, *result);
     return rc;
 }
 

@@ -110,13 +110,18 @@ static int resume_one(tidemark_client_t *c, json_t *row, json_t *results)
     resume_start(c, r, json_string_value(json_object_get(row, "stream")));
     rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
     tm_pending_del(c, r);
-    int arc = json_array_append_new(results, json_pack("{s:I,s:O?}", "id", (json_int_t)r->id,
-                                                       rc == 0 ? "result" : "error", r->result));
+    json_t *res = json_incref(r->result);
+    if (r->modern) /* a round of input: the rest of the rounds, as a request would */
+        rc = tm_mrtr_rounds(c, json_string_value(json_object_get(r->msg, "method")),
+                            json_object_get(r->msg, "params"), rc, NULL, NULL, &res);
+    int arc = json_array_append_new(results, json_pack("{s:I,s:O?}", "id", (json_int_t)r->row_id,
+                                                       rc == 0 ? "result" : "error", res));
+    json_decref(res);
     if (r->final) {
-        int drc = tm_cstate_outstanding_done(c->st, r->id);
+        int drc = tm_cstate_outstanding_done(c->st, r->row_id);
         if (drc)
             TM_WARN("client: request %" PRId64 " has its outcome but stays listed outstanding (%s)",
-                    r->id, tidemark_strerror(drc));
+                    r->row_id, tidemark_strerror(drc));
     }
     tm_rq_free(r);
     return arc ? TIDEMARK_ENOMEM : 0;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* The capabilities offered: the configured ones, or those the callbacks imply. */
-static json_t *capabilities(tidemark_client_t *c)
+json_t *tm_client_capabilities(tidemark_client_t *c)
 {
     if (c->caps)
         return json_incref(c->caps);
@@ -37,7 +37,7 @@ static int initialize_request(tidemark_client_t *c, rq **out, json_t **err)
     int rc = tm_next_id(c, &id, err);
     if (rc)
         return rc;
-    json_t *caps = capabilities(c);
+    json_t *caps = tm_client_capabilities(c);
     rq *r = caps ? tm_rq_new(c, id) : NULL;
     if (!r) {
         json_decref(caps);
@@ -139,13 +139,28 @@ int tm_renew_session(tidemark_client_t *c, json_t **err)
     return rc;
 }
 
-/* The session a state file holds, when it is of this URL. 1 when taken. */
+/* Whether a saved session of version may be taken under the configured era. */
+static int era_allows(tidemark_client_t *c, const char *id, const char *version)
+{
+    int modern = !strcmp(version, TIDEMARK_CLIENT_MODERN_VERSION);
+    if (modern)
+        return c->cfg.protocol != TIDEMARK_PROTOCOL_LEGACY;
+    return id[0] && c->cfg.protocol != TIDEMARK_PROTOCOL_MODERN;
+}
+
+/* The session a state file holds, when it is of this URL (a modern one:
+ * the era, no session id). 1 when taken. */
 static int reuse_saved(tidemark_client_t *c)
 {
     char *url, *id, *version, *server;
     int taken = 0;
-    if (tm_cstate_session_get(c->st, &url, &id, &version, &server) == 0 && url && id && id[0] &&
-        version && strcmp(url, c->url) == 0) {
+    if (tm_cstate_session_get(c->st, &url, &id, &version, &server) == 0 && url && id &&
+        version && strcmp(url, c->url) == 0 && era_allows(c, id, version)) {
+        int modern = !strcmp(version, TIDEMARK_CLIENT_MODERN_VERSION);
+        if (modern) {
+            free(id);
+            id = NULL;
+        }
         json_t *info = server ? json_loads(server, JSON_ALLOW_NUL, NULL) : NULL;
         pthread_mutex_lock(&c->mu);
         free(c->session);
@@ -154,6 +169,7 @@ static int reuse_saved(tidemark_client_t *c)
         c->proto = version;
         json_decref(c->server_info);
         c->server_info = info;
+        c->modern = modern;
         pthread_mutex_unlock(&c->mu);
         id = version = NULL;
         taken = 1;
@@ -180,9 +196,16 @@ int tidemark_client_connect(tidemark_client_t *c, json_t **err)
         return TIDEMARK_EINVAL;
     if (err)
         *err = NULL;
-    int rc = reuse_saved(c) ? 0 : tm_initialize(c, err);
-    if (rc || !c->cfg.open_standalone || c->listening)
-        return rc;
+    int rc = 0;
+    if (reuse_saved(c))
+        rc = 0;
+    else if (c->cfg.protocol == TIDEMARK_PROTOCOL_LEGACY || (rc = tm_modern_connect(c, err)) == 1)
+        rc = tm_initialize(c, err);
+    pthread_mutex_lock(&c->mu);
+    int modern = c->modern;
+    pthread_mutex_unlock(&c->mu);
+    if (rc || !c->cfg.open_standalone || c->listening || modern)
+        return rc; /* modern has no standalone stream: subscriptions/listen instead */
     /* open_standalone: keep the GET stream open on a thread of ours. */
     if (pthread_create(&c->listener, NULL, listener_main, c) != 0) {
         tm_client_error(err, TM_RPC_INTERNAL_ERROR, "thread_error",
@@ -197,6 +220,11 @@ int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms)
 {
     if (!c)
         return TIDEMARK_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int modern = c->modern;
+    pthread_mutex_unlock(&c->mu);
+    if (modern)
+        return tidemark_client_subscribe(c, NULL, stop_after_ms);
     rq *r = tm_rq_new(c, -1);
     if (!r)
         return TIDEMARK_ENOMEM;
