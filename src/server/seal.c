@@ -24,6 +24,8 @@ static const char INVALID[] = "request_state_invalid";
 static const char EXPIRED[] = "request_state_expired";
 
 struct tm_sealer {
+    tm_store *st;                   /* where the key lives (NULL: a fixed key) */
+    unsigned char key[KEY_LEN];     /* the shared key, for tm_sealer_reassert */
     unsigned char enc_key[KEY_LEN]; /* AES-256-GCM */
     unsigned char id_key[KEY_LEN];  /* HMAC-SHA256 of tm_seal_derive_id */
 };
@@ -137,6 +139,7 @@ int tm_sealer_open_key(const unsigned char key[KEY_LEN], tm_sealer **out)
         return TIDEMARK_ENOMEM;
     static const char enc[] = "tidemark seal v1 aes-256-gcm";
     static const char ids[] = "tidemark seal v1 derive-id";
+    memcpy(s->key, key, KEY_LEN);
     int rc = hmac(key, enc, sizeof enc - 1, s->enc_key);
     if (rc == 0)
         rc = hmac(key, ids, sizeof ids - 1, s->id_key);
@@ -189,12 +192,15 @@ static int key_of(const tm_session_rec *rec, unsigned char key[KEY_LEN])
     return rc ? TIDEMARK_EIO : 0; /* a damaged key record: nothing to seal with */
 }
 
-static int key_create(tm_store *st, unsigned char key[KEY_LEN])
+/* Create the key record with use (NULL: a new random key), into key. */
+static int key_create(tm_store *st, const unsigned char *use, unsigned char key[KEY_LEN])
 {
     char hex[2 * KEY_LEN + 1], client[2 * KEY_LEN + 32];
-    int rc = tm_random_bytes(key, KEY_LEN);
+    int rc = use ? 0 : tm_random_bytes(key, KEY_LEN);
     if (rc)
         return rc;
+    if (use)
+        memcpy(key, use, KEY_LEN);
     hex_encode(key, KEY_LEN, hex);
     snprintf(client, sizeof client, "{\"seal_key\":\"%s\"}", hex);
     gnutls_memset(hex, 0, sizeof hex);
@@ -208,9 +214,9 @@ static int key_create(tm_store *st, unsigned char key[KEY_LEN])
     return rc;
 }
 
-/* Read the shared key, or make it: whichever node creates the record first
- * wins, the others (EEXIST) read the winner's back. */
-static int key_load(tm_store *st, unsigned char key[KEY_LEN])
+/* Read the shared key, or make it (from use, or at random): whichever node
+ * creates the record first wins, the others (EEXIST) read the winner's back. */
+static int key_load_as(tm_store *st, const unsigned char *use, unsigned char key[KEY_LEN])
 {
     for (int attempt = 0; attempt < 3; attempt++) {
         tm_session_rec rec;
@@ -222,7 +228,7 @@ static int key_load(tm_store *st, unsigned char key[KEY_LEN])
         }
         if (rc != TIDEMARK_ENOTFOUND)
             return rc;
-        rc = key_create(st, key);
+        rc = key_create(st, use, key);
         if (rc != TIDEMARK_EEXIST)
             return rc;
     }
@@ -235,9 +241,25 @@ int tm_sealer_open(tm_store *st, tm_sealer **out)
         return TIDEMARK_EINVAL;
     *out = NULL;
     unsigned char key[KEY_LEN];
-    int rc = key_load(st, key);
+    int rc = key_load_as(st, NULL, key);
     if (rc == 0)
         rc = tm_sealer_open_key(key, out);
+    if (rc == 0)
+        (*out)->st = st;
+    gnutls_memset(key, 0, sizeof key);
+    return rc;
+}
+
+int tm_sealer_reassert(tm_sealer *s)
+{
+    if (!s)
+        return TIDEMARK_EINVAL;
+    if (!s->st)
+        return 0;
+    unsigned char key[KEY_LEN];
+    int rc = key_load_as(s->st, s->key, key);
+    if (rc == 0 && memcmp(key, s->key, KEY_LEN) != 0)
+        rc = TIDEMARK_EPROTO; /* another key won while ours was gone */
     gnutls_memset(key, 0, sizeof key);
     return rc;
 }

@@ -42,6 +42,15 @@ typedef struct tm_sealer tm_sealer;
  * or create it if no node has (race-safe: a node that loses the race reads
  * the winner's key). */
 int tm_sealer_open(tm_store *st, tm_sealer **out);
+/* Put the key back if the store lost it (Redis FLUSHALL, a restored older
+ * dataset): re-create the record with this sealer's key, so nodes started
+ * later read the key the running nodes use rather than make a new one. Call
+ * it now and then (the janitor's period); it reads the store once. 0 when
+ * the store holds this key (now), TIDEMARK_EPROTO when it holds another (a
+ * node made a new key while the record was gone: tokens and derived ids of
+ * the two keys do not mix; restart the nodes to agree on the store's), or
+ * a store error. 0 at once for a fixed-key sealer. */
+int tm_sealer_reassert(tm_sealer *s);
 /* A sealer with a fixed key (tests and fuzz targets only). */
 int tm_sealer_open_key(const unsigned char key[32], tm_sealer **out);
 void tm_sealer_free(tm_sealer *s);

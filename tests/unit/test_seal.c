@@ -10,7 +10,7 @@
  * foreign tokens are invalid; the key is shared through the store (two
  * stores on one SQLite file, two Redis nodes, concurrent first opens) and
  * survives a restart of the store (SQLite file, redis-server); idle expiry
- * never deletes it; derive_id is deterministic, separates its inputs and
+ * never deletes it; a running node puts a lost key record back; derive_id is deterministic, separates its inputs and
  * depends on the key. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -497,6 +497,51 @@ static void test_expiry_keeps_key_sqlite(void **state)
     tm_store_close(st);
 }
 
+/* The store loses the key record (Redis FLUSHALL, an older dataset restored):
+ * a running node puts its key back, so a node started later joins it; a
+ * node that started while the record was gone made another key, which the
+ * running one is told of. */
+static void lost_key_on(tm_store *st)
+{
+    tm_sealer *a = sealer_of(st);
+    assert_int_equal(tm_sealer_reassert(a), 0); /* nothing lost: nothing to do */
+    assert_int_equal(tm_store_session_delete(st, TM_SEAL_KEY_SESSION), 0);
+    assert_int_equal(tm_sealer_reassert(a), 0);
+    tm_sealer *later = sealer_of(st);
+    assert_same_key(a, later);
+    tm_sealer_free(later);
+    assert_int_equal(tm_store_session_delete(st, TM_SEAL_KEY_SESSION), 0);
+    tm_sealer *early = sealer_of(st); /* came up in the gap: a new key */
+    char *tok = seal(a, P, M, NOW + 1000, "old key");
+    assert_invalid(early, P, M, NOW, tok);
+    free(tok);
+    assert_int_equal(tm_sealer_reassert(a), TIDEMARK_EPROTO);
+    assert_int_equal(tm_sealer_reassert(early), 0);
+    tm_sealer_free(early);
+    tm_sealer_free(a);
+    unsigned char k[32] = {0};
+    tm_sealer *fixed = NULL;
+    assert_int_equal(tm_sealer_open_key(k, &fixed), 0);
+    assert_int_equal(tm_sealer_reassert(fixed), 0);
+    tm_sealer_free(fixed);
+}
+
+static void test_lost_key_memory(void **state)
+{
+    (void)state;
+    tm_store *st = open_memory();
+    lost_key_on(st);
+    tm_store_close(st);
+}
+
+static void test_lost_key_sqlite(void **state)
+{
+    (void)state;
+    tm_store *st = open_sqlite();
+    lost_key_on(st);
+    tm_store_close(st);
+}
+
 /* Nodes coming up at once: one key wins, everyone reads it. */
 #define RACERS 8
 typedef struct racer {
@@ -667,6 +712,7 @@ static void test_redis_shared_and_restart(void **state)
     free(tok);
     tm_sealer_free(sa);
     expiry_keeps_key(a);
+    lost_key_on(a);
     tm_store_close(a);
 }
 
@@ -713,6 +759,8 @@ int main(void)
         cmocka_unit_test(test_sqlite_shared_and_restart),
         cmocka_unit_test(test_expiry_keeps_key_memory),
         cmocka_unit_test(test_expiry_keeps_key_sqlite),
+        cmocka_unit_test(test_lost_key_memory),
+        cmocka_unit_test(test_lost_key_sqlite),
         cmocka_unit_test(test_first_open_race),
         cmocka_unit_test(test_redis_shared_and_restart),
     };
