@@ -34,6 +34,7 @@
 
 static int json_out;
 static int listening;      /* listen: every notification is a JSON line on stdout */
+static int elicit_accept;  /* --elicit accept: elicitations accepted with their defaults */
 static int quiet;
 static int progress_tty;   /* stderr is a terminal: progress is one line, rewritten */
 static int progress_shown; /* ... and that line is on the screen now */
@@ -86,6 +87,8 @@ static void usage(FILE *f)
             "                             modern a call gets a fresh key unless given one\n"
             "  --no-idempotency-key       modern: send the call without a key (a cut call is\n"
             "                             then re-issued only for idempotent or read-only tools)\n"
+            "  --elicit ANSWER            decline (default) | accept: how a server's elicitation\n"
+            "                             is answered (accept: with the schema's defaults)\n"
             "  --log-level LEVEL          modern: ask for log notifications at LEVEL (debug,\n"
             "                             info, notice, warning, error, ...) on every request\n"
             "  --timeout-ms MS            per-request timeout, reconnect waits included\n"
@@ -240,12 +243,15 @@ static void on_notification(json_t *msg, void *ud)
     free(s);
 }
 
-/* Answer sampling and elicitation from the terminal-less CLI: decline. */
+/* Answer sampling and elicitation from the terminal-less CLI: decline, or
+ * with --elicit accept an elicitation is accepted with the requested
+ * schema's defaults (filled in by the library). */
 static int on_request(const char *method, json_t *params, json_t **result, void *ud)
 {
     (void)params, (void)ud;
     if (!strcmp(method, "elicitation/create")) {
-        *result = json_pack("{s:s}", "action", "decline");
+        *result = elicit_accept ? json_pack("{s:s,s:{}}", "action", "accept", "content")
+                                : json_pack("{s:s}", "action", "decline");
         return *result ? 0 : TIDEMARK_ENOMEM;
     }
     return TIDEMARK_ENOTSUP;
@@ -338,7 +344,7 @@ typedef struct cli_opts {
 } cli_opts;
 
 enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION, O_PROTOCOL, O_NO_KEY,
-       O_LOG_LEVEL };
+       O_LOG_LEVEL, O_ELICIT };
 
 static int parse_protocol(const char *v, tidemark_client_config_t *cfg)
 {
@@ -414,7 +420,7 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         {"retry-max-ms", required_argument, 0, O_RETRY_MAX}, {"retry-max", required_argument, 0, O_RETRY_MAX},
         {"max-held-bytes", required_argument, 0, O_HELD}, {"version", no_argument, 0, O_VERSION},
         {"protocol", required_argument, 0, O_PROTOCOL}, {"no-idempotency-key", no_argument, 0, O_NO_KEY},
-        {"log-level", required_argument, 0, O_LOG_LEVEL},
+        {"log-level", required_argument, 0, O_LOG_LEVEL}, {"elicit", required_argument, 0, O_ELICIT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c, code;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -430,6 +436,13 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         case O_PROTOCOL: if ((code = parse_protocol(optarg, cfg)) >= 0) return code; break;
         case O_NO_KEY: o->no_key = 1; break;
         case O_LOG_LEVEL: cfg->log_level = optarg; break;
+        case O_ELICIT:
+            if (strcmp(optarg, "accept") && strcmp(optarg, "decline")) {
+                fprintf(stderr, PROG ": unknown --elicit %s (accept, decline)\n", optarg);
+                return 2;
+            }
+            elicit_accept = !strcmp(optarg, "accept");
+            break;
         case O_TIMEOUT: case O_RETRY_MIN: case O_RETRY_MAX: case O_HELD:
             if ((code = number_option(c, optarg, cfg)) >= 0) return code;
             break;

@@ -1,0 +1,25 @@
+# The client in the 2026-07-28 ("modern") era.
+#  - modern_client_conformance: the official suite's client scenarios of the
+#    2026-07-28 requirements (conformance 0.2.0-alpha.12), authorization aside,
+#    each with its exact count of checks passed;
+#  - modern_client_sdk: tidemark-client against the TypeScript SDK v2 server
+#    (modern: tools, resources, prompts, an elicitation round, listen) and the
+#    v1 server (legacy fallback);
+#  - modern_client_reissue: a cut call re-issued only when safe (key, or a
+#    read-only tool), with the same key and a new id, also after a kill.
+if(NODE_EXECUTABLE)
+  add_test(NAME modern_client_conformance
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
+            $<TARGET_FILE:tidemark-conformance-client>)
+  set_tests_properties(modern_client_conformance PROPERTIES TIMEOUT 90 LABELS "client;conformance")
+  add_test(NAME modern_client_sdk
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_sdk.mjs
+            $<TARGET_FILE:tidemark-client>
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_sdk_server.mjs
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_server.mjs)
+  set_tests_properties(modern_client_sdk PROPERTIES TIMEOUT 90 LABELS "client")
+  add_test(NAME modern_client_reissue
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_reissue.mjs
+            $<TARGET_FILE:tidemark-client>)
+  set_tests_properties(modern_client_reissue PROPERTIES TIMEOUT 90 LABELS "client")
+endif()
