@@ -6,7 +6,10 @@
 #    (modern: tools, resources, prompts, an elicitation round, listen) and the
 #    v1 server (legacy fallback);
 #  - modern_client_reissue: a cut call re-issued only when safe (key, or a
-#    read-only tool), with the same key and a new id, also after a kill.
+#    read-only tool), with the same key and a new id, also after a kill;
+#  - modern_client_errors: the typed errors (input rounds, malformed
+#    InputRequiredResult, no common version), the fall back to legacy, logLevel,
+#    the cache of cacheable results.
 if(NODE_EXECUTABLE)
   add_test(NAME modern_client_conformance
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
@@ -22,4 +25,8 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_reissue.mjs
             $<TARGET_FILE:tidemark-client>)
   set_tests_properties(modern_client_reissue PROPERTIES TIMEOUT 90 LABELS "client")
+  add_test(NAME modern_client_errors
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_errors.mjs
+            $<TARGET_FILE:tidemark-client>)
+  set_tests_properties(modern_client_errors PROPERTIES TIMEOUT 90 LABELS "client")
 endif()
