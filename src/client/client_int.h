@@ -256,6 +256,8 @@ TM_MUST_CHECK int tm_hdrs_add(tm_hdrs *h, const char *line);
 /* Learn the x-mcp-header annotations of a tools/list page; invalid tools
  * are removed from tools (and logged). */
 void tm_modern_tools_seen(tidemark_client_t *c, json_t *tools);
+/* Forget what was learned of the tools (and the cached lists). */
+void tm_modern_tools_forget(tidemark_client_t *c);
 /* Whether tool's definition was refused (invalid x-mcp-header): 1 yes. */
 int tm_modern_tool_refused(tidemark_client_t *c, const char *tool);
 /* Whether tool's headers are known (tools/list seen it, or said it is unknown). */

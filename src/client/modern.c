@@ -320,6 +320,15 @@ void tm_modern_tools_seen(tidemark_client_t *c, json_t *tools)
     }
 }
 
+void tm_modern_tools_forget(tidemark_client_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    json_decref(c->tool_headers);
+    c->tool_headers = NULL;
+    pthread_mutex_unlock(&c->mu);
+    tm_cache_clear(c); /* a cached tools/list would teach the same again */
+}
+
 int tm_modern_tool_refused(tidemark_client_t *c, const char *tool)
 {
     pthread_mutex_lock(&c->mu);

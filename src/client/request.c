@@ -323,6 +323,13 @@ static int modern_call_check(tidemark_client_t *c, json_t *params, json_t **resu
     return TIDEMARK_EPROTO;
 }
 
+/* A tools/call the server refused for its Mcp-Param-* headers (-32020). */
+static int header_mismatch(const char *method, int rc, json_t *err)
+{
+    return rc == TIDEMARK_EPEER && strcmp(method, "tools/call") == 0 &&
+           json_integer_value(json_object_get(err, "code")) == TM_RPC_HEADER_MISMATCH;
+}
+
 int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
                             tidemark_progress_fn progress, void *progress_ud, json_t **result)
 {
@@ -340,6 +347,16 @@ int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *pa
     if (rc)
         return rc;
     rc = tm_request_once(c, method, params, progress, progress_ud, result);
+    if (header_mismatch(method, rc, *result)) {
+        /* The tool's schema may have changed: its headers learned again,
+         * then once more (a request refused at its headers never ran). */
+        tm_modern_tools_forget(c);
+        json_decref(*result);
+        *result = NULL;
+        if ((rc = modern_call_check(c, params, result)) != 0)
+            return rc;
+        rc = tm_request_once(c, method, params, progress, progress_ud, result);
+    }
     rc = tm_mrtr_rounds(c, method, params, rc, progress, progress_ud, result);
     if (rc == 0 && strcmp(method, "tools/list") == 0)
         tm_modern_tools_seen(c, json_object_get(*result, "tools"));

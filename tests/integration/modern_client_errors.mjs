@@ -49,6 +49,17 @@ async function fake(era) {
         return send(200, { result: { protocolVersion: "2025-11-25", capabilities: { tools: {} },
           serverInfo: { name: "fake", version: "1" } } }, { "mcp-session-id": "legacy-session-1" });
       if (!("id" in body)) { res.writeHead(202); res.end(); return undefined; }
+      if (body.method === "tools/list" && era === "header-change") {
+        // The first listing has no x-mcp-header; later ones do (the schema changed).
+        const lists = seen.filter((m) => m.method === "tools/list").length;
+        const region = lists > 1 ? { type: "string", "x-mcp-header": "Region" } : { type: "string" };
+        return ok({ ttlMs: 60000, tools: [{ name: "hdr", inputSchema: { type: "object", properties: { region } } }] });
+      }
+      if (body.method === "tools/call" && era === "header-change") {
+        if (req.headers["mcp-param-region"] !== body.params?.arguments?.region)
+          return send(400, { error: { code: -32020, message: "Header mismatch: Mcp-Param-Region" } });
+        return ok({ content: [{ type: "text", text: `region ${req.headers["mcp-param-region"]}` }] });
+      }
       if (body.method === "tools/list")
         return ok({ ttlMs: era === "no-ttl" ? 0 : 60000, cacheScope: "private",
           tools: ["loop", "bad", "empty", "sample", "plain", "cutme"]
@@ -151,6 +162,18 @@ const brief = (r) => `exit ${r.code}; out ${r.out.slice(0, 300)}; err ${r.err.sl
   t.check("-32022 naming only versions the client does not speak: exit 6, no_common_version",
     r.code === 6 && r.reason === "no_common_version" && r.out.includes("1999-01-01"), brief(r));
   t.check("nothing in common: no initialize tried", !f.seen.some((m) => m.method === "initialize"));
+  f.server.close();
+}
+
+{
+  const f = await fake("header-change");
+  const r = await run([f.url, "call", "hdr", "region=eu-west"]);
+  const methods = f.seen.map((m) => m.method);
+  t.check("HeaderMismatch (-32020): tools/list again, then the call again with the header, answered",
+    r.code === 0 && r.out.trim() === "region eu-west" &&
+    methods.join(",") === "server/discover,tools/list,tools/call,tools/list,tools/call", brief(r) + " " + methods.join(","));
+  const calls = f.seen.filter((m) => m.method === "tools/call");
+  t.check("HeaderMismatch: the retry has a new id", calls.length === 2 && calls[0].id !== calls[1].id);
   f.server.close();
 }
 
