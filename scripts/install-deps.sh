@@ -10,7 +10,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
-      libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libgnutls28-dev)
+      libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libgnutls28-dev
+      librhonabwy-dev)
 test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
       # llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's

@@ -35,6 +35,7 @@ typedef struct cmd {
 
 struct tm_hc {
     CURLM *multi;
+    char *ca_file, *cert_file, *key_file; /* TLS (tm_hc_new_tls); NULL: defaults */
     pthread_t thread;
     pthread_mutex_t mu;
     cmd *cmds, *cmds_tail;
@@ -295,23 +296,54 @@ static void multi_cleanup(CURLM *m)
         TM_WARN("http client: cleanup: %s", curl_multi_strerror(mrc));
 }
 
-int tm_hc_new(tm_hc **out)
+static void hc_tls_free(tm_hc *hc)
+{
+    free(hc->ca_file);
+    free(hc->cert_file);
+    free(hc->key_file);
+}
+
+static int hc_tls_copy(tm_hc *hc, const tm_hc_tls *tls)
+{
+    if (!tls)
+        return 0;
+    if (!tls->cert_file != !tls->key_file)
+        return TIDEMARK_EINVAL;
+    const char *in[] = {tls->ca_file, tls->cert_file, tls->key_file};
+    char **out[] = {&hc->ca_file, &hc->cert_file, &hc->key_file};
+    for (size_t i = 0; i < 3; i++)
+        if (in[i] && !(*out[i] = strdup(in[i])))
+            return TIDEMARK_ENOMEM;
+    return 0;
+}
+
+int tm_hc_new(tm_hc **out) { return tm_hc_new_tls(NULL, out); }
+
+int tm_hc_new_tls(const tm_hc_tls *tls, tm_hc **out)
 {
     if (pthread_once(&global_once, global_init) != 0 || global_rc != CURLE_OK)
         return TIDEMARK_EIO;
     tm_hc *hc = calloc(1, sizeof *hc);
     if (!hc)
         return TIDEMARK_ENOMEM;
+    int trc = hc_tls_copy(hc, tls);
+    if (trc) {
+        hc_tls_free(hc);
+        free(hc);
+        return trc;
+    }
     hc->multi = curl_multi_init();
     if (!hc->multi || pthread_mutex_init(&hc->mu, NULL) != 0) {
         if (hc->multi)
             multi_cleanup(hc->multi);
+        hc_tls_free(hc);
         free(hc);
         return TIDEMARK_EIO;
     }
     if (pthread_create(&hc->thread, NULL, io_main, hc) != 0) {
         multi_cleanup(hc->multi);
         pthread_mutex_destroy(&hc->mu);
+        hc_tls_free(hc);
         free(hc);
         return TIDEMARK_EIO;
     }
@@ -348,6 +380,22 @@ static struct curl_slist *header_list(const tm_hx_req *req)
 fail:
     curl_slist_free_all(l);
     return NULL;
+}
+
+/* Servers are always verified (peer and host name), against ca_file when
+ * one is set, else the system's CAs; a client certificate when one is set. */
+static CURLcode set_tls(const tm_hc *hc, CURL *e)
+{
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (rc == CURLE_OK && hc->ca_file)
+        rc = curl_easy_setopt(e, CURLOPT_CAINFO, hc->ca_file);
+    if (rc == CURLE_OK && hc->cert_file)
+        rc = curl_easy_setopt(e, CURLOPT_SSLCERT, hc->cert_file);
+    if (rc == CURLE_OK && hc->key_file)
+        rc = curl_easy_setopt(e, CURLOPT_SSLKEY, hc->key_file);
+    return rc;
 }
 
 /* The options every exchange has. Returns curl's first failure. */
@@ -410,7 +458,7 @@ int tm_hc_start(tm_hc *hc, const tm_hx_req *req, const tm_hx_cb *cb, void *ud, u
     if (!(x->easy = curl_easy_init()) || !(x->headers = header_list(req)))
         goto fail;
     rc = TIDEMARK_EINVAL;
-    if (set_common(x, req) != CURLE_OK)
+    if (set_common(x, req) != CURLE_OK || set_tls(hc, x->easy) != CURLE_OK)
         goto fail;
     if ((rc = set_method(x, req)) != 0)
         goto fail;
@@ -480,5 +528,6 @@ void tm_hc_free(tm_hc *hc)
     }
     multi_cleanup(hc->multi);
     pthread_mutex_destroy(&hc->mu);
+    hc_tls_free(hc);
     free(hc);
 }

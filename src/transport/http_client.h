@@ -47,8 +47,19 @@ typedef struct tm_hx_req {
                                     that may not be sent twice */
 } tm_hx_req;
 
-/* Start the I/O thread. OUT hc. */
+/* Start the I/O thread. OUT hc. Servers reached over https are verified
+ * against the system's CAs (peer and host name); tm_hc_new_tls names
+ * others. */
 int tm_hc_new(tm_hc **hc);
+
+typedef struct tm_hc_tls {
+    const char *ca_file;   /* PEM CAs to verify servers against (NULL: the system's) */
+    const char *cert_file; /* PEM client certificate (mutual TLS), with key_file; or NULL */
+    const char *key_file;
+} tm_hc_tls;
+/* tm_hc_new with TLS settings (copied; tls NULL: as tm_hc_new). Verification
+ * cannot be turned off. TIDEMARK_EINVAL: a certificate without its key. */
+int tm_hc_new_tls(const tm_hc_tls *tls, tm_hc **hc);
 /* Start an exchange; callbacks get ud. OUT xid (optional): its id, never 0,
  * never reused, for tm_hc_cancel. */
 int tm_hc_start(tm_hc *hc, const tm_hx_req *req, const tm_hx_cb *cb, void *ud, uint64_t *xid);

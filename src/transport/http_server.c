@@ -16,6 +16,7 @@
 #include "tidemark/tidemark.h"
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -70,6 +71,9 @@ struct tm_http {
     tm_map *per_addr;  /* address -> unsigned count, while any is open */
     char *busy_body;   /* owned copy of cfg.busy_body */
     int listen_fd;     /* ours until libmicrohttpd takes it */
+    /* TLS: the PEM files' contents (NULL: plain HTTP; ca NULL: no client
+     * certificates asked for) */
+    char *tls_cert, *tls_key, *tls_ca;
 };
 
 /* An SSE connection attached to one stream: bytes come from its source. */
@@ -371,7 +375,8 @@ static void refuse(tm_http *h, tconn *tc)
                      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
                      blen);
-    if (tc->fd >= 0 && send(tc->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen)
+    if (!h->tls_cert && tc->fd >= 0 &&
+        send(tc->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen)
         (void)!send(tc->fd, body, blen, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (tc->fd >= 0)
         shutdown(tc->fd, SHUT_WR);
@@ -540,6 +545,7 @@ const char *tm_http_req_body(const tm_http_req *r, size_t *len)
 int tm_http_req_body_too_large(const tm_http_req *r) { return r->too_large; }
 const char *tm_http_req_framing_error(const tm_http_req *r) { return r->framing; }
 const char *tm_http_req_peer(const tm_http_req *r) { return r->peer; }
+int tm_http_req_tls(const tm_http_req *r) { return r->h->tls_cert != NULL; }
 
 void tm_http_req_add_header(tm_http_req *r, const char *name, const char *value)
 {
@@ -753,6 +759,39 @@ static enum MHD_Result handle(tm_http *h, tm_http_req *r, struct MHD_Connection 
     return MHD_YES;
 }
 
+/* With a client CA configured: the peer presented a certificate that
+ * verifies against it (MHD asks for one but leaves the verdict to us). */
+static int client_cert_ok(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!ci || !ci->tls_session)
+        return 0;
+    gnutls_session_t s = (gnutls_session_t)ci->tls_session;
+    unsigned status = 1, n = 0;
+    if (gnutls_certificate_type_get(s) != GNUTLS_CRT_X509 ||
+        !gnutls_certificate_get_peers(s, &n) || n == 0)
+        return 0;
+    return gnutls_certificate_verify_peers2(s, &status) == GNUTLS_E_SUCCESS && status == 0;
+}
+
+/* No (valid) client certificate: 403 before the body is read, then close. */
+static enum MHD_Result refuse_client(tm_http_req *r, struct MHD_Connection *c)
+{
+    static const char body[] = "{\"error\":\"a valid client certificate is required\"}";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    r->handled = 1;
+    enum MHD_Result ok = MHD_add_response_header(resp, "Content-Type", "application/json") &&
+                                 MHD_add_response_header(resp, "Connection", "close")
+                             ? MHD_queue_response(c, 403, resp)
+                             : MHD_NO;
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
@@ -768,6 +807,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         if (!r->method || !r->path)
             return MHD_NO;
+        if (h->tls_ca && !client_cert_ok(c))
+            return refuse_client(r, c);
         if (!(r->framing = framing_of(c)))
             return MHD_YES;
         /* Answer before reading a body whose length is in doubt; the
@@ -815,6 +856,9 @@ static void http_free(tm_http *h)
     tm_map_free(h->hub);
     tm_map_free(h->per_addr);
     free(h->busy_body);
+    free(h->tls_cert);
+    free(h->tls_key);
+    free(h->tls_ca);
     pthread_mutex_destroy(&h->hub_mu);
     pthread_mutex_destroy(&h->conn_mu);
     pthread_mutex_destroy(&h->ka_mu);
@@ -890,6 +934,45 @@ static int listen_on(const char *host, unsigned port, int *fd, unsigned *bound)
     return 0;
 }
 
+/* A whole PEM file (at most 1 MiB) as a string. OUT *text. */
+static int read_pem(const char *what, const char *path, char **text)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc((1 << 20) + 1) : NULL;
+    size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    int rc = buf && n > 0 && !ferror(f) && feof(f) ? 0 : TIDEMARK_EINVAL;
+    if (rc)
+        TM_ERROR("cannot read the TLS %s %s: %s", what, path,
+                 !f ? strerror(errno) : n == 0 ? "empty or unreadable" : "over 1 MiB");
+    if (f)
+        fclose(f);
+    if (!rc) {
+        buf[n] = '\0';
+        char *fit = realloc(buf, n + 1);
+        *text = fit ? fit : buf;
+        return 0;
+    }
+    free(buf);
+    return rc;
+}
+
+static int tls_load(tm_http *h, const tm_http_config *cfg)
+{
+    h->cfg.tls_cert_file = h->cfg.tls_key_file = h->cfg.tls_client_ca_file = NULL;
+    if (!cfg->tls_cert_file && !cfg->tls_key_file && !cfg->tls_client_ca_file)
+        return 0;
+    if (!cfg->tls_cert_file || !cfg->tls_key_file) {
+        TM_ERROR("TLS needs both a certificate and its key (and a client CA needs both)");
+        return TIDEMARK_EINVAL;
+    }
+    int rc = read_pem("certificate", cfg->tls_cert_file, &h->tls_cert);
+    if (!rc)
+        rc = read_pem("key", cfg->tls_key_file, &h->tls_key);
+    if (!rc && cfg->tls_client_ca_file)
+        rc = read_pem("client CA", cfg->tls_client_ca_file, &h->tls_ca);
+    return rc;
+}
+
 int tm_http_new(const tm_http_config *cfg, tm_http_handler fn, void *ud, tm_http **out)
 {
     tm_http *h = http_new(cfg);
@@ -897,7 +980,12 @@ int tm_http_new(const tm_http_config *cfg, tm_http_handler fn, void *ud, tm_http
         return TIDEMARK_ENOMEM;
     h->fn = fn;
     h->ud = ud;
-    int rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &h->listen_fd, &h->port);
+    int rc = tls_load(h, cfg);
+    if (rc) {
+        http_free(h);
+        return rc;
+    }
+    rc = listen_on(cfg->host ? cfg->host : "127.0.0.1", cfg->port, &h->listen_fd, &h->port);
     if (rc) {
         http_free(h);
         return rc;
@@ -910,7 +998,16 @@ int tm_http_listen(tm_http *h)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
+    struct MHD_OptionItem tls[4] = {{MHD_OPTION_END, 0, NULL}};
+    if (h->tls_cert) {
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+        if (h->tls_ca)
+            tls[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, h->tls_ca};
+    }
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+                            MHD_OPTION_ARRAY, tls,
                             MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.io_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,

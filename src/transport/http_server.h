@@ -28,13 +28,23 @@ typedef struct tm_http_config {
     unsigned idle_timeout_ms;      /* no request in progress, no stream (0: 120000) */
     const char *busy_body;   /* JSON answered with 503 to a connection over a
                                 limit (then closed); NULL: empty */
+    /* HTTPS through libmicrohttpd's GnuTLS: PEM files, read by tm_http_new.
+     * tls_cert_file and tls_key_file both set (TLS) or neither (plain HTTP).
+     * tls_client_ca_file (needs TLS): every request must come on a
+     * connection whose client certificate one of these CAs signed; others
+     * are answered 403 (the connection then closes). Over TLS a connection
+     * over a limit is closed without the 503 (it would go out in clear). */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_client_ca_file;
 } tm_http_config;
 
 /* Called once per complete request on an I/O thread. Must not block. */
 typedef void (*tm_http_handler)(void *ud, tm_http_req *req);
 
 /* Bind the listening socket (errors say why: "address already in use" is
- * TIDEMARK_EBUSY). No thread runs yet, so the caller can publish h before
+ * TIDEMARK_EBUSY; a TLS file that cannot be read, or a half TLS
+ * configuration, TIDEMARK_EINVAL). No thread runs yet, so the caller can publish h before
  * any callback can use it. OUT h. */
 int tm_http_new(const tm_http_config *cfg, tm_http_handler fn, void *ud, tm_http **h);
 /* Start the I/O threads and the ticker: requests flow from here on. */
@@ -62,6 +72,8 @@ int tm_http_req_body_too_large(const tm_http_req *r);
  * request smuggling risk behind a proxy. Such a request reaches the handler
  * before its body is read; answer it 400 (the connection then closes). */
 const char *tm_http_req_framing_error(const tm_http_req *r);
+/* 1 if the request came over TLS. */
+int tm_http_req_tls(const tm_http_req *r);
 /* The peer's numeric address ("127.0.0.2", "::1"). */
 const char *tm_http_req_peer(const tm_http_req *r);
 /* Add a response header before replying. Copies both strings. Out of
