@@ -40,6 +40,8 @@ uint64_t tm_auth_count(const tm_auth *a, tm_auth_reason r)
     return a && (unsigned)r < TM_AUTH_REASON_COUNT ? atomic_load(&a->counts[r]) : 0;
 }
 
+tm_jwks *tm_auth_jwks_of(tm_auth *a) { return a ? a->jwks : NULL; }
+
 void tm_auth_free(tm_auth *a)
 {
     if (!a)

@@ -58,6 +58,8 @@ void tm_jwks_free(tm_jwks *j);
  * fine, has no such key; TIDEMARK_EIO: not known and the issuer could not
  * be asked. */
 int tm_jwks_get(tm_jwks *j, const char *kid, int alg, void **jwk);
+/* Install a key set as if just fetched (tests and fuzzing: no network). */
+int tm_jwks_install(tm_jwks *j, const char *json, size_t len);
 /* Parse a JWKS document: public RSA, EC and OKP (Ed25519) signing keys are
  * kept, every other key skipped; at most TM_AUTH_JWKS_MAX_KEYS keys, at most
  * TM_AUTH_JWKS_MAX_BYTES bytes. OUT *jwks (a jwks_t *, r_jwks_free), *nkeys.
@@ -75,6 +77,9 @@ int tm_jwt_verify(tm_jwks *j, uint64_t algs, const char *token, size_t len,
  * 0, or TIDEMARK_EINVAL for no JWS. OUT *alg, kid (copied, NUL-terminated,
  * "" when absent; TIDEMARK_ERANGE if longer than n - 1). */
 int tm_jwt_peek(const char *token, size_t len, int *alg, char *kid, size_t n);
+
+/* The JWKS of a in JWT mode, else NULL (tests and fuzzing). */
+tm_jwks *tm_auth_jwks_of(tm_auth *a);
 
 /* ---- claims.c ---------------------------------------------------------- */
 typedef struct tm_claims_rules {

@@ -161,6 +161,25 @@ static int fetch_set(tm_jwks *j, jwks_t **set)
     return 0;
 }
 
+int tm_jwks_install(tm_jwks *j, const char *json, size_t len)
+{
+    if (!j || !json)
+        return TIDEMARK_EINVAL;
+    void *set = NULL;
+    size_t n = 0;
+    int rc = tm_jwks_parse(json, len, &set, &n);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&j->mu);
+    r_jwks_free(j->keys);
+    j->keys = set;
+    j->fetched_ms = j->attempt_ms = tm_now_ms();
+    j->last_ok = 1;
+    j->generation++;
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
 /* Fetch unless another thread did since gen0 or the rate limit says no.
  * Called with fetch_mu held, mu not. */
 static void refresh(tm_jwks *j, uint64_t gen0)

@@ -10,6 +10,8 @@
 if(CMOCKA_FOUND)
   add_executable(test_auth ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_auth.c)
   target_link_libraries(test_auth PRIVATE tidemark_static PkgConfig::CMOCKA)
+  # signed tokens and their key set are shared with fuzz_jwt's corpus
+  target_compile_definitions(test_auth PRIVATE TM_FUZZ_CORPUS="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus")
   add_test(NAME unit_auth COMMAND test_auth)
   set_tests_properties(unit_auth PROPERTIES TIMEOUT 60)
 endif()

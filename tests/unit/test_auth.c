@@ -341,6 +341,87 @@ static void test_jwks_parse(void **state)
     free(big);
 }
 
+/* Tokens signed by node with the private halves of the fuzz corpus's key set
+ * (tests/fuzz/corpus/jwt, corpus/jwks/three_keys): the verdicts, with no
+ * network (the set is installed as if fetched). */
+static char *slurp(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", TM_FUZZ_CORPUS, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strdup(buf);
+}
+
+static void test_signed_tokens(void **state)
+{
+    (void)state;
+    tm_jwks_config jc = {.uri = "http://127.0.0.1:1/jwks", .timeout_ms = 100,
+                         .min_refresh_ms = 3600000, .max_age_ms = 3600000};
+    tm_jwks *j = NULL;
+    assert_int_equal(tm_jwks_new(&jc, &j), 0);
+    char *set = slurp("jwks/three_keys");
+    assert_int_equal(tm_jwks_install(j, set, strlen(set)), 0);
+    free(set);
+    uint64_t mask = 0;
+    assert_int_equal(tm_jwt_algs(NULL, &mask), 0);
+    const struct {
+        const char *file;
+        tm_auth_reason sig, claims;
+    } cases[] = {
+        {"rs256_ok", TM_AUTH_OK, TM_AUTH_OK},          {"es256_ok", TM_AUTH_OK, TM_AUTH_OK},
+        {"eddsa_ok", TM_AUTH_OK, TM_AUTH_OK},          {"aud_array", TM_AUTH_OK, TM_AUTH_OK},
+        {"scp_array", TM_AUTH_OK, TM_AUTH_OK},         {"no_kid", TM_AUTH_OK, TM_AUTH_OK},
+        {"expired", TM_AUTH_OK, TM_AUTH_EXPIRED},      {"nbf_ahead", TM_AUTH_OK, TM_AUTH_NOT_YET_VALID},
+        {"wrong_iss", TM_AUTH_OK, TM_AUTH_WRONG_ISSUER}, {"unknown_kid", TM_AUTH_UNKNOWN_KID, 0},
+        {"alg_none", TM_AUTH_ALG_NONE, 0},             {"hs256", TM_AUTH_ALG_NOT_ALLOWED, 0},
+        {"garbage", TM_AUTH_GARBAGE, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "jwt/%s", cases[i].file);
+        char *tok = slurp(name);
+        tm_auth_reason why;
+        json_t *claims = NULL;
+        assert_int_equal(tm_jwt_verify(j, mask, tok, strlen(tok), &why, &claims), 0);
+        if (why != cases[i].sig)
+            fail_msg("%s: signature %s", cases[i].file, tm_auth_reason_name(why));
+        if (why == TM_AUTH_OK) {
+            tm_claims_rules r = {.issuer = "https://as.example", .resource = "https://mcp.example/mcp",
+                                 .now_s = 1800000000, .leeway_s = 30, .need_exp = 1, .need_iss = 1};
+            tm_auth_principal p;
+            assert_int_equal(tm_claims_check(claims, &r, &why, &p), 0);
+            if (why != cases[i].claims)
+                fail_msg("%s: claims %s", cases[i].file, tm_auth_reason_name(why));
+            if (why == TM_AUTH_OK)
+                assert_string_equal(p.id, "0f15419aa56ed5e6fb861914558dc1f8cfd43de2b0528c58fb95118d63d08536");
+        }
+        json_decref(claims);
+        /* one flipped signature byte: never accepted */
+        size_t n = strlen(tok);
+        if (cases[i].sig == TM_AUTH_OK) {
+            tok[n - 2] = tok[n - 2] == 'A' ? 'B' : 'A';
+            assert_int_equal(tm_jwt_verify(j, mask, tok, n, &why, &claims), 0);
+            if (why != TM_AUTH_BAD_SIGNATURE)
+                fail_msg("%s with a flipped byte: %s", cases[i].file, tm_auth_reason_name(why));
+        }
+        free(tok);
+    }
+    /* only ES256 accepted: the RS256 token is refused before its key */
+    assert_int_equal(tm_jwt_algs("ES256", &mask), 0);
+    char *tok = slurp("jwt/rs256_ok");
+    tm_auth_reason why;
+    json_t *claims = NULL;
+    assert_int_equal(tm_jwt_verify(j, mask, tok, strlen(tok), &why, &claims), 0);
+    assert_int_equal(why, TM_AUTH_ALG_NOT_ALLOWED);
+    free(tok);
+    tm_jwks_free(j);
+}
+
 static void test_config(void **state)
 {
     (void)state;
@@ -385,7 +466,8 @@ int main(void)
         cmocka_unit_test(test_reason_names), cmocka_unit_test(test_scopes),
         cmocka_unit_test(test_metadata),     cmocka_unit_test(test_challenges),
         cmocka_unit_test(test_refused_without_keys), cmocka_unit_test(test_claims),
-        cmocka_unit_test(test_jwks_parse),   cmocka_unit_test(test_config),
+        cmocka_unit_test(test_jwks_parse),   cmocka_unit_test(test_signed_tokens),
+        cmocka_unit_test(test_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
