@@ -256,6 +256,201 @@ static int t_schema2020(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
     return 0;
 }
 
+/* ---- 2026-07-28: multi round-trip requests (tidemark_call_input) ------------- */
+
+#define NAME_SCHEMA(field)                                                                   \
+    "{\"type\":\"object\",\"properties\":{\"" field "\":{\"type\":\"string\"}},\"required\":[\"" field "\"]}"
+
+/* Ask the client for one input; 0 with *res, else the code (TIDEMARK_EINPUT:
+ * the call ends with an InputRequiredResult and comes back with the answer). */
+static int ask_elicit(tidemark_call_t *c, const char *key, const char *message, const char *schema,
+                      json_t **res)
+{
+    json_t *p = json_pack("{s:s,s:s,s:o}", "mode", "form", "message", message, "requestedSchema",
+                          json_loads(schema, 0, NULL));
+    int rc = tidemark_call_input(c, key, "elicitation/create", p, 60000, res);
+    json_decref(p);
+    return rc;
+}
+
+static int ask_sample(tidemark_call_t *c, const char *key, const char *question, json_t **res)
+{
+    json_t *p = json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user", "content",
+                          "type", "text", "text", question, "maxTokens", 100);
+    int rc = tidemark_call_input(c, key, "sampling/createMessage", p, 60000, res);
+    json_decref(p);
+    return rc;
+}
+
+static const char *content_str(json_t *res, const char *field)
+{
+    const char *v = json_string_value(json_object_get(json_object_get(res, "content"), field));
+    return v ? v : "";
+}
+
+static int text_result(json_t **r, const char *fmt, const char *a, const char *b)
+{
+    char *t = NULL;
+    if (asprintf(&t, fmt, a, b) < 0)
+        return TIDEMARK_ENOMEM;
+    *r = tidemark_result_text(t);
+    free(t);
+    return 0;
+}
+
+static int t_irr_elicitation(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "user_name", "What is your name?", NAME_SCHEMA("name"), &res);
+    if (rc)
+        return rc;
+    rc = text_result(r, "Hello, %s!%s", content_str(res, "name"), "");
+    json_decref(res);
+    return rc;
+}
+
+static int t_irr_sampling(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_sample(c, "capital_question", "What is the capital of France?", &res);
+    if (rc)
+        return rc;
+    rc = text_result(r, "LLM response: %s%s", content_str(res, "text"), "");
+    json_decref(res);
+    return rc;
+}
+
+static int t_irr_roots(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = tidemark_call_input(c, "client_roots", "roots/list", NULL, 60000, &res);
+    if (rc)
+        return rc;
+    char *roots = json_dumps(json_object_get(res, "roots"), JSON_COMPACT | JSON_ENCODE_ANY);
+    rc = text_result(r, "Client roots: %s%s", roots ? roots : "[]", "");
+    free(roots);
+    json_decref(res);
+    return rc;
+}
+
+static int t_irr_state(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "confirm", "Please confirm to continue",
+                        "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}}}", &res);
+    if (rc)
+        return rc;
+    json_decref(res);
+    *r = tidemark_result_text("state-ok: the request state was verified");
+    return 0;
+}
+
+/* All three at once: every unanswered one goes out in the same round. */
+static int t_irr_multiple(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *name = NULL, *llm = NULL, *roots = NULL;
+    int r1 = ask_elicit(c, "user_name", "What is your name?", NAME_SCHEMA("name"), &name);
+    int r2 = ask_sample(c, "capital_question", "What is the capital of France?", &llm);
+    int r3 = tidemark_call_input(c, "client_roots", "roots/list", NULL, 60000, &roots);
+    int rc = r1 ? r1 : r2 ? r2 : r3;
+    if (rc == 0)
+        rc = text_result(r, "name=%s, llm=%s", content_str(name, "name"), content_str(llm, "text"));
+    json_decref(name);
+    json_decref(llm);
+    json_decref(roots);
+    return rc;
+}
+
+static int t_irr_rounds(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *n = NULL, *col = NULL;
+    int rc = ask_elicit(c, "step1", "Step 1: What is your name?", NAME_SCHEMA("name"), &n);
+    if (rc == 0)
+        rc = ask_elicit(c, "step2", "Step 2: What is your favorite color?", NAME_SCHEMA("color"),
+                        &col);
+    if (rc == 0)
+        rc = text_result(r, "%s likes %s", content_str(n, "name"), content_str(col, "color"));
+    json_decref(n);
+    json_decref(col);
+    return rc;
+}
+
+/* Asks only for what the request's capabilities allow. */
+static int t_irr_caps(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *x = NULL, *y = NULL;
+    int rc = 0;
+    if (tidemark_call_client_has(c, "elicitation"))
+        rc = ask_elicit(c, "user_name", "What is your name?", NAME_SCHEMA("name"), &x);
+    if (tidemark_call_client_has(c, "sampling")) {
+        int rs = ask_sample(c, "capital_question", "What is the capital of France?", &y);
+        rc = rc ? rc : rs;
+    }
+    json_decref(x);
+    json_decref(y);
+    if (rc)
+        return rc;
+    *r = tidemark_result_text("capabilities respected");
+    return 0;
+}
+
+/* Needs sampling whatever the client declared: MissingRequiredClientCapability. */
+static int t_missing_cap(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_sample(c, NULL, "Hello", &res);
+    json_decref(res);
+    if (rc)
+        return rc;
+    *r = tidemark_result_text("sampled");
+    return 0;
+}
+
+static tidemark_server_t *g_srv;
+
+static int p_dynamic(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)ud;
+    *r = json_pack("{s:[o]}", "messages", json_pack("{s:s,s:o}", "role", "user", "content",
+                                                    tidemark_content_text("dynamic")));
+    return 0;
+}
+
+/* (Re)registers a tool or prompt (ud "tool" / "prompt"): list_changed
+ * reaches every session and listener, on every node of a shared store. */
+static int t_trigger(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a;
+    int rc;
+    if (strcmp(ud, "prompt") == 0) {
+        tidemark_prompt_t p = {.name = "test_dynamic_prompt", .description = "Added at run time",
+                               .fn = p_dynamic};
+        rc = tidemark_server_add_prompt(g_srv, &p);
+    } else {
+        tidemark_tool_t t = {.name = "test_dynamic_tool", .description = "Added at run time",
+                             .input_schema = EMPTY_SCHEMA, .fn = t_simple_text};
+        rc = tidemark_server_add_tool(g_srv, &t);
+    }
+    *r = rc ? tidemark_result_error(tidemark_strerror(rc)) : tidemark_result_text("list changed");
+    return 0;
+}
+
+/* Its region argument is mirrored in the Mcp-Param-Region header. */
+static int t_header(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    const char *region = json_string_value(json_object_get(a, "region"));
+    return text_result(r, "region=%s%s", region ? region : "", "");
+}
+
 /* ---- resources ---------------------------------------------------------------- */
 
 static int r_text(tidemark_call_t *c, const char *uri, json_t **out, void *ud)
@@ -335,6 +530,23 @@ static int p_image(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
     return 0;
 }
 
+static int p_irr(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "user_context", "What context should the prompt use?",
+                        NAME_SCHEMA("context"), &res);
+    if (rc)
+        return rc;
+    char *t = NULL;
+    if (asprintf(&t, "Use this context: %s", content_str(res, "context")) < 0)
+        t = NULL;
+    json_decref(res);
+    *r = json_pack("{s:[o]}", "messages", user(tidemark_content_text(t ? t : "")));
+    free(t);
+    return 0;
+}
+
 static int complete(tidemark_call_t *c, json_t *ref, json_t *arg, json_t *ctx, json_t **values, void *ud)
 {
     (void)c, (void)ref, (void)ctx, (void)ud;
@@ -358,6 +570,7 @@ int main(int argc, char **argv)
     tidemark_server_t *srv;
     if (tidemark_server_new(&cli.cfg, &srv) != 0)
         return 1;
+    g_srv = srv;
 
     static const struct {
         const char *name, *desc, *schema;
@@ -400,6 +613,50 @@ int main(int argc, char **argv)
                              .input_schema = tools[i].schema, .fn = tools[i].fn};
         if (tidemark_server_add_tool(srv, &t) != 0) {
             fprintf(stderr, "cannot register tool %s\n", tools[i].name);
+            return 1;
+        }
+    }
+    static const struct {
+        const char *name, *desc, *schema;
+        tidemark_tool_fn fn;
+        void *ud;
+    } modern[] = {
+        {"test_input_required_result_elicitation", "Asks for the user's name (input_required)",
+         EMPTY_SCHEMA, t_irr_elicitation, NULL},
+        {"test_input_required_result_sampling", "Asks the client's LLM a question (input_required)",
+         EMPTY_SCHEMA, t_irr_sampling, NULL},
+        {"test_input_required_result_list_roots", "Asks for the client's roots (input_required)",
+         EMPTY_SCHEMA, t_irr_roots, NULL},
+        {"test_input_required_result_request_state", "Round trip with a sealed requestState",
+         EMPTY_SCHEMA, t_irr_state, NULL},
+        {"test_input_required_result_multiple_inputs", "Elicitation, sampling and roots at once",
+         EMPTY_SCHEMA, t_irr_multiple, NULL},
+        {"test_input_required_result_multi_round", "Two rounds of input", EMPTY_SCHEMA,
+         t_irr_rounds, NULL},
+        {"test_input_required_result_tampered_state", "Rejects a tampered requestState",
+         EMPTY_SCHEMA, t_irr_state, NULL},
+        {"test_input_required_result_capabilities", "Asks only for declared capabilities",
+         EMPTY_SCHEMA, t_irr_caps, NULL},
+        {"test_streaming_elicitation", "Elicitation through an InputRequiredResult", EMPTY_SCHEMA,
+         t_irr_elicitation, NULL},
+        {"test_logging_tool", "Logs three messages (only with a requested log level)",
+         EMPTY_SCHEMA, t_logging, NULL},
+        {"test_missing_capability", "Needs sampling, whatever the client declared", EMPTY_SCHEMA,
+         t_missing_cap, NULL},
+        {"test_trigger_tool_change", "Changes the tool list", EMPTY_SCHEMA, t_trigger, "tool"},
+        {"test_trigger_prompt_change", "Changes the prompt list", EMPTY_SCHEMA, t_trigger,
+         "prompt"},
+        {"test_custom_header", "Its region is mirrored in the Mcp-Param-Region header",
+         "{\"type\":\"object\",\"properties\":{\"region\":{\"type\":\"string\","
+         "\"x-mcp-header\":\"Region\"}},\"required\":[\"region\"]}",
+         t_header, NULL},
+    };
+    for (size_t i = 0; i < sizeof modern / sizeof modern[0]; i++) {
+        tidemark_tool_t t = {.name = modern[i].name, .description = modern[i].desc,
+                             .input_schema = modern[i].schema, .fn = modern[i].fn,
+                             .ud = modern[i].ud};
+        if (tidemark_server_add_tool(srv, &t) != 0) {
+            fprintf(stderr, "cannot register tool %s\n", modern[i].name);
             return 1;
         }
     }
@@ -450,6 +707,8 @@ int main(int argc, char **argv)
          .fn = p_embedded},
         {.name = "test_prompt_with_image", .title = "Prompt With Image",
          .description = "A prompt that includes image content", .fn = p_image},
+        {.name = "test_input_required_result_prompt", .title = "Prompt With Input",
+         .description = "Asks the client for context first (input_required)", .fn = p_irr},
     };
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
         tidemark_server_add_prompt(srv, &prompts[i]);

@@ -108,6 +108,12 @@ typedef struct tidemark_server_config {
     const char *const *metrics_addresses; /* NULL-terminated client addresses (e.g.
                                     "10.0.0.5") whose GET /metrics skips the Host
                                     check (a scrape host); NULL = none */
+    /* 2026-07-28 (docs/protocol.md, "2026-07-28 (modern)"). */
+    unsigned cache_ttl_ms;       /* ttlMs of cacheable results (lists, reads, discover);
+                                    default 0: clients re-fetch */
+    const char *cache_scope;     /* their cacheScope: "private" (default) or "public" */
+    unsigned request_state_ttl_ms; /* a sealed requestState opens this long; default
+                                      600000 (10 min) */
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */
@@ -242,12 +248,17 @@ TIDEMARK_API int tidemark_server_list_changed(tidemark_server_t *srv, const char
 
 /* ---- inside a running handler ------------------------------------------ */
 
-/* The session id of the call (valid while the call runs). */
+/* The session id of the call (valid while the call runs). A 2026-07-28
+ * request has no session: its call's id is that of the store session it
+ * runs in (one per call, or per idempotency key). */
 TIDEMARK_API const char *tidemark_call_session(const tidemark_call_t *call);
 /* The negotiated protocol version of the call's session (same lifetime). */
 TIDEMARK_API const char *tidemark_call_protocol_version(const tidemark_call_t *call);
 /* "<session>/<request key>": hand this to outside systems to dedup effects
- * (same lifetime; copy it to keep it). */
+ * (same lifetime; copy it to keep it). In a 2026-07-28 request it is derived
+ * from (principal, the client's _meta["dev.tidemark/idempotency-key"]) when
+ * it sent one (the same on every node and every re-issue), else unique to
+ * the call. */
 TIDEMARK_API const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
 /* 1 once the client cancelled the request (or the server is stopping). */
 TIDEMARK_API int tidemark_call_cancelled(const tidemark_call_t *call);
@@ -268,6 +279,29 @@ TIDEMARK_API int tidemark_call_notify(tidemark_call_t *call, const char *method,
  */
 TIDEMARK_API int tidemark_call_request(tidemark_call_t *call, const char *method, json_t *params,
                           int timeout_ms, json_t **result);
+/*
+ * tidemark_call_request with a name for the input (NULL: "input_<n>", n
+ * counting the call's requests from 1).
+ *
+ * 2025 sessions: as tidemark_call_request (the key is not used).
+ *
+ * 2026-07-28 requests (multi round-trip): nothing is sent and nothing
+ * blocks. When the client's answer for key is at hand (this request's
+ * inputResponses, or an earlier round's, carried in the sealed
+ * requestState), it is returned at once. Otherwise the request is noted
+ * and TIDEMARK_EINPUT returned: the handler should return (it may first ask
+ * for more inputs, which then go out together); whatever it returns, the
+ * call ends with an InputRequiredResult listing what it asked, and the
+ * client's retry RUNS THE HANDLER AGAIN FROM THE START with the answers
+ * available. So a handler must make its effects on the atomic path
+ * (tidemark_call_set_effect) or after its last input, never before an
+ * input it may not have yet. A method whose client capability (sampling,
+ * elicitation, roots) the request did not declare is TIDEMARK_ENOTSUP; a
+ * handler that then fails ends with MissingRequiredClientCapabilityError.
+ * timeout_ms is not used in that era.
+ */
+TIDEMARK_API int tidemark_call_input(tidemark_call_t *call, const char *key, const char *method,
+                                     json_t *params, int timeout_ms, json_t **result);
 /* 1 if the client declared the capability ("sampling", "elicitation", "roots"). */
 TIDEMARK_API int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
 /* End the call's SSE connection now (SEP-1699 polling): the client

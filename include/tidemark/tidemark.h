@@ -60,8 +60,11 @@ extern "C" {
 #define TIDEMARK_EPROTO    -11   /* protocol violation by the peer */
 #define TIDEMARK_ECLOSED   -12   /* session or stream already closed */
 #define TIDEMARK_EPEER     -13   /* the peer answered with an error */
+#define TIDEMARK_EINPUT    -14   /* 2026-07-28: the client's input is needed first
+                                    (tidemark_call_input) */
 
 /* Protocol versions this library speaks, newest first. */
+#define TIDEMARK_PROTOCOL_2026_07_28 "2026-07-28"
 #define TIDEMARK_PROTOCOL_2025_11_25 "2025-11-25"
 #define TIDEMARK_PROTOCOL_2025_06_18 "2025-06-18"
 #define TIDEMARK_PROTOCOL_2025_03_26 "2025-03-26"

@@ -18,6 +18,7 @@ const char *tidemark_strerror(int err)
     case TIDEMARK_EPROTO: return "protocol violation";
     case TIDEMARK_ECLOSED: return "closed";
     case TIDEMARK_EPEER: return "peer returned an error";
+    case TIDEMARK_EINPUT: return "input from the client is needed first";
     default: return "unknown error";
     }
 }

@@ -42,6 +42,8 @@ int tidemark_call_notify(tidemark_call_t *c, const char *method, json_t *params)
         TM_DEBUG("%s dropped: request answered as JSON", method);
         return TIDEMARK_ENOTSUP;
     }
+    if (c->job->lazy)
+        tm_modern_attach(c->job); /* a modern call streams from its first notification */
     json_t *msg = tm_jsonrpc_notification(method, params ? json_incref(params) : NULL);
     int rc = tm_sess_append(c->srv, c->sess, st, msg, 0);
     json_decref(msg);
@@ -90,7 +92,17 @@ int tidemark_call_log(tidemark_call_t *c, const char *level, const char *logger,
 int tidemark_call_request(tidemark_call_t *c, const char *method, json_t *params, int timeout_ms,
                           json_t **result)
 {
+    return tidemark_call_input(c, NULL, method, params, timeout_ms, result);
+}
+
+int tidemark_call_input(tidemark_call_t *c, const char *key, const char *method, json_t *params,
+                        int timeout_ms, json_t **result)
+{
+    if (!result || !method)
+        return TIDEMARK_EINVAL;
     *result = NULL;
+    if (c->modern)
+        return tm_mrtr_input(c, key, method, params, result);
     const char *st = call_stream(c);
     if (!st)
         return TIDEMARK_ENOTSUP;
@@ -359,6 +371,15 @@ static int notify_one(void *ud, const tm_session_rec *rec)
 {
     fanout *f = ud;
     json_t *a = rec->attrs ? json_loads(rec->attrs, 0, NULL) : NULL;
+    json_t *lmsg = NULL;
+    if (json_object_get(a, "listen")) { /* a 2026-07-28 listener: its filter decides */
+        if (tm_modern_listener_msg(a, f->method, f->params, &lmsg) &&
+            tm_session_append(f->srv, rec->id, "g", lmsg, 0) != 0)
+            f->failed++;
+        json_decref(lmsg);
+        json_decref(a);
+        return 0;
+    }
     int want = json_is_true(json_object_get(a, "get")) &&
                (!f->attr || json_is_true(json_object_get(a, f->attr)));
     json_decref(a);

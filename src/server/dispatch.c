@@ -93,6 +93,9 @@ static json_t *handler_failed(tidemark_call_t *c, int rc)
 {
     if (rc == TIDEMARK_ECANCELED || atomic_load(&c->cancelled))
         return NULL; /* no response after cancellation */
+    json_t *cap = tm_mrtr_missing_capability(c);
+    if (cap)
+        return cap;
     json_t *x = json_pack("{s:s}", "error", tidemark_strerror(rc));
     return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Handler failed", "handler_failed", x);
 }
@@ -123,10 +126,18 @@ static json_t *tools_call(tidemark_call_t *c)
                                     "store_failed", NULL);
     }
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "started_before_run");
+    json_t *refused = c->modern ? tm_mrtr_begin(c) : NULL;
+    if (refused)
+        return refused;
     json_t *owned_args = args ? json_incref(args) : json_object();
     json_t *result = NULL;
     int rc = ((tidemark_tool_fn)e.fn)(c, owned_args, &result, e.ud);
     json_decref(owned_args);
+    json_t *more = tm_mrtr_end(c);
+    if (more) { /* input required: whatever the handler returned */
+        json_decref(result);
+        return more;
+    }
     if (rc) {
         json_decref(result);
         return handler_failed(c, rc);
@@ -142,6 +153,14 @@ static json_t *tools_call(tidemark_call_t *c)
     return tm_jsonrpc_result(c->id, result);
 }
 
+/* -32002 in the 2025 versions, -32602 in 2026-07-28; data.uri either way. */
+static json_t *not_found(tidemark_call_t *c, const char *uri)
+{
+    json_t *x = json_pack("{s:s}", "uri", uri);
+    return tm_jsonrpc_error(c->id, c->modern ? TM_RPC_INVALID_PARAMS : TM_RPC_RESOURCE_NOT_FOUND,
+                            "Resource not found", "resource_not_found", x);
+}
+
 static json_t *resources_read(tidemark_call_t *c)
 {
     const char *uri = json_string_value(json_object_get(c->params, "uri"));
@@ -149,19 +168,22 @@ static json_t *resources_read(tidemark_call_t *c)
         return err(c->id, TM_RPC_INVALID_PARAMS, "invalid_params", "resources/read needs params.uri");
     tm_reg_entry e;
     if (tm_registry_get(c->srv->reg, TM_REG_RESOURCE, uri, &e) != 0 &&
-        tm_registry_match_template(c->srv->reg, uri, &e) != 0) {
-        json_t *x = json_pack("{s:s}", "uri", uri);
-        return tm_jsonrpc_error(c->id, TM_RPC_RESOURCE_NOT_FOUND, "Resource not found",
-                                "resource_not_found", x);
-    }
+        tm_registry_match_template(c->srv->reg, uri, &e) != 0)
+        return not_found(c, uri);
     json_decref(e.desc);
+    json_t *refused = c->modern ? tm_mrtr_begin(c) : NULL;
+    if (refused)
+        return refused;
     json_t *contents = NULL;
     int rc = ((tidemark_resource_fn)e.fn)(c, uri, &contents, e.ud);
+    json_t *more = tm_mrtr_end(c);
+    if (more) {
+        json_decref(contents);
+        return more;
+    }
     if (rc == TIDEMARK_ENOTFOUND) {
         json_decref(contents);
-        json_t *x = json_pack("{s:s}", "uri", uri);
-        return tm_jsonrpc_error(c->id, TM_RPC_RESOURCE_NOT_FOUND, "Resource not found",
-                                "resource_not_found", x);
+        return not_found(c, uri);
     }
     if (rc) {
         json_decref(contents);
@@ -245,10 +267,18 @@ static json_t *prompts_get(tidemark_call_t *c)
         }
     }
     json_decref(e.desc);
+    json_t *refused = c->modern ? tm_mrtr_begin(c) : NULL;
+    if (refused)
+        return refused;
     json_t *owned = args ? json_incref(args) : json_object();
     json_t *result = NULL;
     int rc = ((tidemark_prompt_fn)e.fn)(c, owned, &result, e.ud);
     json_decref(owned);
+    json_t *more = tm_mrtr_end(c);
+    if (more) {
+        json_decref(result);
+        return more;
+    }
     if (rc) {
         json_decref(result);
         return handler_failed(c, rc);

@@ -83,6 +83,11 @@ tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r)
         return NULL;
     }
     tm_sess *s = tm_sess_find(srv, sid);
+    if (s && strcmp(s->version, TIDEMARK_PROTOCOL_2026_07_28) == 0) {
+        /* a 2026-07-28 call's or listener's store session is not a 2025 session */
+        tm_sess_unref(s);
+        s = NULL;
+    }
     if (!s || atomic_load(&s->closed)) {
         if (s)
             tm_sess_unref(s);
@@ -214,6 +219,8 @@ void tm_on_http(void *ud, tm_http_req *r)
         return tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
     if (strcmp(method, "POST") == 0)
         return tm_handle_post(srv, r);
+    if ((strcmp(method, "GET") == 0 || strcmp(method, "DELETE") == 0) && tm_modern_refuse_method(r))
+        return;
     if (strcmp(method, "GET") == 0)
         return tm_handle_get(srv, r);
     if (strcmp(method, "DELETE") == 0)

@@ -21,6 +21,8 @@ typedef struct feed {
     uint64_t close_after;  /* with close_requested: end once delivered >= this */
     tm_buf *last_words;    /* tm_feed_fail: sent once caught up, then the end */
     tm_buf *out;           /* during a pull */
+    void (*on_end)(void *ud, int completed);
+    void *end_ud;
 } feed;
 
 static void key_of(char *out, size_t n, const char *session, const char *stream)
@@ -123,6 +125,12 @@ static int feed_pull(void *ud, tm_buf *out)
 static void feed_free(void *ud)
 {
     feed *f = ud;
+    if (f->on_end) {
+        tm_stream_bounds b;
+        int done = tm_store_bounds(f->store, f->session, f->stream, &b) == 0 && b.closed &&
+                   f->delivered >= b.head;
+        f->on_end(f->end_ud, done);
+    }
     tm_buf_free(&f->head);
     if (f->last_words) {
         tm_buf_free(f->last_words);
@@ -145,6 +153,8 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     f->replay_until = o->replay_until;
     f->announce = o->announce_durable;
     f->announced = o->after_seq;
+    f->on_end = o->on_end;
+    f->end_ud = o->end_ud;
     tm_buf_init(&f->head, 1u << 20);
     int bad = !f->session || !f->stream ||
               (o->retry_ms && tm_sse_frame_retry(&f->head, o->retry_ms)) ||
@@ -166,8 +176,10 @@ int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o
     key_of(key, sizeof key, o->session, o->stream);
     tm_http_source src = {.pull = feed_pull, .free = feed_free, .ud = f};
     int rc = tm_http_reply_source(r, key, &src);
-    if (rc)
+    if (rc) {
+        f->on_end = NULL; /* not attached: the caller still owns what end_ud names */
         feed_free(f);
+    }
     return rc;
 }
 

@@ -20,6 +20,10 @@ typedef struct tm_feed_opts {
     size_t prelude_len;
     int announce_durable;   /* emit-early: "event: tidemark-durable" as the durable
                                head passes what was sent */
+    /* Called once when the connection ends (2026-07-28 streams): completed
+     * is 1 when the stream was closed and everything in it was sent. */
+    void (*on_end)(void *ud, int completed);
+    void *end_ud;
 } tm_feed_opts;
 
 /* Answer r with the stream. TIDEMARK_EBUSY, without answering, when a live

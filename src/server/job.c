@@ -18,6 +18,7 @@ void tm_job_free(tm_job *j)
     if (j->sess)
         tm_sess_unref(j->sess);
     json_decref(j->responses);
+    json_decref(j->final);
     json_decref(j->root);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -101,6 +102,8 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
     int keep_call = 0;
     pthread_mutex_lock(&j->mu);
     int last = --j->remaining == 0;
+    if (j->lazy && response && !j->final)
+        j->final = json_incref(response);
     if (j->sse) {
         if (response)
             keep_call = append_response(j, response, c, last);
@@ -118,17 +121,22 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
         return;
     if (!j->sse && j->req) {
         size_t n = json_array_size(j->responses);
+        json_t *one = json_array_get(j->responses, 0);
         if (n == 0)
             tm_http_reply(j->req, 202, NULL, NULL, 0);
         else
-            tm_reply_json(j->req, 200, j->batch ? json_incref(j->responses)
-                                             : json_incref(json_array_get(j->responses, 0)));
+            tm_reply_json(j->req, j->modern ? tm_modern_status(one) : 200,
+                          j->batch ? json_incref(j->responses) : json_incref(one));
     }
+    if (j->sse && j->lazy)
+        tm_modern_answer(j, j->final);
     tm_job_free(j);
 }
 
 void tm_call_free(tidemark_call_t *c)
 {
+    json_decref(c->answers);
+    json_decref(c->asked);
     if (c->holds_sess)
         tm_sess_unref(c->sess);
     json_decref(c->id);
@@ -145,6 +153,8 @@ static void run_call(void *arg)
      * cancelled something it did not. */
     if (!resp && c->recorded && !atomic_load(&c->srv->stopping))
         resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);
+    if (resp && c->modern)
+        tm_modern_decorate(c->srv, c->method, resp);
     if (c->registered) {
         pthread_mutex_lock(&c->sess->mu);
         if (tm_map_get(c->sess->calls, c->reqkey) == c)

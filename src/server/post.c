@@ -6,6 +6,7 @@
 #include "server_int.h"
 #include "feed.h"
 #include "http_policy.h"
+#include "era.h"
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -148,16 +149,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     return 1;
 }
 
-/* The messages of one POST. */
-typedef struct post_msgs {
-    json_t *root;  /* the parsed body; handed to the job that answers it */
-    tm_msg *m;
-    size_t n;
-    int batch;
-    size_t nreq, ninit, ninvalid, ncall, nhandler;
-} post_msgs;
-
-static void post_msgs_free(post_msgs *pm)
+void post_msgs_free(post_msgs *pm)
 {
     json_decref(pm->root);
     free(pm->m);
@@ -180,7 +172,7 @@ static int post_headers_refused(tidemark_server_t *srv, tm_http_req *r)
         tm_reply_error(r, 413, TM_RPC_INVALID_REQUEST, "body_too_large", "Payload Too Large",
                        json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
     } else {
-        return tm_refuse_version(r);
+        return 0;
     }
     return 1;
 }
@@ -352,6 +344,10 @@ static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, 
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
                              .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
+    if (rc == 0 && j->modern) {
+        j->lazy = r; /* answered as JSON, or attached by the call's first notification */
+        return;
+    }
     if (rc == 0) {
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
         rc = tm_feed_attach(srv, r, &o);
@@ -382,6 +378,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     snprintf(c->idem, sizeof c->idem, "%s/%s", j->sess->id, c->reqkey);
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
+    c->modern = j->modern;
     return c;
 }
 
@@ -427,10 +424,33 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 
+void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                    unsigned flags)
+{
+    tm_job *j = job_new(srv, sess, r, pm);
+    if (!j) {
+        tm_sess_unref(sess);
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
+    }
+    j->modern = (flags & TM_POST_MODERN) != 0;
+    j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
+    uint64_t mark = tm_store_mark(srv->store);
+    if (j->sse)
+        open_call_stream(srv, j, r, pm);
+    submit_requests(j, r, pm, mark); /* the job owns the session reference now */
+}
+
 void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
 {
     post_msgs pm = {0};
     if (post_headers_refused(srv, r) || post_parse(srv, r, &pm))
+        return post_msgs_free(&pm);
+    if (tm_era_modern(tm_http_req_header(r, "MCP-Protocol-Version"), pm.root)) {
+        tm_modern_post(srv, r, &pm);
+        return post_msgs_free(&pm);
+    }
+    if (tm_refuse_version(r))
         return post_msgs_free(&pm);
     if (pm.ninit) {
         post_initialize(srv, r, &pm);
@@ -448,16 +468,8 @@ void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
         tm_sess_unref(sess);
         return post_msgs_free(&pm);
     }
-    tm_job *j = job_new(srv, sess, r, &pm);
-    if (!j) {
-        tm_sess_unref(sess);
-        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
-        return post_msgs_free(&pm);
-    }
-    /* Before the records: a tool that is not idempotent waits for them by it. */
-    uint64_t mark = tm_store_mark(srv->store);
-    if (j->sse)
-        open_call_stream(srv, j, r, &pm);
-    submit_requests(j, r, &pm, mark); /* the job owns the session reference now */
+    /* The store mark is taken before the records: a tool that is not
+     * idempotent waits for them by it. */
+    tm_post_submit(srv, r, sess, &pm, 0);
     post_msgs_free(&pm);
 }

@@ -4,6 +4,7 @@
  * stop, free. The request path is in endpoint.c, post.c, get.c and job.c.
  */
 #include "server_int.h"
+#include "seal.h"
 #include "feed.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -44,6 +45,8 @@ static void config_defaults(tidemark_server_config_t *c)
     c->page_size = 100;
     c->name = "tidemark";
     c->version = TIDEMARK_VERSION;
+    c->cache_scope = "private";
+    c->request_state_ttl_ms = 600000;
 }
 
 void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size)
@@ -129,6 +132,10 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     if (!s->cfg.page_size)
         s->cfg.page_size = def.page_size;
     fill_limits(&s->cfg, &def);
+    s->cfg.cache_scope = s->cfg.cache_scope && strcmp(s->cfg.cache_scope, "public") == 0
+                             ? "public" : "private";
+    if (!s->cfg.request_state_ttl_ms)
+        s->cfg.request_state_ttl_ms = def.request_state_ttl_ms;
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
     s->failed = tm_map_new();
@@ -227,6 +234,10 @@ int tidemark_server_start(tidemark_server_t *srv)
         TM_ERROR("cannot open store %s: %s", srv->store_uri, tidemark_strerror(rc));
         return rc;
     }
+    if ((rc = tm_sealer_open(srv->store, &srv->sealer)) != 0) {
+        TM_ERROR("cannot open the request-state key: %s", tidemark_strerror(rc));
+        goto fail;
+    }
     for (size_t i = 0; i < srv->nschemas; i++) {
         if ((rc = tm_store_exec_schema(srv->store, srv->schemas[i])) != 0) {
             TM_ERROR("application schema failed: %s", tidemark_strerror(rc));
@@ -270,6 +281,8 @@ fail:
     tm_sched_free(srv->sched);
     srv->sched = NULL;
     tm_http_stop(srv->http);
+    tm_sealer_free(srv->sealer);
+    srv->sealer = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
     tm_http_free(srv->http); /* after the store: its writer may still wake streams */
@@ -342,6 +355,8 @@ static void server_stop_locked(tidemark_server_t *srv)
     tm_sched_free(srv->sched); /* empty: the pool ran everything it admitted */
     srv->sched = NULL;
     tm_http_stop(srv->http);
+    tm_sealer_free(srv->sealer);
+    srv->sealer = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
     tm_http_free(srv->http); /* after the store: its writer may still wake streams */

@@ -37,6 +37,15 @@ typedef struct tm_sess {
     uint64_t next_req;
 } tm_sess;
 
+/* The messages of one POST. */
+typedef struct post_msgs {
+    json_t *root;  /* the parsed body; handed to the job that answers it */
+    tm_msg *m;
+    size_t n;
+    int batch;
+    size_t nreq, ninit, ninvalid, ncall, nhandler;
+} post_msgs;
+
 /* One POST's requests and how they are answered. */
 typedef struct tm_job {
     tidemark_server_t *srv;
@@ -49,6 +58,11 @@ typedef struct tm_job {
     int remaining;
     json_t *responses;       /* JSON mode: collected responses */
     json_t *root;            /* the parsed body, kept alive for the calls */
+    int modern;              /* a 2026-07-28 request (one per POST) */
+    tm_http_req *lazy;       /* modern call: not answered yet (JSON at the end, or
+                                the stream once the call sends a notification) */
+    int ephemeral;           /* modern: delete the store session once answered */
+    json_t *final;           /* modern, lazy: the call's response */
 } tm_job;
 
 struct tidemark_call {
@@ -76,6 +90,15 @@ struct tidemark_call {
     uint64_t mark;            /* the store's queue position before its record was queued */
     atomic_int cancelled;
     int registered;           /* present in sess->calls */
+    /* 2026-07-28 (mrtr.c): the answers to input requests (earlier rounds from
+     * the sealed state, this round's inputResponses), what the handler asked
+     * that is not answered, how many it asked, a capability it needed that
+     * the client did not declare. */
+    int modern;
+    json_t *answers;
+    json_t *asked;
+    unsigned nasked;
+    const char *missing_cap;
 };
 
 struct tidemark_server {
@@ -106,6 +129,7 @@ struct tidemark_server {
     pthread_mutex_t life_mu;  /* serialises stop (from run and from other threads) */
     pthread_mutex_t fail_mu;  /* guards failed */
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
+    struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
 };
 
 extern const char *const tm_log_levels[8];
@@ -199,6 +223,44 @@ int tm_call_meta_check(tm_msg *m);
 void tm_call_free(tidemark_call_t *c);
 /* Queue a call on the worker pool. */
 int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c);
+
+/* post.c: run the requests of pm for sess (reference handed over); modern:
+ * one 2026-07-28 request. */
+void post_msgs_free(post_msgs *pm);
+#define TM_POST_MODERN 1u    /* a 2026-07-28 request */
+#define TM_POST_EPHEMERAL 2u /* its store session goes once it is answered */
+void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                    unsigned flags);
+/* modern.c: a POST of the 2026-07-28 era (pm parsed and classified). */
+void tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm);
+/* modern.c: GET or DELETE carrying the 2026-07-28 header: answered 405, 1. */
+int tm_modern_refuse_method(tm_http_req *r);
+/* modern.c: complete a modern result: resultType, serverInfo in _meta, the
+ * caching hints of cacheable methods. resp is a response (in place). */
+void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp);
+/* modern.c: the HTTP status of a modern response. */
+unsigned tm_modern_status(const json_t *resp);
+/* modern.c: a modern call's first notification: attach its POST to the stream. */
+void tm_modern_attach(tm_job *j);
+/* modern.c: a modern call's job ended before it was attached: answer the
+ * POST with resp (borrowed) once durable, delete an ephemeral session. */
+void tm_modern_answer(tm_job *j, const json_t *resp);
+/* modern.c: a list_changed / resource update for a listener session
+ * (attrs parsed): 1 and *msg (new) when it listens to it. */
+int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t *params,
+                           json_t **msg);
+/* mrtr.c: before a modern tools/call, prompts/get or resources/read runs:
+ * open params.requestState and gather the answers. NULL, or the error. */
+json_t *tm_mrtr_begin(tidemark_call_t *c);
+/* mrtr.c: after its handler returned: the InputRequiredResult response when
+ * it asked for input that is not answered (new), else NULL. */
+json_t *tm_mrtr_end(tidemark_call_t *c);
+/* mrtr.c: a handler failed after needing a capability the client did not
+ * declare: the -32021 error (new), else NULL. */
+json_t *tm_mrtr_missing_capability(tidemark_call_t *c);
+/* mrtr.c: tidemark_call_input in a modern call. */
+int tm_mrtr_input(tidemark_call_t *c, const char *key, const char *method, json_t *params,
+                  json_t **result);
 
 /* dispatch.c: run one request; returns the response (new ref) or NULL when
  * no response must be sent (cancelled). */

@@ -1,0 +1,620 @@
+/*
+ * modern.c - requests of the 2026-07-28 era on the same endpoint as the
+ * session-based versions. No protocol session: every request carries its
+ * version, client info and capabilities in _meta. Checked first (era.c),
+ * then routed:
+ *  - server/discover is answered here;
+ *  - subscriptions/listen opens a listener: a store session of its own whose
+ *    attributes say what it listens to, so a change made through any node
+ *    reaches it (call.c's fan-out), fed from its "g" stream;
+ *  - tools/call runs in a store session (its stream, request record, atomic
+ *    effect and recovery work as for a 2025 call): one per call (deleted once
+ *    answered), or one per idempotency key, its id derived from (principal,
+ *    key), where a re-issue finds the recorded result on any node;
+ *  - the other methods run in an in-memory context (a session object the
+ *    store never sees) and are answered as JSON.
+ * A call's POST is answered as JSON unless the handler sends a notification
+ * (progress, log) first; then it is attached to the call's stream.
+ */
+#include "server_int.h"
+#include "era.h"
+#include "feed.h"
+#include "seal.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/random.h"
+#include "tidemark/tidemark.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PRINCIPAL "anon"
+#define IDEM_KEY "dev.tidemark/idempotency-key"
+#define REISSUE_WAIT_MS 30000
+
+static pthread_mutex_t keyed_mu = PTHREAD_MUTEX_INITIALIZER; /* keyed starts on this node */
+
+static const char *hdr(void *ud, const char *name)
+{
+    return tm_http_req_header(ud, name);
+}
+
+static json_t *meta_of(const tm_msg *m)
+{
+    return json_object_get(m->params, "_meta");
+}
+
+/* ---- results ------------------------------------------------------------- */
+
+static int cacheable(const char *method)
+{
+    static const char *const m[] = {"server/discover", "tools/list", "prompts/list",
+                                    "resources/list", "resources/templates/list",
+                                    "resources/read"};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp)
+{
+    json_t *res = json_object_get(resp, "result");
+    if (!json_is_object(res))
+        return;
+    if (!json_is_string(json_object_get(res, "resultType")))
+        json_object_set_new(res, "resultType", json_string("complete"));
+    json_t *meta = json_object_get(res, "_meta");
+    if (!json_is_object(meta)) {
+        meta = json_object();
+        json_object_set_new(res, "_meta", meta);
+    }
+    json_object_set_new(meta, TM_META_SERVER,
+                        json_pack("{s:s,s:s}", "name", srv->name, "version", srv->version));
+    const char *rt = json_string_value(json_object_get(res, "resultType"));
+    if (strcmp(rt, "complete") == 0 && cacheable(method)) {
+        if (!json_object_get(res, "ttlMs"))
+            json_object_set_new(res, "ttlMs", json_integer(srv->cfg.cache_ttl_ms));
+        if (!json_object_get(res, "cacheScope"))
+            json_object_set_new(res, "cacheScope", json_string(srv->cfg.cache_scope));
+    }
+}
+
+unsigned tm_modern_status(const json_t *resp)
+{
+    json_t *e = json_object_get(resp, "error");
+    if (!e)
+        return 200;
+    json_int_t code = json_integer_value(json_object_get(e, "code"));
+    const char *why = json_string_value(json_object_get(json_object_get(e, "data"), "reason"));
+    if (code == TM_RPC_METHOD_NOT_FOUND)
+        return 404;
+    if (code == TM_RPC_HEADER_MISMATCH || code == TM_RPC_MISSING_CAPABILITY ||
+        code == TM_RPC_UNSUPPORTED_VERSION)
+        return 400;
+    if (why && (strcmp(why, "invalid_request_meta") == 0 ||
+                strcmp(why, "idempotency_key_reused") == 0))
+        return 400;
+    return 200;
+}
+
+static void reply(tidemark_server_t *srv, tm_http_req *r, const char *method, json_t *resp)
+{
+    tm_modern_decorate(srv, method, resp);
+    tm_reply_json(r, tm_modern_status(resp), resp);
+}
+
+static json_t *discover(tidemark_server_t *srv, const tm_msg *m)
+{
+    json_t *res = json_pack("{s:o,s:{s:{s:b},s:{s:b,s:b},s:{s:b},s:{},s:{}}}", "supportedVersions",
+                            tm_era_served_json(), "capabilities", "tools", "listChanged", 1,
+                            "resources", "subscribe", 1, "listChanged", 1, "prompts",
+                            "listChanged", 1, "logging", "completions");
+    if (srv->instructions)
+        json_object_set_new(res, "instructions", json_string(srv->instructions));
+    return tm_jsonrpc_result(m->id, res);
+}
+
+/* ---- the context of a request --------------------------------------------- */
+
+/* The client as _meta describes it, in the shape a 2025 session keeps. */
+static json_t *client_of(const tm_msg *m)
+{
+    json_t *meta = meta_of(m);
+    json_t *c = json_pack("{s:O}", "capabilities", json_object_get(meta, TM_META_CAPS));
+    json_t *info = json_object_get(meta, TM_META_INFO);
+    if (info)
+        json_object_set(c, "clientInfo", info);
+    return c;
+}
+
+static tm_sess *context_new(const char *id, const tm_msg *m)
+{
+    json_t *client = client_of(m);
+    tm_sess *s = client ? tm_sess_new(id, TM_MODERN_VERSION, client) : NULL;
+    json_decref(client);
+    if (!s)
+        return NULL;
+    int lvl = tm_log_level_index(json_string_value(json_object_get(meta_of(m), TM_META_LOG)));
+    s->log_level = lvl < 0 ? 8 : lvl; /* none unless the request asks for a level */
+    return s;
+}
+
+/* A store session for a call or a listener (marked modern: a 2025 request
+ * naming it gets 404). */
+static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m)
+{
+    json_t *client = client_of(m);
+    char *txt = client ? json_dumps(client, JSON_COMPACT) : NULL;
+    json_decref(client);
+    int64_t now = tm_wall_ms();
+    tm_session_rec rec = {.id = (char *)id, .protocol_version = TM_MODERN_VERSION, .client = txt,
+                          .created_ms = now, .last_seen_ms = now};
+    int rc = txt ? tm_store_session_create(srv->store, &rec) : TIDEMARK_ENOMEM;
+    free(txt);
+    return rc;
+}
+
+static int new_id(char id[TM_SESSION_ID_LEN + 1])
+{
+    return tm_random_hex(id, TM_SESSION_ID_LEN / 2);
+}
+
+/* ---- the ends of a call's stream ------------------------------------------ */
+
+typedef struct stream_end {
+    tidemark_server_t *srv;
+    tm_sess *sess;
+    int ephemeral;
+    int listener;
+} stream_end;
+
+/* The connection of a call or listener ended: a call cut short is
+ * cancelled (what it committed stays committed); an answered ephemeral
+ * call's session and a listener's are deleted. */
+static void on_stream_end(void *ud, int completed)
+{
+    stream_end *e = ud;
+    if (!completed && !e->listener)
+        tm_sess_close(e->sess);
+    if (e->listener || (completed && e->ephemeral)) {
+        int rc = tm_store_session_delete(e->srv->store, e->sess->id);
+        if (rc && rc != TIDEMARK_ENOTFOUND)
+            TM_WARN("session %s: not deleted (its TTL will): %s", e->sess->id,
+                    tidemark_strerror(rc));
+    }
+    tm_sess_unref(e->sess);
+    free(e);
+}
+
+static int attach(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream,
+                  int ephemeral, int listener)
+{
+    stream_end *e = calloc(1, sizeof *e);
+    if (!e)
+        return TIDEMARK_ENOMEM;
+    *e = (stream_end){srv, tm_sess_ref(sess), ephemeral, listener};
+    tm_feed_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
+                      .announce_durable = srv->cfg.emit_early, .on_end = on_stream_end,
+                      .end_ud = e};
+    tm_http_req_add_header(r, "X-Accel-Buffering", "no");
+    int rc = tm_feed_attach(srv, r, &o);
+    if (rc) {
+        tm_sess_unref(e->sess);
+        free(e);
+    }
+    return rc;
+}
+
+void tm_modern_attach(tm_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    tm_http_req *r = j->lazy;
+    j->lazy = NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (!r)
+        return;
+    int rc = attach(j->srv, r, j->sess, j->stream, j->ephemeral, 0);
+    if (rc)
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc),
+                       NULL);
+}
+
+void tm_modern_answer(tm_job *j, const json_t *resp)
+{
+    tm_http_req *r = j->lazy;
+    j->lazy = NULL;
+    int rc = tm_store_sync(j->srv->store); /* the answer is durable before it is sent */
+    if (!resp)
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    else if (rc)
+        tm_reply_store_error(r, rc);
+    else
+        tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
+    if (j->ephemeral && rc == 0) {
+        int drc = tm_store_session_delete(j->srv->store, j->sess->id);
+        if (drc && drc != TIDEMARK_ENOTFOUND)
+            TM_WARN("session %s: not deleted (its TTL will): %s", j->sess->id,
+                    tidemark_strerror(drc));
+    }
+}
+
+/* ---- idempotency keys ------------------------------------------------------ */
+
+/* Same method and params, _meta aside. */
+static int same_call(const json_t *orig, const json_t *now)
+{
+    json_t *a = json_deep_copy(json_object_get(orig, "params"));
+    json_t *b = json_deep_copy(json_object_get(now, "params"));
+    json_object_del(a, "_meta");
+    json_object_del(b, "_meta");
+    int same = json_equal(json_object_get(orig, "method"), json_object_get(now, "method")) &&
+               json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    return same;
+}
+
+typedef struct reissue {
+    tidemark_server_t *srv;
+    tm_http_req *r;
+    char sid[TM_SESSION_ID_LEN + 1];
+    char key[TM_REQ_KEY_MAX];
+    json_t *id;
+} reissue;
+
+/* A completed record answers the re-issue under its own id. */
+static void answer_recorded(tm_http_req *r, const tm_request_rec *rec, json_t *id)
+{
+    json_t *resp = json_loadb(rec->response, rec->response_len, JSON_ALLOW_NUL, NULL);
+    if (!resp)
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
+                              "stored response unreadable", NULL);
+    json_object_set(resp, "id", id);
+    tm_reply_json(r, tm_modern_status(resp), resp);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* On a worker: wait for the first request under the key (here or on any
+ * node: the store's record) and answer with its result. */
+static void wait_reissue(void *arg)
+{
+    reissue *w = arg;
+    int64_t deadline = tm_now_ms() + REISSUE_WAIT_MS;
+    for (;;) {
+        tm_request_rec rec;
+        memset(&rec, 0, sizeof rec);
+        int rc = tm_store_request_get(w->srv->store, w->sid, w->key, &rec);
+        if (rc == 0 && rec.state == TM_REQ_COMPLETED && rec.response) {
+            answer_recorded(w->r, &rec, w->id);
+            tm_request_rec_clear(&rec);
+            break;
+        }
+        if (rc == 0)
+            tm_request_rec_clear(&rec);
+        if (rc || tm_now_ms() >= deadline || atomic_load(&w->srv->stopping)) {
+            tm_http_req_add_header(w->r, "Retry-After", "1");
+            tm_reply_error(w->r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
+                           "The request with this idempotency key is still running", NULL);
+            break;
+        }
+        sleep_ms(50);
+    }
+    json_decref(w->id);
+    free(w);
+}
+
+/* A request under this key exists: answer from it. 1 when answered. */
+static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid, const tm_msg *m)
+{
+    char key[TM_REQ_KEY_MAX];
+    tm_request_rec rec;
+    memset(&rec, 0, sizeof rec);
+    if (tm_request_key(m, key) != 0 || tm_store_request_get(srv->store, sid, key, &rec) != 0)
+        return 0;
+    json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
+    int same = orig && same_call(orig, m->raw);
+    json_decref(orig);
+    if (!same) {
+        tm_request_rec_clear(&rec);
+        reply(srv, r, m->method,
+              tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
+                               "This idempotency key was used for another request",
+                               "idempotency_key_reused", NULL));
+        return 1;
+    }
+    if (rec.state == TM_REQ_COMPLETED && rec.response) {
+        answer_recorded(r, &rec, m->id);
+        tm_request_rec_clear(&rec);
+        return 1;
+    }
+    tm_request_rec_clear(&rec);
+    reissue *w = calloc(1, sizeof *w);
+    if (w) {
+        w->srv = srv;
+        w->r = r;
+        snprintf(w->sid, sizeof w->sid, "%s", sid);
+        memcpy(w->key, key, sizeof key);
+        w->id = json_incref(m->id);
+    }
+    if (!w || tm_pool_submit(srv->pool, wait_reissue, w) != 0) {
+        if (w)
+            json_decref(w->id);
+        free(w);
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+        return 1;
+    }
+    return 1;
+}
+
+/* ---- tools/call ------------------------------------------------------------ */
+
+/* The store session of a call: derived from (principal, key), or new. OUT
+ * *ephemeral. 1 when the POST was answered (a re-issue, an error). */
+static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
+                        char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
+{
+    json_t *k = json_object_get(meta_of(m), IDEM_KEY);
+    *ephemeral = !k;
+    int rc = k ? tm_seal_derive_id(srv->sealer, PRINCIPAL, strlen(PRINCIPAL), json_string_value(k),
+                                   json_string_length(k), sid)
+               : new_id(sid);
+    if (rc) {
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
+        return 1;
+    }
+    if (k && keyed_replay(srv, r, sid, m))
+        return 1;
+    rc = store_session(srv, sid, m);
+    if (rc == TIDEMARK_EEXIST && k)
+        rc = 0; /* an earlier request under the key made it */
+    if (rc) {
+        tm_reply_store_error(r, rc);
+        return 1;
+    }
+    return 0;
+}
+
+static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    const tm_msg *m = &pm->m[0];
+    char sid[TM_SESSION_ID_LEN + 1];
+    int ephemeral = 1;
+    int keyed = json_object_get(meta_of(m), IDEM_KEY) != NULL;
+    if (keyed) /* the replay check and the record's start, as one on this node */
+        pthread_mutex_lock(&keyed_mu);
+    if (call_session(srv, r, m, sid, &ephemeral)) {
+        if (keyed)
+            pthread_mutex_unlock(&keyed_mu);
+        return;
+    }
+    tm_sess *sess = context_new(sid, m);
+    if (!sess) {
+        if (keyed)
+            pthread_mutex_unlock(&keyed_mu);
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
+    }
+    tm_post_submit(srv, r, sess, pm, TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0));
+    if (keyed)
+        pthread_mutex_unlock(&keyed_mu);
+}
+
+/* ---- subscriptions/listen -------------------------------------------------- */
+
+/* The part of the filter we honour (all four kinds). */
+static json_t *honoured(const json_t *f)
+{
+    static const char *const flags[] = {"toolsListChanged", "promptsListChanged",
+                                        "resourcesListChanged"};
+    json_t *h = json_object();
+    for (size_t i = 0; i < 3; i++)
+        if (json_is_true(json_object_get(f, flags[i])))
+            json_object_set_new(h, flags[i], json_true());
+    json_t *subs = json_object_get(f, "resourceSubscriptions");
+    if (json_is_array(subs))
+        json_object_set(h, "resourceSubscriptions", subs);
+    return h;
+}
+
+static int listener_attrs(tidemark_server_t *srv, const char *id, const tm_msg *m, json_t *h)
+{
+    char *f = json_dumps(h, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *lid = json_dumps(m->id, JSON_COMPACT | JSON_ENCODE_ANY);
+    int rc = f && lid ? tm_store_session_set_attr(srv->store, id, "listen_id", lid)
+                      : TIDEMARK_ENOMEM;
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(h, "resourceSubscriptions"), i, u) {
+        if (rc || !json_is_string(u) || json_string_length(u) > srv->cfg.max_uri_length)
+            continue;
+        char name[TM_URI_MAX + 8];
+        snprintf(name, sizeof name, "sub:%s", json_string_value(u));
+        rc = tm_store_session_set_attr(srv->store, id, name, "true");
+    }
+    if (rc == 0) /* last: the fan-out looks for it */
+        rc = tm_store_session_set_attr(srv->store, id, "listen", f);
+    free(f);
+    free(lid);
+    return rc;
+}
+
+static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+{
+    json_t *f = json_object_get(m->params, "notifications");
+    if (!json_is_object(f))
+        return reply(srv, r, m->method,
+                     tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
+                                      "subscriptions/listen needs params.notifications (an object)",
+                                      "invalid_params", NULL));
+    char id[TM_SESSION_ID_LEN + 1], g[TM_STREAM_MAX];
+    int rc = new_id(id);
+    if (rc == 0)
+        rc = store_session(srv, id, m);
+    if (rc == 0)
+        rc = tm_store_stream_open(srv->store, id, "g", g);
+    json_t *h = honoured(f);
+    json_t *ack = tm_jsonrpc_notification("notifications/subscriptions/acknowledged",
+                                          json_pack("{s:O,s:{s:O}}", "notifications", h, "_meta",
+                                                    TM_META_SUB, m->id));
+    if (rc == 0) /* first on the stream, before anything can fan out to it */
+        rc = tm_session_append(srv, id, "g", ack, 0);
+    json_decref(ack);
+    if (rc == 0)
+        rc = listener_attrs(srv, id, m, h);
+    json_decref(h);
+    tm_sess *s = rc == 0 ? context_new(id, m) : NULL;
+    if (rc == 0)
+        rc = s ? attach(srv, r, s, "g", 0, 1) : TIDEMARK_ENOMEM;
+    if (s)
+        tm_sess_unref(s);
+    if (rc) {
+        if (tm_store_session_delete(srv->store, id) != 0)
+            TM_DEBUG("listener %s: not deleted after a failed start", id);
+        tm_reply_store_error(r, rc);
+    }
+}
+
+int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t *params,
+                           json_t **msg)
+{
+    *msg = NULL;
+    json_t *f = json_object_get(attrs, "listen");
+    const char *flag = strcmp(method, "notifications/tools/list_changed") == 0 ? "toolsListChanged"
+                       : strcmp(method, "notifications/prompts/list_changed") == 0
+                           ? "promptsListChanged"
+                       : strcmp(method, "notifications/resources/list_changed") == 0
+                           ? "resourcesListChanged"
+                           : NULL;
+    int want = flag ? json_is_true(json_object_get(f, flag)) : 0;
+    if (strcmp(method, "notifications/resources/updated") == 0) {
+        char name[TM_URI_MAX + 8];
+        snprintf(name, sizeof name, "sub:%s",
+                 json_string_value(json_object_get(params, "uri")) ? json_string_value(json_object_get(params, "uri")) : "");
+        want = json_is_true(json_object_get(attrs, name));
+    }
+    if (!want)
+        return 0;
+    json_t *p = params ? json_deep_copy(params) : json_object();
+    json_object_set_new(p, "_meta", json_pack("{s:O}", TM_META_SUB,
+                                              json_object_get(attrs, "listen_id")));
+    *msg = tm_jsonrpc_notification(method, p);
+    return *msg != NULL;
+}
+
+/* ---- routing --------------------------------------------------------------- */
+
+static int removed(const char *method)
+{
+    static const char *const m[] = {"initialize", "ping", "logging/setLevel",
+                                    "resources/subscribe", "resources/unsubscribe"};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static int served(const char *method)
+{
+    static const char *const m[] = {"tools/list", "tools/call", "resources/list",
+                                    "resources/templates/list", "resources/read", "prompts/list",
+                                    "prompts/get", "completion/complete"};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Notifications and responses from the client. */
+static void non_request(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+{
+    (void)srv;
+    if (m->kind != TM_MSG_NOTIFICATION)
+        return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "response_not_expected",
+                              "Bad Request: this protocol version sends the client no requests "
+                              "(input goes in inputResponses)", NULL);
+    if (strcmp(m->method, "notifications/roots/list_changed") == 0 ||
+        strcmp(m->method, "notifications/elicitation/complete") == 0)
+        return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "notification_not_supported",
+                              "Bad Request: this notification is not part of protocol version "
+                              "2026-07-28", json_pack("{s:s}", "method", m->method));
+    tm_http_reply(r, 202, NULL, NULL, 0); /* cancellation is the closed stream */
+}
+
+/* The input schema the x-mcp-header checks read (new ref), or NULL. */
+static json_t *input_schema(tidemark_server_t *srv, const tm_msg *m)
+{
+    const char *name = json_string_value(json_object_get(m->params, "name"));
+    tm_reg_entry e;
+    if (strcmp(m->method, "tools/call") != 0 || !name ||
+        tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
+        return NULL;
+    json_t *s = json_incref(json_object_get(e.desc, "inputSchema"));
+    json_decref(e.desc);
+    return s;
+}
+
+static void route(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    const tm_msg *m = &pm->m[0];
+    if (removed(m->method) || (!served(m->method) && strcmp(m->method, "server/discover") != 0 &&
+                               strcmp(m->method, "subscriptions/listen") != 0)) {
+        json_t *x = json_pack("{s:s}", "method", m->method);
+        return reply(srv, r, m->method,
+                     tm_jsonrpc_error(m->id, TM_RPC_METHOD_NOT_FOUND, "Method not found",
+                                      removed(m->method) ? "method_removed" : "method_not_found",
+                                      x));
+    }
+    if (strcmp(m->method, "server/discover") == 0)
+        return reply(srv, r, m->method, discover(srv, m));
+    if (strcmp(m->method, "subscriptions/listen") == 0)
+        return listen_open(srv, r, m);
+    if (tm_is_call(m))
+        return modern_call(srv, r, pm);
+    char id[TM_SESSION_ID_LEN + 1];
+    tm_sess *s = new_id(id) == 0 ? context_new(id, m) : NULL;
+    if (!s)
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
+    tm_post_submit(srv, r, s, pm, TM_POST_MODERN);
+}
+
+void tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    if (pm->batch)
+        return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
+                              "Invalid Request: JSON-RPC batches are not part of protocol version "
+                              "2026-07-28", NULL);
+    const tm_msg *m = &pm->m[0];
+    if (m->kind == TM_MSG_INVALID)
+        return tm_reply_json(r, 400, tm_jsonrpc_error(m->id, tm_invalid_code(m), m->detail, m->why,
+                                                      NULL));
+    if (m->kind != TM_MSG_REQUEST)
+        return non_request(srv, r, m);
+    unsigned status = 400;
+    json_t *schema = input_schema(srv, m);
+    json_t *e = tm_era_check(m, hdr, r, schema, &status);
+    json_decref(schema);
+    if (e)
+        return tm_reply_json(r, status, e);
+    route(srv, r, pm);
+}
+
+int tm_modern_refuse_method(tm_http_req *r)
+{
+    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    if (!pv || strcmp(pv, TM_MODERN_VERSION) != 0)
+        return 0;
+    tm_http_req_add_header(r, "Allow", "POST");
+    tm_reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed",
+                   "Method Not Allowed: protocol version 2026-07-28 has no GET or DELETE stream "
+                   "(use subscriptions/listen)", NULL);
+    return 1;
+}
