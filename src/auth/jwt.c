@@ -126,6 +126,8 @@ static tm_auth_reason verify_parsed(tm_jwks *j, uint64_t mask, jwt_t *jwt)
     if ((unsigned)alg >= 64 || !(mask & (1ull << alg)))
         return TM_AUTH_ALG_NOT_ALLOWED;
     const char *kid = r_jwt_get_header_str_value(jwt, "kid");
+    if (kid && !*kid)
+        kid = NULL; /* "" names no key: rhonabwy finds none by it */
     void *key = NULL;
     int rc = tm_jwks_get(j, kid, (int)alg, &key);
     if (rc == TIDEMARK_EIO)
