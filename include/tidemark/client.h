@@ -205,12 +205,16 @@ TIDEMARK_API int tidemark_client_new_sized(const tidemark_client_config_t *cfg, 
 #define tidemark_client_new(cfg, client) \
     tidemark_client_new_sized((cfg), sizeof *(cfg), (client))
 /*
- * Start the session: reuse the one in the state file (its outstanding
- * requests are then for tidemark_client_resume) or initialize a new one.
- * OUT err (optional): a typed error object on failure. Reasons include
- * cannot_connect (nothing answers at the URL: data.error says why, e.g.
- * "Connection refused"), no_endpoint (the URL answers 404 to initialize),
- * timeout, unsupported_protocol_version, state_error.
+ * Start: reuse what the state file holds for this URL (a legacy session, or
+ * the modern era; its outstanding requests are then for
+ * tidemark_client_resume), or find the era out (cfg.protocol AUTO:
+ * server/discover first, initialize when the server speaks no 2026-07-28)
+ * and start it. OUT err (optional): a typed error object on failure.
+ * Reasons include cannot_connect (nothing answers at the URL: data.error
+ * says why, e.g. "Connection refused"), no_endpoint (the URL answers 404 to
+ * initialize), timeout, unsupported_protocol_version, no_common_version (the
+ * server serves no version this client speaks: data.supported),
+ * modern_unsupported (protocol MODERN, legacy server), state_error.
  */
 TIDEMARK_API int tidemark_client_connect(tidemark_client_t *c, json_t **err);
 /* The session id, copied into buf (size bytes, NUL included).
@@ -230,6 +234,12 @@ TIDEMARK_API int tidemark_client_server_info(tidemark_client_t *c, json_t **info
  * failures a typed error {code, message, data:{reason}} when one is known
  * (cannot_connect, no_endpoint, session_lost, timeout, client_stopped,
  * reconnect_exhausted, state_error, or a refusal of the validator).
+ * Modern era: an InputRequiredResult is answered (on_request, roots, on
+ * this thread) and the request sent again under a new id until it
+ * completes: malformed_input_required, input_request_unsupported,
+ * input_rounds_exceeded (TIDEMARK_EPROTO) when that cannot go on; a tool
+ * whose x-mcp-header annotations are invalid is invalid_tool_definition,
+ * never sent; a cacheable result may come from the cache (its ttlMs).
  */
 TIDEMARK_API int tidemark_client_request(tidemark_client_t *c, const char *method, json_t *params,
                                          tidemark_progress_fn progress, void *progress_ud,

@@ -113,9 +113,13 @@ static int judge(tidemark_client_t *c, int rc, long status, json_t *res, int las
     if (rc == TIDEMARK_EPEER)
         return judge_error(c, status, res, last, err);
     const char *why = json_string_value(json_object_get(json_object_get(res, "data"), "reason"));
-    if (why && (!strcmp(why, "no_endpoint") || !strcmp(why, "probe_unanswered")) &&
+    /* A plain 404, or no answer at all (a stream ending without one, or none
+     * within the probe's time): an old server, and initialize says what it
+     * says. Nothing listening (cannot_connect) is no era at all. */
+    if (why && (!strcmp(why, "no_endpoint") || !strcmp(why, "probe_unanswered") ||
+                !strcmp(why, "timeout")) &&
         c->cfg.protocol != TIDEMARK_PROTOCOL_MODERN)
-        return ERA_LEGACY; /* a plain 404, or no answer at all: initialize says what it says */
+        return ERA_LEGACY;
     *err = json_incref(res);
     return ERA_FAIL;
 }

@@ -39,8 +39,11 @@ const server = await new Promise((resolve, reject) => {
   });
 });
 
+// Legacy era: cursors, the dispatch log and Last-Event-ID are the legacy
+// session's (a 2026-07-28 stream is not resumable).
 function run(args, env = {}) {
-  const r = spawnSync(client, args, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60000 });
+  const r = spawnSync(client, ["--protocol", "legacy", ...args],
+                      { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60000 });
   return { code: r.status, signal: r.signal, out: r.stdout, err: r.stderr };
 }
 

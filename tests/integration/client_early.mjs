@@ -65,7 +65,8 @@ try {
   const url = `http://127.0.0.1:${port}/mcp`;
   srv = await startServer(port);
   const state = join(dir, "client.db");
-  const cl = reaped(spawn(client, ["--state", state, "--record-effects", "--timeout-ms", "120000", url,
+  // Legacy era: the emit-early stream's ids and durable announcements.
+  const cl = reaped(spawn(client, ["--protocol", "legacy", "--state", state, "--record-effects", "--timeout-ms", "120000", url,
     "call", "stream", `n=${N}`, "delay_ms=5"], { stdio: ["ignore", "pipe", "pipe"] }));
   let out = "", err = "", last = 0;
   cl.stdout.on("data", (d) => { out += d; });

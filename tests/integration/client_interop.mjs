@@ -35,8 +35,11 @@ function startServer(cmd, args, env = {}) {
   });
 }
 
+// Legacy era throughout: these are the legacy session's guarantees (a cut
+// stream resumed with Last-Event-ID); the 2026-07-28 era is tested by the
+// modern_client_* tests.
 function tm(url, ...args) {
-  const r = spawnSync(client, [url, ...args], { encoding: "utf8", timeout: 30000 });
+  const r = spawnSync(client, ["--protocol", "legacy", url, ...args], { encoding: "utf8", timeout: 30000 });
   return { code: r.status, out: r.stdout ?? "", err: r.stderr ?? "" };
 }
 const progressOf = (err) => [...err.matchAll(/^progress (\d+)\/(\d+)/gm)].map((m) => Number(m[1]));

@@ -140,7 +140,10 @@ async function client(k, mode) {
   const rand = rng(SEED * 977 + k);
   let gen = 0;
   let state = join(dir, `client${k}-${gen}.db`);
-  const base = () => ["--state", state, "--persist", mode, "--record-effects", "--quiet", "--timeout", "30000"];
+  // Legacy era: the soak proves the legacy session's exactly-once (cursors,
+  // dispatch log, Last-Event-ID); a 2026-07-28 stream is not resumable.
+  const base = () => ["--protocol", "legacy", "--state", state, "--persist", mode, "--record-effects", "--quiet",
+                      "--timeout", "30000"];
   const info = { k, mode, calls: 0, ledger: [], detected: [], states: [state] };
   clientsOut.push(info);
   let n = 0;
