@@ -18,6 +18,7 @@ struct tm_auth {
     int64_t leeway_s;
     size_t max_token;
     uint64_t algs;
+    int require_at_jwt;
     tm_jwks *jwks;
     tm_introspect *introspect;
     tm_scopes *scopes;
@@ -27,7 +28,7 @@ struct tm_auth {
 static const char *const reason_names[TM_AUTH_REASON_COUNT] = {
     "ok", "missing", "malformed", "garbage", "alg_none", "alg_not_allowed", "unknown_kid",
     "bad_signature", "wrong_issuer", "wrong_audience", "expired", "not_yet_valid", "bad_claims",
-    "inactive", "insufficient_scope", "issuer_unavailable",
+    "inactive", "insufficient_scope", "issuer_unavailable", "wrong_type",
 };
 
 const char *tm_auth_reason_name(tm_auth_reason r)
@@ -114,6 +115,7 @@ int tm_auth_new(const tm_auth_config *c, tm_auth **out)
         return TIDEMARK_ENOMEM;
     a->leeway_s = c->leeway_s == UINT32_MAX ? 0 : c->leeway_s ? c->leeway_s : 30;
     a->max_token = c->max_token ? c->max_token : 8192;
+    a->require_at_jwt = c->require_at_jwt != 0;
     a->resource = strdup(c->resource);
     a->issuer = strdup(c->issuer);
     rc = a->resource && a->issuer ? 0 : TIDEMARK_ENOMEM;
@@ -183,7 +185,7 @@ static int validate(tm_auth *a, const char *tok, size_t len, tm_auth_reason *rea
                     json_t **claims)
 {
     if (a->jwks)
-        return tm_jwt_verify(a->jwks, a->algs, tok, len, reason, claims);
+        return tm_jwt_verify(a->jwks, a->algs, a->require_at_jwt, tok, len, reason, claims);
     int rc = tm_introspect_check(a->introspect, tok, len, tm_wall_ms(), claims);
     *reason = rc == 0 ? TM_AUTH_OK : rc == TIDEMARK_ENOTFOUND ? TM_AUTH_INACTIVE
                                    : TM_AUTH_ISSUER_UNAVAILABLE;

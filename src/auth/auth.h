@@ -43,13 +43,14 @@ typedef enum tm_auth_reason {
     TM_AUTH_INACTIVE,           /* introspection: "active": false    -> 401 */
     TM_AUTH_INSUFFICIENT_SCOPE, /* valid token lacking a scope       -> 403 */
     TM_AUTH_ISSUER_UNAVAILABLE, /* issuer needed but unreachable     -> 503 */
+    TM_AUTH_WRONG_TYPE,         /* require_at_jwt: typ not at+jwt    -> 401 */
     TM_AUTH_REASON_COUNT
 } tm_auth_reason;
 
 /* "ok", "missing", "malformed", "garbage", "alg_none", "alg_not_allowed",
  * "unknown_kid", "bad_signature", "wrong_issuer", "wrong_audience",
  * "expired", "not_yet_valid", "bad_claims", "inactive",
- * "insufficient_scope", "issuer_unavailable"; "?" out of range. */
+ * "insufficient_scope", "issuer_unavailable", "wrong_type"; "?" out of range. */
 const char *tm_auth_reason_name(tm_auth_reason r);
 
 typedef struct tm_auth_config {
@@ -85,6 +86,9 @@ typedef struct tm_auth_config {
     unsigned jwks_max_age_ms;      /* refetch a JWKS older than this (0: 3600000) */
     unsigned introspect_cache_ms;  /* positive answers kept (0: 30000; capped by exp) */
     size_t max_token;              /* longest token accepted (0: 8192 bytes) */
+    /* JWT header typ must be "at+jwt" (RFC 9068 2.1, case-insensitive, with
+     * or without "application/"). Off by default: many issuers send "JWT". */
+    int require_at_jwt;
 } tm_auth_config;
 
 /* Who presented the token. id is what the store keys on: 64 lowercase hex
@@ -97,7 +101,7 @@ typedef struct tm_auth_config {
 typedef struct tm_auth_principal {
     char id[TM_AUTH_ID_LEN + 1];
     char iss[TM_AUTH_ISS_MAX];
-    char sub[TM_AUTH_SUB_MAX];     /* introspection without sub: client_id */
+    char sub[TM_AUTH_SUB_MAX];     /* sub; a token without one: its client_id */
     char scope[TM_AUTH_SCOPE_MAX]; /* the token's scopes, space-separated */
     int64_t exp;                   /* Unix seconds; 0 when the token has none */
 } tm_auth_principal;

@@ -69,9 +69,10 @@ int tm_jwks_parse(const char *json, size_t len, void **jwks, size_t *nkeys);
 /* ---- jwt.c --------------------------------------------------------------- */
 /* The accepted algorithms as a bit set of rhonabwy's jwa_alg values. */
 int tm_jwt_algs(const char *list, uint64_t *mask);
-/* Parse token and verify its signature with a key from j. OUT *claims
+/* Parse token and verify its signature with a key from j (require_at_jwt:
+ * the typ header must be at+jwt, checked after the signature). OUT *claims
  * (a new reference) when *reason is TM_AUTH_OK. Returns 0 or ENOMEM. */
-int tm_jwt_verify(tm_jwks *j, uint64_t algs, const char *token, size_t len,
+int tm_jwt_verify(tm_jwks *j, uint64_t algs, int require_at_jwt, const char *token, size_t len,
                   tm_auth_reason *reason, json_t **claims);
 /* The parse step alone (for fuzzing): header alg and kid of token, no key.
  * 0, or TIDEMARK_EINVAL for no JWS. OUT *alg, kid (copied, NUL-terminated,

@@ -16,6 +16,7 @@
 #include <rhonabwy.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name;
@@ -141,8 +142,18 @@ static tm_auth_reason verify_parsed(tm_jwks *j, uint64_t mask, jwt_t *jwt)
     return r;
 }
 
-int tm_jwt_verify(tm_jwks *j, uint64_t mask, const char *token, size_t len, tm_auth_reason *reason,
-                  json_t **claims)
+/* RFC 9068 2.1: "at+jwt", media type rules (case-insensitive, the
+ * "application/" prefix optional). */
+static int typ_ok(jwt_t *jwt)
+{
+    const char *t = r_jwt_get_header_str_value(jwt, "typ");
+    if (t && strncasecmp(t, "application/", 12) == 0)
+        t += 12;
+    return t && strcasecmp(t, "at+jwt") == 0;
+}
+
+int tm_jwt_verify(tm_jwks *j, uint64_t mask, int require_at_jwt, const char *token, size_t len,
+                  tm_auth_reason *reason, json_t **claims)
 {
     if (!j || !token || !reason || !claims)
         return TIDEMARK_EINVAL;
@@ -153,7 +164,10 @@ int tm_jwt_verify(tm_jwks *j, uint64_t mask, const char *token, size_t len, tm_a
     int rc = 0;
     if (parse(jwt, token, len) != 0)
         *reason = TM_AUTH_GARBAGE;
-    else if ((*reason = verify_parsed(j, mask, jwt)) == TM_AUTH_OK) {
+    else if ((*reason = verify_parsed(j, mask, jwt)) == TM_AUTH_OK && require_at_jwt &&
+             !typ_ok(jwt))
+        *reason = TM_AUTH_WRONG_TYPE;
+    else if (*reason == TM_AUTH_OK) {
         *claims = r_jwt_get_full_claims_json_t(jwt);
         if (!*claims)
             *reason = TM_AUTH_BAD_CLAIMS;

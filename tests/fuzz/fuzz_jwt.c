@@ -54,7 +54,7 @@ static void check_verify(const char *tok, size_t len)
     int prc = tm_jwt_peek(tok, len, &alg, kid, sizeof kid);
     tm_auth_reason why = TM_AUTH_REASON_COUNT;
     json_t *claims = NULL;
-    FUZZ_CHECK(tm_jwt_verify(j, mask, tok, len, &why, &claims) == 0, "verify failed");
+    FUZZ_CHECK(tm_jwt_verify(j, mask, 0, tok, len, &why, &claims) == 0, "verify failed");
     FUZZ_CHECK((prc == TIDEMARK_EINVAL) == (why == TM_AUTH_GARBAGE), "peek %d, reason %s", prc,
                tm_auth_reason_name(why));
     if (prc == 0) {

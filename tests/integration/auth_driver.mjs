@@ -79,8 +79,17 @@ async function main() {
   const rs1 = privateJwk("rs1");
   const mine = (c, kid = "rs1", alg = "RS256", key = rs1) => jws({ alg, kid, typ: "at+jwt" }, c, key);
 
+  // typ: at+jwt required (RFC 9068), on an instance of its own.
+  let r = await cmd("jwks", iss, as.jwksUri, resource, "2000", "typ");
+  r = await checkTok(await as.token({ client: "es", scope: "mcp:tools" }));
+  check(r.status === 200, "typ at+jwt required: the server's token (at+jwt) passes", r);
+  r = await checkTok(jws({ alg: "RS256", kid: "rs1", typ: "JWT" }, claims(), rs1));
+  check(r.status === 401 && r.reason === "wrong_type", "typ JWT when at+jwt is required -> wrong_type", r);
+  r = await checkTok(jws({ alg: "RS256", kid: "rs1", typ: "application/AT+JWT" }, claims(), rs1));
+  check(r.status === 200, "typ application/AT+JWT is at+jwt", r);
+
   // Rate limit 2 s between JWKS fetches.
-  let r = await cmd("jwks", iss, as.jwksUri, resource, "2000");
+  r = await cmd("jwks", iss, as.jwksUri, resource, "2000");
   check(r.rc === 0, "tm_auth_new (JWT mode)", r);
 
   // -- accepted tokens
@@ -172,6 +181,22 @@ async function main() {
   check(r.reason === "unknown_kid" && r.status === 401, "unknown kid -> unknown_kid", r);
   check(fetches <= allowed, `10 unknown kids made ${fetches} JWKS fetches (at most ${allowed})`);
 
+  // -- many threads at once: known kids never wait for a fetch, and unknown
+  // kids make one fetch per refresh interval however many ask
+  r = await cmd("par", "8", "25", rsTok, esTok, readTok);
+  check(r.rc === 0 && r.errors === 0 && r.status["200"] === 400 && r.status["403"] === 200,
+        "8 threads x 25 x 3 tokens: every answer right", r);
+  await sleep(2100); // past the refresh interval
+  const burst0 = as.counts.jwks;
+  const strangers = Array.from({ length: 6 }, (_, i) => mine(claims(), `par${i}`, "RS256", otherRsa));
+  const tb = Date.now();
+  r = await cmd("par", "8", "3", ...strangers, rsTok);
+  const burst = as.counts.jwks - burst0, burstAllowed = Math.ceil((Date.now() - tb) / 2000) + 1;
+  check(r.rc === 0 && r.errors === 0 && r.reason.unknown_kid === 144 && r.reason.ok === 24,
+        "8 threads x 3 x 6 unknown kids + a known one: unknown_kid, ok", r);
+  check(burst >= 1 && burst <= burstAllowed,
+        `144 unknown-kid checks from 8 threads made ${burst} JWKS fetches (1 to ${burstAllowed})`);
+
   // -- rotation: the server restarts with a new RSA key first; no restart here
   await as.stop();
   as = await startAuthzServer({ port: asPort, resource, keys: ["rs2", "rs1", "es1", "ed1"] });
@@ -194,7 +219,7 @@ async function main() {
   check(r.status === 401 && r.reason === "garbage", "issuer down: garbage is still 401", r);
 
   r = await cmd("counts");
-  check(r.expired === 1 && r.alg_none === 1 && r.insufficient_scope === 3 && r.issuer_unavailable >= 1,
+  check(r.expired === 1 && r.alg_none === 1 && r.insufficient_scope === 203 && r.issuer_unavailable >= 1,
         "reasons counted for metrics", r);
 
   // -- introspection

@@ -387,7 +387,7 @@ static void test_signed_tokens(void **state)
         char *tok = slurp(name);
         tm_auth_reason why;
         json_t *claims = NULL;
-        assert_int_equal(tm_jwt_verify(j, mask, tok, strlen(tok), &why, &claims), 0);
+        assert_int_equal(tm_jwt_verify(j, mask, 0, tok, strlen(tok), &why, &claims), 0);
         if (why != cases[i].sig)
             fail_msg("%s: signature %s", cases[i].file, tm_auth_reason_name(why));
         if (why == TM_AUTH_OK) {
@@ -405,18 +405,25 @@ static void test_signed_tokens(void **state)
         size_t n = strlen(tok);
         if (cases[i].sig == TM_AUTH_OK) {
             tok[n - 2] = tok[n - 2] == 'A' ? 'B' : 'A';
-            assert_int_equal(tm_jwt_verify(j, mask, tok, n, &why, &claims), 0);
+            assert_int_equal(tm_jwt_verify(j, mask, 0, tok, n, &why, &claims), 0);
             if (why != TM_AUTH_BAD_SIGNATURE)
                 fail_msg("%s with a flipped byte: %s", cases[i].file, tm_auth_reason_name(why));
         }
         free(tok);
     }
+    /* typ: the corpus tokens say at+jwt; alg_none's says nothing */
+    char *typed = slurp("jwt/es256_ok");
+    json_t *cl = NULL;
+    assert_int_equal(tm_jwt_verify(j, mask, 1, typed, strlen(typed), &(tm_auth_reason){0}, &cl), 0);
+    assert_non_null(cl);
+    json_decref(cl);
+    free(typed);
     /* only ES256 accepted: the RS256 token is refused before its key */
     assert_int_equal(tm_jwt_algs("ES256", &mask), 0);
     char *tok = slurp("jwt/rs256_ok");
     tm_auth_reason why;
     json_t *claims = NULL;
-    assert_int_equal(tm_jwt_verify(j, mask, tok, strlen(tok), &why, &claims), 0);
+    assert_int_equal(tm_jwt_verify(j, mask, 0, tok, strlen(tok), &why, &claims), 0);
     assert_int_equal(why, TM_AUTH_ALG_NOT_ALLOWED);
     free(tok);
     tm_jwks_free(j);

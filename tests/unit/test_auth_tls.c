@@ -31,9 +31,29 @@ static int passed, failed;
         printf("\n");                                                      \
     } while (0)
 
+/* An SSE stream over TLS: two events, then the end. */
+static int pull(void *ud, tm_buf *out)
+{
+    int *n = ud;
+    if (*n >= 2)
+        return TM_HTTP_END;
+    (*n)++;
+    const char *ev = *n == 1 ? "id: 1\ndata: one\n\n" : "id: 2\ndata: two\n\n";
+    return tm_buf_add(out, ev, strlen(ev)) == 0 ? TM_HTTP_MORE : TM_HTTP_END;
+}
+
 static void handler(void *ud, tm_http_req *req)
 {
     (void)ud;
+    if (strcmp(tm_http_req_path(req), "/sse") == 0) {
+        int *n = calloc(1, sizeof *n);
+        tm_http_source src = {.pull = pull, .free = free, .ud = n};
+        if (n && tm_http_reply_source(req, "sse-key", &src) == 0)
+            return;
+        free(n);
+        tm_http_reply(req, 500, "text/plain", "no", 2);
+        return;
+    }
     const char *body = tm_http_req_tls(req) ? "hello over tls" : "hello in clear";
     tm_http_reply(req, 200, "text/plain", body, strlen(body));
 }
@@ -140,6 +160,12 @@ static void server_only(const char *dir)
     get(NULL, plain, &d);
     CHECK(d.rc != 0 || d.status != 200, "plain HTTP to the TLS port gets no answer (rc %d, %ld)",
           d.rc, d.status);
+    char sse[128];
+    snprintf(sse, sizeof sse, "https://127.0.0.1:%u/sse", tm_http_port(h));
+    get(&(tm_hc_tls){.ca_file = ca}, sse, &d);
+    CHECK(d.rc == 0 && d.status == 200 && strstr(d.body, "data: one") &&
+              strstr(d.body, "data: two"),
+          "an SSE stream over TLS, to its end (rc %d, '%s')", d.rc, d.body);
     char lh[128];
     snprintf(lh, sizeof lh, "https://localhost:%u/mcp", tm_http_port(h));
     get(&(tm_hc_tls){.ca_file = ca}, lh, &d);
