@@ -6,6 +6,7 @@
 #include "common/demo_tools.h"
 #include "common/server_cli.h"
 #include "tidemark/server.h"
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,6 +402,23 @@ static int t_irr_caps(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
     return 0;
 }
 
+/* Counts its runs (a retry re-runs it from the start): "runs=N" once the
+ * client answered "go"; a refused requestState never runs it. */
+static int t_mrtr_runs(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    static atomic_int runs;
+    int n = atomic_fetch_add(&runs, 1) + 1;
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "go", "Go on?", NAME_SCHEMA("go"), &res);
+    json_decref(res);
+    if (rc)
+        return rc;
+    char txt[32];
+    snprintf(txt, sizeof txt, "runs=%d", n);
+    return text_result(r, "%s%s", txt, "");
+}
+
 /* Needs sampling whatever the client declared: MissingRequiredClientCapability. */
 static int t_missing_cap(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
 {
@@ -639,6 +657,8 @@ int main(int argc, char **argv)
          EMPTY_SCHEMA, t_irr_caps, NULL},
         {"test_streaming_elicitation", "Elicitation through an InputRequiredResult", EMPTY_SCHEMA,
          t_irr_elicitation, NULL},
+        {"test_mrtr_runs", "Counts how often it ran (one input)", EMPTY_SCHEMA, t_mrtr_runs,
+         NULL},
         {"test_logging_tool", "Logs three messages (only with a requested log level)",
          EMPTY_SCHEMA, t_logging, NULL},
         {"test_missing_capability", "Needs sampling, whatever the client declared", EMPTY_SCHEMA,

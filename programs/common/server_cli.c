@@ -48,6 +48,10 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --max-batch N          messages in one JSON-RPC batch (default 64)\n"
             "  --max-subscriptions N  resource subscriptions per session (default 256)\n"
             "  --max-uri-length N     longest resource uri (default 2048, at most 8192)\n"
+            "2026-07-28 requests:\n"
+            "  --request-state-ttl-ms MS  a sealed requestState opens this long (default\n"
+            "                         600000)\n"
+            "  --cache-ttl-ms MS      ttlMs of lists, reads and discover (default 0)\n"
             "  --allow-origin ORIGIN  allow this Origin (repeatable; '*' allows any;\n"
             "                         default: http(s) origins on localhost/127.0.0.1/[::1])\n"
             "  --allow-host HOST      allow this Host header (repeatable; '*' allows any;\n"
@@ -94,6 +98,8 @@ static const limit_opt limits[] = {
     LIMIT("max-batch", max_batch, 1, 100000),
     LIMIT("max-subscriptions", max_subscriptions, 1, 1000000),
     LIMIT("max-uri-length", max_uri_length, 16, 8192),
+    LIMIT("request-state-ttl-ms", request_state_ttl_ms, 1, 86400000),
+    LIMIT("cache-ttl-ms", cache_ttl_ms, 0, 86400000),
 };
 #define NLIMITS (sizeof limits / sizeof limits[0])
 #define LIMIT_BASE 256
