@@ -670,6 +670,18 @@ static int cmd_listen(tidemark_client_t *c, char **rest, int nrest)
     return rc;
 }
 
+/* end: DELETE the session; the modern era has none to end. */
+static int cmd_end(tidemark_client_t *c)
+{
+    char version[32];
+    if (tidemark_client_protocol_version(c, version, sizeof version) == 0 &&
+        !strcmp(version, TIDEMARK_CLIENT_MODERN_VERSION)) {
+        fprintf(stderr, PROG ": the server speaks %s: there is no session to end\n", version);
+        return 0;
+    }
+    return tidemark_client_end_session(c);
+}
+
 static int cmd_resume(tidemark_client_t *c, json_t **res)
 {
     int rc = tidemark_client_resume(c, res);
@@ -726,7 +738,7 @@ static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int n
     if (!strcmp(cmd, "resume"))
         return cmd_resume(c, res);
     if (!strcmp(cmd, "end"))
-        return tidemark_client_end_session(c);
+        return cmd_end(c);
     return cmd_state(c, cmd, res);
 }
 

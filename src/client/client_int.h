@@ -276,6 +276,8 @@ json_t *tm_cache_get(tidemark_client_t *c, const char *method, json_t *params);
 void tm_cache_put(tidemark_client_t *c, const char *method, json_t *params, json_t *result);
 /* Something changed on the server (a list_changed or updated notification). */
 void tm_cache_clear(tidemark_client_t *c);
+/* The acknowledgement of r's listen stream: what it did not agree to is logged. */
+void tm_listen_acknowledged(rq *r, json_t *params);
 /* One request round: sent, driven, settled (request.c). */
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result);

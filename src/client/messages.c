@@ -142,6 +142,8 @@ static void response(tidemark_client_t *c, rq *r, const tm_msg *m)
 /* A notification: progress of r to its callback, every one to on_notification. */
 static void notification(tidemark_client_t *c, rq *r, json_t *msg, const tm_msg *m)
 {
+    if (r->sub && strcmp(m->method, "notifications/subscriptions/acknowledged") == 0)
+        tm_listen_acknowledged(r, m->params); /* what it left out is said, not fatal */
     if (strstr(m->method, "list_changed") || strcmp(m->method, "notifications/resources/updated") == 0)
         tm_cache_clear(c); /* what was cached may no longer be so */
     if (strcmp(m->method, "notifications/progress") == 0 && r->progress) {

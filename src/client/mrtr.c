@@ -199,6 +199,21 @@ void tm_cache_clear(tidemark_client_t *c)
 
 /* ---- subscriptions/listen ----------------------------------------------------------------- */
 
+void tm_listen_acknowledged(rq *r, json_t *params)
+{
+    json_t *asked = json_object_get(json_object_get(r->msg, "params"), "notifications");
+    json_t *got = json_object_get(params, "notifications");
+    const char *k;
+    json_t *v;
+    json_object_foreach(asked, k, v) {
+        json_t *g = json_object_get(got, k);
+        int short_of = json_is_array(v) ? json_array_size(g) < json_array_size(v)
+                                        : json_is_true(v) && !json_is_true(g);
+        if (short_of)
+            TM_WARN("client: the server did not agree to listen for %s", k);
+    }
+}
+
 static json_t *listen_params(json_t *filter)
 {
     if (filter)
