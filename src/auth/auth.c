@@ -229,11 +229,15 @@ int tm_auth_check(tm_auth *a, const char *authorization, const char *method, con
         return TIDEMARK_EINVAL;
     memset(out, 0, sizeof *out);
     char required[TM_AUTH_SCOPE_MAX];
-    if (tm_scopes_required(a->scopes, method, tool, required, sizeof required) != 0)
+    /* Cannot happen with the bounds tm_scopes_new keeps; closed if it did. */
+    int unsure = tm_scopes_required(a->scopes, method, tool, required, sizeof required) != 0;
+    if (unsure)
         required[0] = '\0';
     int rc = decide(a, authorization, required, out);
     if (rc)
         return rc;
+    if (unsure && out->reason == TM_AUTH_OK)
+        out->reason = TM_AUTH_INSUFFICIENT_SCOPE;
     atomic_fetch_add(&a->counts[out->reason], 1);
     if (out->reason != TM_AUTH_OK && out->reason != TM_AUTH_INSUFFICIENT_SCOPE)
         memset(&out->principal, 0, sizeof out->principal);

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One configured list: base + a method's + a tool's always fit in
+ * TM_AUTH_SCOPE_MAX with their separators. */
+#define TM_SCOPE_LIST_MAX 300
+
 typedef struct rule {
     char *key, *val;
 } rule;
@@ -88,7 +92,7 @@ static int parse_rules(const char *const *in, rule **out, size_t *n, int keyed)
         return TIDEMARK_ENOMEM;
     for (*n = 0; *n < c; (*n)++) {
         const char *eq = strchr(in[*n], '=');
-        if (!eq || eq == in[*n] || !tm_scope_list_ok(eq + 1))
+        if (!eq || eq == in[*n] || !tm_scope_list_ok(eq + 1) || strlen(eq + 1) > TM_SCOPE_LIST_MAX)
             return TIDEMARK_EINVAL;
         rule *r = &(*out)[*n];
         r->key = strndup(in[*n], (size_t)(eq - in[*n]));
@@ -131,7 +135,7 @@ void tm_scopes_free(tm_scopes *s)
 int tm_scopes_new(const char *base, const char *const *rules, const char *const *implies,
                   tm_scopes **out)
 {
-    if (!out || (base && !tm_scope_list_ok(base)))
+    if (!out || (base && (!tm_scope_list_ok(base) || strlen(base) > TM_SCOPE_LIST_MAX)))
         return TIDEMARK_EINVAL;
     tm_scopes *s = calloc(1, sizeof *s);
     if (!s)

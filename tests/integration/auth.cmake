@@ -29,6 +29,7 @@ find_program(OPENSSL_EXECUTABLE openssl)
 if(OPENSSL_EXECUTABLE)
   add_test(NAME tls_transport
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/tls_certs.sh ${OPENSSL_EXECUTABLE}
-            ${CMAKE_BINARY_DIR}/test-var/tls $<TARGET_FILE:test_auth_tls>)
+            ${CMAKE_BINARY_DIR}/test-var/tls $<TARGET_FILE:test_auth_tls>
+            ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus)
   set_tests_properties(tls_transport PROPERTIES TIMEOUT 60)
 endif()

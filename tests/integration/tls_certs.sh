@@ -1,10 +1,11 @@
 #!/bin/sh
-# tls_certs.sh OPENSSL DIR PROGRAM - make a throwaway CA, a server
+# tls_certs.sh OPENSSL DIR PROGRAM [ARG...] - make a throwaway CA, a server
 # certificate for 127.0.0.1 and localhost signed by it, a client certificate
 # signed by it and a second, unrelated CA in DIR (made anew), then run
-# PROGRAM DIR (tests/unit/test_auth_tls.c).
+# PROGRAM DIR ARG... (tests/unit/test_auth_tls.c).
 set -eu
 openssl=$1 dir=$2 prog=$3
+shift 3
 rm -rf "$dir"
 mkdir -p "$dir"
 cd "$dir"
@@ -23,4 +24,4 @@ q req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout client.key -out
 printf 'extendedKeyUsage=clientAuth\n' > client.ext
 q x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 \
   -extfile client.ext
-exec "$prog" "$dir"
+exec "$prog" "$dir" "$@"

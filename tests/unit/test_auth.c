@@ -93,6 +93,10 @@ static void test_scopes(void **state)
     assert_int_equal(tm_scopes_new(NULL, bad2, NULL, &s), TIDEMARK_EINVAL);
     assert_int_equal(tm_scopes_new(NULL, bad3, NULL, &s), TIDEMARK_EINVAL);
     assert_int_equal(tm_scopes_new(NULL, NULL, bad4, &s), TIDEMARK_EINVAL);
+    char longlist[400];
+    memset(longlist, 'a', sizeof longlist - 1);
+    longlist[sizeof longlist - 1] = '\0';
+    assert_int_equal(tm_scopes_new(longlist, NULL, NULL, &s), TIDEMARK_EINVAL); /* over 300 */
     assert_int_equal(tm_scope_list_ok("a b"), 1);
     assert_int_equal(tm_scope_list_ok(""), 1);
     assert_int_equal(tm_scope_list_ok("a  b"), 0);

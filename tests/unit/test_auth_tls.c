@@ -1,4 +1,4 @@
-/* test_auth_tls.c DIR - the HTTP transport over TLS (libmicrohttpd + GnuTLS)
+/* test_auth_tls.c DIR CORPUS - the HTTP transport over TLS (libmicrohttpd + GnuTLS)
  * and the libcurl client's verification, with the CA and certificates that
  * tests/integration/tls_certs.sh made in DIR:
  *   - a server with ca-signed server.pem: a client verifying against ca.pem
@@ -6,8 +6,13 @@
  *     plain-HTTP one do not;
  *   - with a client CA: a client presenting client.pem gets the answer, one
  *     without a certificate gets 403;
- *   - half or unreadable TLS configurations are refused by tm_http_new.
+ *   - half or unreadable TLS configurations are refused by tm_http_new;
+ *   - src/auth/ fetching a JWKS from an https issuer (the same TLS server
+ *     serving CORPUS/jwks/three_keys, the fuzz corpus's key set): with the CA
+ *     a token signed by those keys (CORPUS/jwt/rs256_ok) is accepted, with
+ *     the system's CAs the issuer is unavailable.
  * Prints "N passed, N failed"; exit 1 on any failure. */
+#include "auth/auth.h"
 #include "tidemark/tidemark.h"
 #include "transport/http_client.h"
 #include "transport/http_server.h"
@@ -42,9 +47,15 @@ static int pull(void *ud, tm_buf *out)
     return tm_buf_add(out, ev, strlen(ev)) == 0 ? TM_HTTP_MORE : TM_HTTP_END;
 }
 
+static char *g_jwks; /* served at /jwks */
+
 static void handler(void *ud, tm_http_req *req)
 {
     (void)ud;
+    if (strcmp(tm_http_req_path(req), "/jwks") == 0 && g_jwks) {
+        tm_http_reply(req, 200, "application/json", g_jwks, strlen(g_jwks));
+        return;
+    }
     if (strcmp(tm_http_req_path(req), "/sse") == 0) {
         int *n = calloc(1, sizeof *n);
         tm_http_source src = {.pull = pull, .free = free, .ud = n};
@@ -211,13 +222,65 @@ static void bad_configs(const char *dir)
           "a client certificate without its key");
 }
 
+static char *slurp(const char *dir, const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? calloc(1, 65536) : NULL;
+    if (buf && fread(buf, 1, 65535, f) == 0) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+static unsigned check_with(const char *jwks_uri, const char *ca, const char *tok)
+{
+    tm_auth_config c = {.resource = "https://mcp.example/mcp", .issuer = "https://as.example",
+                        .jwks_uri = jwks_uri, .ca_file = ca, .http_timeout_ms = 3000};
+    tm_auth *a = NULL;
+    if (tm_auth_new(&c, &a) != 0)
+        return 0;
+    char hdr[4096];
+    snprintf(hdr, sizeof hdr, "Bearer %s", tok);
+    tm_auth_result r;
+    unsigned status = tm_auth_check(a, hdr, NULL, NULL, &r) == 0 ? r.status : 0;
+    tm_auth_free(a);
+    return status;
+}
+
+static void https_issuer(const char *dir, const char *corpus)
+{
+    char url[128], ca[512], jwks_uri[160];
+    snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+    g_jwks = slurp(corpus, "jwks/three_keys");
+    char *tok = slurp(corpus, "jwt/rs256_ok");
+    tm_http *h = serve(dir, 0, url, sizeof url);
+    CHECK(h && g_jwks && tok, "an https issuer serving a JWKS");
+    if (h && g_jwks && tok) {
+        snprintf(jwks_uri, sizeof jwks_uri, "https://127.0.0.1:%u/jwks", tm_http_port(h));
+        unsigned s = check_with(jwks_uri, ca, tok);
+        CHECK(s == 200, "the JWKS fetched over verified TLS: the token is accepted (%u)", s);
+        s = check_with(jwks_uri, NULL, tok);
+        CHECK(s == 503, "an issuer the system's CAs do not vouch for is unavailable (%u)", s);
+    }
+    tm_http_free(h);
+    free(tok);
+    free(g_jwks);
+    g_jwks = NULL;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_auth_tls DIR (made by tls_certs.sh)\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_auth_tls DIR CORPUS (DIR made by tls_certs.sh)\n");
         return 2;
     }
     server_only(argv[1]);
+    https_issuer(argv[1], argv[2]);
     client_certs(argv[1]);
     bad_configs(argv[1]);
     printf("%d passed, %d failed\n", passed, failed);
