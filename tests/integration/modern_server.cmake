@@ -31,3 +31,11 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-everything> ${TM_VAR})
   set_tests_properties(modern_server PROPERTIES TIMEOUT 120 LABELS modern)
 endif()
+
+# The era and the header checks on their own (src/server/era.c).
+if(CMOCKA_FOUND)
+  add_executable(test_era ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_era.c)
+  target_link_libraries(test_era PRIVATE tidemark_static PkgConfig::CMOCKA)
+  add_test(NAME unit_era COMMAND test_era)
+  set_tests_properties(unit_era PROPERTIES TIMEOUT 60)
+endif()
