@@ -9,7 +9,10 @@
 #    read-only tool), with the same key and a new id, also after a kill;
 #  - modern_client_errors: the typed errors (input rounds, malformed
 #    InputRequiredResult, no common version), the fall back to legacy, logLevel,
-#    the cache of cacheable results.
+#    the cache of cacheable results;
+#  - modern_client_tidemark: against tidemark-everything in the modern era:
+#    a client killed mid-call resumes with its saved key, the ledger holds the
+#    entry once; an elicitation round; listen.
 if(NODE_EXECUTABLE)
   add_test(NAME modern_client_conformance
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
@@ -29,4 +32,8 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_errors.mjs
             $<TARGET_FILE:tidemark-client>)
   set_tests_properties(modern_client_errors PROPERTIES TIMEOUT 90 LABELS "client")
+  add_test(NAME modern_client_tidemark
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_tidemark.mjs
+            $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-everything>)
+  set_tests_properties(modern_client_tidemark PROPERTIES TIMEOUT 90 LABELS "client")
 endif()
