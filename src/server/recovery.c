@@ -106,6 +106,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
     j->srv = srv;
     j->sess = sess;
     j->sse = 1;
+    j->modern = strcmp(sess->version, TIDEMARK_PROTOCOL_2026_07_28) == 0;
     snprintf(j->stream, sizeof j->stream, "%s", first->stream);
     j->root = json_array();
     j->responses = json_array();
@@ -138,6 +139,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         c->params = m.params;
         c->recorded = 1;
         c->recovering = 1;
+        c->modern = j->modern; /* its answer reads as a 2026-07-28 result */
         snprintf(c->reqkey, sizeof c->reqkey, "%s", r->key);
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);

@@ -10,6 +10,9 @@
 import { checker, startServer, stopServer, serversFor, initialize, post, messages,
   toolCall, reasonOf, until, sleep } from "./mcp_http.mjs";
 import { sseEvents } from "./sse.mjs";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const [bin] = process.argv.slice(2);
 const t = checker();
@@ -209,6 +212,30 @@ async function listen(url0, url1) {
   await reader;
 }
 
+// kill -9 while a keyed call runs; the restarted server finishes it
+// (ledger_append is atomic: re-run) and the re-issue gets that result.
+async function crash(dir) {
+  const db = join(mkdtempSync(join(dir || tmpdir(), "modern-crash-")), "t.db");
+  const a = await startServer(bin, ["--store", "sqlite:" + db]);
+  const k = "crash-" + Math.random();
+  const meta = { "dev.tidemark/idempotency-key": k };
+  const first = call(a.url, "ledger_append", { entry: k, delay_ms: 3000 }, { meta }).catch(() => null);
+  await sleep(700);
+  await stopServer(a, "SIGKILL");
+  await first;
+  const b = await startServer(bin, ["--store", "sqlite:" + db]);
+  try {
+    const again = await call(b.url, "ledger_append", { entry: k, delay_ms: 3000 }, { meta, id: 9100 });
+    t.check("after kill -9 the re-issue gets the recovered result",
+      again.msg?.id === 9100 && again.msg?.result?.resultType === "complete", JSON.stringify(again.msg));
+    const rows = await call(b.url, "ledger_read", { entry: k });
+    t.check("after kill -9: exactly one ledger row", rows.msg?.result?.structuredContent?.count === 1,
+      JSON.stringify(rows.msg?.result?.structuredContent));
+  } finally {
+    await stopServer(b);
+  }
+}
+
 const main = async () => {
   const mem = await startServer(bin, ["--store", "memory"]);
   const short = await startServer(bin, ["--store", "memory", "--request-state-ttl-ms", "300"]);
@@ -216,6 +243,7 @@ const main = async () => {
     await eras(mem.url);
     await errors(mem.url);
     await mrtr(mem.url, short.url);
+    await crash(process.argv[3]);
   } finally {
     await stopServer(mem);
     await stopServer(short);
