@@ -49,6 +49,8 @@ async function fake(era) {
         return send(200, { result: { protocolVersion: "2025-11-25", capabilities: { tools: {} },
           serverInfo: { name: "fake", version: "1" } } }, { "mcp-session-id": "legacy-session-1" });
       if (!("id" in body)) { res.writeHead(202); res.end(); return undefined; }
+      if (body.method === "resources/read")
+        return ok({ contents: [{ uri: body.params?.uri, text: "x" }] });
       if (body.method === "tools/list" && era === "header-change") {
         // The first listing has no x-mcp-header; later ones do (the schema changed).
         const lists = seen.filter((m) => m.method === "tools/list").length;
@@ -134,6 +136,21 @@ const brief = (r) => `exit ${r.code}; out ${r.out.slice(0, 300)}; err ${r.err.sl
       m.params._meta[META + "clientInfo"]?.name === "tidemark-client" &&
       typeof m.params._meta[META + "clientCapabilities"] === "object" &&
       m.headers["mcp-protocol-version"] === "2026-07-28" && !m.headers["mcp-session-id"]));
+
+  // Mcp-Name of values that are not plain header text: the base64 sentinel.
+  const names = ["test://ünïcode", " lead", "=?base64?literal?=", "tab\there"];
+  for (const uri of names) {
+    n0 = f.seen.length;
+    r = await run([f.url, "read", uri]);
+    const h = f.seen.slice(n0).find((m) => m.method === "resources/read")?.headers["mcp-name"] ?? "";
+    const m = /^=\?base64\?(.*)\?=$/.exec(h);
+    t.check(`Mcp-Name of ${JSON.stringify(uri)} in the base64 sentinel form`,
+      r.code === 0 && m && Buffer.from(m[1], "base64").toString("utf8") === uri, `${brief(r)} header ${h}`);
+  }
+  n0 = f.seen.length;
+  r = await run([f.url, "read", "test://plain-ascii?x=1 y"]);
+  t.check("Mcp-Name of plain ASCII (inner space included) as it is",
+    f.seen.slice(n0).find((m) => m.method === "resources/read")?.headers["mcp-name"] === "test://plain-ascii?x=1 y", brief(r));
 
   // tools/list is cacheable (ttlMs 60000): a cut key-less call needs the
   // tools twice (its headers, then whether the tool is safe to re-issue).
