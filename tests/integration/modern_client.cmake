@@ -18,6 +18,11 @@ if(NODE_EXECUTABLE)
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
             $<TARGET_FILE:tidemark-conformance-client>)
   set_tests_properties(modern_client_conformance PROPERTIES TIMEOUT 90 LABELS "client;conformance")
+  # The same suite's 2025-11-25 requirements: the legacy era, through the new runner.
+  add_test(NAME modern_client_conformance_2025
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
+            $<TARGET_FILE:tidemark-conformance-client> 2025-11-25)
+  set_tests_properties(modern_client_conformance_2025 PROPERTIES TIMEOUT 90 LABELS "client;conformance")
   add_test(NAME modern_client_sdk
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_sdk.mjs
             $<TARGET_FILE:tidemark-client>

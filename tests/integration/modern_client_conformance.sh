@@ -7,10 +7,13 @@
 #   tools_call 2, request-metadata 8, sep-2322-client-request-state 5,
 #   http-standard-headers 9, http-custom-headers 18, http-invalid-tool-headers 12,
 #   json-schema-ref-no-deref 1   (55 checks)
-#   modern_client_conformance.sh PEERS_DIR CLIENT
+# With REVISION 2025-11-25, the same suite's 2025-11-25 requirements (the
+# legacy era): initialize 1, tools_call 2, elicitation-sep1034-client-defaults 5,
+# sse-retry 3 (11 checks).
+#   modern_client_conformance.sh PEERS_DIR CLIENT [REVISION]
 set -uo pipefail
-[ $# -eq 2 ] || { echo "usage: $0 PEERS_DIR CLIENT" >&2; exit 2; }
-peers="$1"; client="$2"
+[ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 PEERS_DIR CLIENT [REVISION]" >&2; exit 2; }
+peers="$1"; client="$2"; rev="${3:-2026-07-28}"
 here="$(cd "$(dirname "$0")" && pwd)"
 suite="$peers/node_modules/conformance2/dist/index.js"
 [ -f "$suite" ] || { echo "conformance2 not installed in $peers (run scripts/install-deps.sh)" >&2; exit 1; }
@@ -19,11 +22,17 @@ case "$client" in *' '*) echo "the runner splits --command on spaces: $client" >
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 node --import "$here/node22-shim.mjs" "$suite" client --command "$client" \
-     --requirements 2026-07-28 --timeout 30000 >"$out" 2>&1
+     --requirements "$rev" --timeout 30000 >"$out" 2>&1
 sed -i 's/\x1b\[[0-9;]*m//g' "$out"
-declare -A want=([tools_call]=2 [request-metadata]=8 [sep-2322-client-request-state]=5
-                 [http-standard-headers]=9 [http-custom-headers]=18
-                 [http-invalid-tool-headers]=12 [json-schema-ref-no-deref]=1)
+if [ "$rev" = 2026-07-28 ]; then
+  declare -A want=([tools_call]=2 [request-metadata]=8 [sep-2322-client-request-state]=5
+                   [http-standard-headers]=9 [http-custom-headers]=18
+                   [http-invalid-tool-headers]=12 [json-schema-ref-no-deref]=1)
+elif [ "$rev" = 2025-11-25 ]; then
+  declare -A want=([initialize]=1 [tools_call]=2 [elicitation-sep1034-client-defaults]=5 [sse-retry]=3)
+else
+  echo "no expected counts for revision $rev" >&2; exit 2
+fi
 fail=0 total=0
 for s in "${!want[@]}"; do
   line="$(grep -E "^✓ $s: [0-9]+ passed, 0 failed$" "$out" | head -n 1)"
@@ -46,4 +55,4 @@ if [ $fail -ne 0 ]; then
   cat "$out" >&2
   exit 1
 fi
-echo "conformance2 client, 2026-07-28 requirements: 7 scenarios, $total checks passed (authorization not scored here)"
+echo "conformance2 client, $rev requirements: ${#want[@]} scenarios, $total checks passed (authorization not scored here)"
