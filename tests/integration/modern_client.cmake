@@ -1,7 +1,8 @@
 # The client in the 2026-07-28 ("modern") era.
 #  - modern_client_conformance: the official suite's client scenarios of the
 #    2026-07-28 requirements (conformance 0.2.0-alpha.12), authorization aside,
-#    each with its exact count of checks passed;
+#    each with its exact count of checks passed (modern_client_conformance_2025:
+#    the same suite's 2025-11-25 requirements, the legacy era);
 #  - modern_client_sdk: tidemark-client against the TypeScript SDK v2 server
 #    (modern: tools, resources, prompts, an elicitation round, listen) and the
 #    v1 server (legacy fallback);
