@@ -7,6 +7,14 @@
  * message a handler sends on a stream is appended to the event log first
  * and emitted only once durable (commit-then-emit).
  *
+ * One endpoint serves both protocol eras, chosen per request: the 2025
+ * versions (initialize, Mcp-Session-Id sessions) and 2026-07-28 (no session,
+ * metadata in every request; docs/protocol.md "2026-07-28 (modern)"). The
+ * same handlers serve both. In 2026-07-28 a handler that asks the client for
+ * input (tidemark_call_input / tidemark_call_request) is run again from the
+ * start once the input arrives, so it must make its effects on the atomic
+ * path (tidemark_call_set_effect) or after its last input.
+ *
  * JSON values are jansson's json_t. Ownership: arguments passed to handlers
  * are borrowed; a handler's result is handed over (the library decrefs it).
  *
@@ -276,6 +284,10 @@ TIDEMARK_API int tidemark_call_notify(tidemark_call_t *call, const char *method,
  * elicitation/create, roots/list) and wait up to timeout_ms for its answer.
  * OUT result: the client's result (caller decrefs). TIDEMARK_EPEER when the
  * client answered with an error (then *result holds the error object).
+ * In a 2026-07-28 request it does not block: see tidemark_call_input (the
+ * n-th request of a call is the input "input_<n>"; the handler re-runs from
+ * the start once the client answered, so its effects go on the atomic path
+ * or after its last input).
  */
 TIDEMARK_API int tidemark_call_request(tidemark_call_t *call, const char *method, json_t *params,
                           int timeout_ms, json_t **result);
