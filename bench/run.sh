@@ -39,6 +39,11 @@ if ! "$bin" --dir "$build" "$@" | tee -a "$tmp"; then
     echo "bench/run.sh: tidemark-bench failed; no results written" >&2
     exit 1
 fi
+# The request path (bench/requests.sh): both eras on memory and SQLite.
+if ! bash "$root/bench/requests.sh" "$build" | tee -a "$tmp"; then
+    echo "bench/run.sh: bench/requests.sh failed; no results written" >&2
+    exit 1
+fi
 mv "$tmp" "$out"
 cp "$out" "$results/latest.txt"
 echo "results: ${out#$root/} (and bench/results/latest.txt)"

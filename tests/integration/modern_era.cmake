@@ -11,3 +11,8 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-everything>)
   set_tests_properties(modern_cluster PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS modern)
 endif()
+# The request-path benchmark runs (both eras, both stores, every answer
+# checked): a smoke run of bench/requests.sh, numbers not judged.
+add_test(NAME bench_requests_smoke
+  COMMAND bash ${CMAKE_SOURCE_DIR}/bench/requests.sh ${CMAKE_BINARY_DIR} 1 0.5)
+set_tests_properties(bench_requests_smoke PROPERTIES TIMEOUT 120 LABELS bench)

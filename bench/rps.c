@@ -1,0 +1,356 @@
+/*
+ * tidemark-rps - a small load generator for the request path: N keep-alive
+ * connections, one thread each, each sending `tools/call echo` back to back
+ * for a fixed time, and what came back counted and timed.
+ *
+ *   tidemark-rps --url http://127.0.0.1:PORT/mcp [--era legacy|modern]
+ *                [--conns N] [--seconds S] [--warmup S]
+ *
+ * legacy: every connection first makes its own 2025-11-25 session
+ * (initialize + notifications/initialized) and calls inside it; modern: no
+ * session, every call carries the 2026-07-28 _meta and headers. A call
+ * counts only when its answer holds the echoed text; anything else is an
+ * error and makes the exit status 1.
+ *
+ * Prints one line: era, conns, calls, calls/s, p50/p99/max latency in ms.
+ * HTTP/1.1 over plain sockets: Content-Length and chunked bodies (an SSE
+ * answer is a chunked body the server ends after the result).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS 256
+#define MAX_LAT (1u << 20)
+#define BUF (64 * 1024)
+
+typedef struct opts {
+    char host[256], port[16], path[512];
+    int modern, conns;
+    double seconds, warmup;
+} opts;
+
+typedef struct conn {
+    const opts *o;
+    int fd;
+    char sid[128];
+    char buf[BUF];
+    size_t have;
+    long calls, errors;
+    double *lat;
+    size_t nlat;
+} conn;
+
+static atomic_int g_measure, g_stop;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int parse_url(const char *url, opts *o)
+{
+    if (strncmp(url, "http://", 7) != 0)
+        return -1;
+    const char *h = url + 7, *slash = strchr(h, '/'), *colon = strchr(h, ':');
+    if (!slash)
+        slash = h + strlen(h);
+    if (!colon || colon > slash)
+        return -1;
+    snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - h), h);
+    snprintf(o->port, sizeof o->port, "%.*s", (int)(slash - colon - 1), colon + 1);
+    snprintf(o->path, sizeof o->path, "%s", *slash ? slash : "/");
+    return 0;
+}
+
+static int dial(const opts *o)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    if (getaddrinfo(o->host, o->port, &hints, &ai) != 0)
+        return -1;
+    int fd = socket(ai->ai_family, ai->ai_socktype, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Read more into c->buf; -1 on EOF or error. */
+static int fill(conn *c)
+{
+    if (c->have >= BUF - 1)
+        return -1;
+    ssize_t r = recv(c->fd, c->buf + c->have, BUF - 1 - c->have, 0);
+    if (r <= 0)
+        return -1;
+    c->have += (size_t)r;
+    c->buf[c->have] = 0;
+    return 0;
+}
+
+static void consume(conn *c, size_t n)
+{
+    memmove(c->buf, c->buf + n, c->have - n);
+    c->have -= n;
+    c->buf[c->have] = 0;
+}
+
+/* Append the chunked body that starts at c->buf to out; 0 at its end. */
+static int read_chunked(conn *c, char *out, size_t cap, size_t *len)
+{
+    for (;;) {
+        char *eol;
+        while (!(eol = strstr(c->buf, "\r\n")))
+            if (fill(c))
+                return -1;
+        size_t sz = strtoul(c->buf, NULL, 16), hdr = (size_t)(eol - c->buf) + 2;
+        while (c->have < hdr + sz + 2)
+            if (fill(c))
+                return -1;
+        if (*len + sz < cap) {
+            memcpy(out + *len, c->buf + hdr, sz);
+            *len += sz;
+            out[*len] = 0;
+        }
+        consume(c, hdr + sz + 2);
+        if (sz == 0)
+            return 0;
+    }
+}
+
+/* Read one response: status, body (NUL-terminated, cut at cap), session id. */
+static int read_response(conn *c, int *status, char *body, size_t cap)
+{
+    char *end;
+    while (!(end = strstr(c->buf, "\r\n\r\n")))
+        if (fill(c))
+            return -1;
+    *end = 0;
+    size_t hlen = (size_t)(end - c->buf) + 4;
+    *status = atoi(c->buf + 9);
+    long clen = -1;
+    int chunked = 0;
+    for (char *l = strstr(c->buf, "\r\n"); l; l = strstr(l + 2, "\r\n")) {
+        if (strncasecmp(l + 2, "content-length:", 15) == 0)
+            clen = atol(l + 17);
+        else if (strncasecmp(l + 2, "transfer-encoding: chunked", 26) == 0)
+            chunked = 1;
+        else if (strncasecmp(l + 2, "mcp-session-id:", 15) == 0)
+            sscanf(l + 17, " %127[^\r\n]", c->sid);
+    }
+    consume(c, hlen);
+    size_t len = 0;
+    body[0] = 0;
+    if (chunked)
+        return read_chunked(c, body, cap, &len);
+    if (clen < 0)
+        return -1;
+    while (c->have < (size_t)clen)
+        if (fill(c))
+            return -1;
+    len = (size_t)clen < cap - 1 ? (size_t)clen : cap - 1;
+    memcpy(body, c->buf, len);
+    body[len] = 0;
+    consume(c, (size_t)clen);
+    return 0;
+}
+
+static int post(conn *c, const char *headers, const char *json, int *status, char *body, size_t cap)
+{
+    char req[4096];
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
+                     "Accept: application/json, text/event-stream\r\n%s%s%s%s"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     c->o->path, c->o->host, c->o->port, c->sid[0] ? "Mcp-Session-Id: " : "", c->sid,
+                     c->sid[0] ? "\r\n" : "", headers ? headers : "", strlen(json), json);
+    if (n < 0 || n >= (int)sizeof req)
+        return -1;
+    return send_all(c->fd, req, (size_t)n) || read_response(c, status, body, cap) ? -1 : 0;
+}
+
+static int legacy_session(conn *c)
+{
+    char body[BUF];
+    int st;
+    const char *init = "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+                       "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},"
+                       "\"clientInfo\":{\"name\":\"tidemark-rps\",\"version\":\"1\"}}}";
+    const char *v = "MCP-Protocol-Version: 2025-11-25\r\n";
+    if (post(c, NULL, init, &st, body, sizeof body) || st != 200 || !c->sid[0])
+        return -1;
+    return post(c, v, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", &st, body,
+                sizeof body) || st != 202 ? -1 : 0;
+}
+
+static int one_call(conn *c, long id)
+{
+    char json[1024], body[BUF];
+    int st;
+    const char *meta = c->o->modern
+        ? ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+          "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"tidemark-rps\",\"version\":\"1\"},"
+          "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+        : "";
+    const char *hdr = c->o->modern
+        ? "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+        : "MCP-Protocol-Version: 2025-11-25\r\n";
+    snprintf(json, sizeof json,
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+             "\"arguments\":{\"text\":\"rps-%ld\"}%s}}",
+             id, id, meta);
+    if (post(c, hdr, json, &st, body, sizeof body))
+        return -1;
+    char want[64];
+    snprintf(want, sizeof want, "rps-%ld\"", id);
+    return st == 200 && strstr(body, want) ? 0 : 1;
+}
+
+static void *run_conn(void *arg)
+{
+    conn *c = arg;
+    for (long id = 1; !atomic_load(&g_stop); id++) {
+        double t0 = now_s();
+        int rc = one_call(c, id);
+        if (rc < 0) { /* the connection broke: count it, reconnect */
+            c->errors++;
+            close(c->fd);
+            c->have = 0;
+            if ((c->fd = dial(c->o)) < 0)
+                break;
+            continue;
+        }
+        if (!atomic_load(&g_measure))
+            continue;
+        if (rc)
+            c->errors++;
+        else
+            c->calls++;
+        if (c->nlat < MAX_LAT)
+            c->lat[c->nlat++] = (now_s() - t0) * 1e3;
+    }
+    return NULL;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int parse_opts(int argc, char **argv, opts *o)
+{
+    static const struct option lo[] = {{"url", 1, 0, 'u'}, {"era", 1, 0, 'e'}, {"conns", 1, 0, 'c'},
+                                       {"seconds", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {0, 0, 0, 0}};
+    *o = (opts){.conns = 1, .seconds = 5, .warmup = 1};
+    const char *url = NULL;
+    for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        if (ch == 'u')
+            url = optarg;
+        else if (ch == 'e')
+            o->modern = strcmp(optarg, "modern") == 0;
+        else if (ch == 'c')
+            o->conns = atoi(optarg);
+        else if (ch == 's')
+            o->seconds = atof(optarg);
+        else if (ch == 'w')
+            o->warmup = atof(optarg);
+        else
+            return -1;
+    }
+    if (!url || parse_url(url, o) || o->conns < 1 || o->conns > MAX_CONNS || o->seconds <= 0)
+        return -1;
+    return 0;
+}
+
+static int report(const opts *o, conn *cs)
+{
+    long calls = 0, errors = 0;
+    size_t n = 0;
+    for (int i = 0; i < o->conns; i++) {
+        calls += cs[i].calls;
+        errors += cs[i].errors;
+        n += cs[i].nlat;
+    }
+    double *all = malloc((n + 1) * sizeof *all);
+    if (!all)
+        return 1;
+    size_t k = 0;
+    for (int i = 0; i < o->conns; i++)
+        for (size_t j = 0; j < cs[i].nlat; j++)
+            all[k++] = cs[i].lat[j];
+    qsort(all, n, sizeof *all, cmp_d);
+    printf("era=%s conns=%d calls=%ld rps=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f errors=%ld\n",
+           o->modern ? "modern" : "legacy", o->conns, calls, (double)calls / o->seconds,
+           n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0, n ? all[n - 1] : 0, errors);
+    free(all);
+    return errors || calls == 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse_opts(argc, argv, &o)) {
+        fprintf(stderr, "usage: tidemark-rps --url http://HOST:PORT/PATH [--era legacy|modern] "
+                        "[--conns N] [--seconds S] [--warmup S]\n");
+        return 2;
+    }
+    conn *cs = calloc((size_t)o.conns, sizeof *cs);
+    pthread_t *th = calloc((size_t)o.conns, sizeof *th);
+    if (!cs || !th)
+        return 1;
+    for (int i = 0; i < o.conns; i++) {
+        cs[i].o = &o;
+        cs[i].lat = malloc(MAX_LAT * sizeof(double));
+        if (!cs[i].lat || (cs[i].fd = dial(&o)) < 0 || (!o.modern && legacy_session(&cs[i]))) {
+            fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o.host, o.port);
+            return 1;
+        }
+    }
+    for (int i = 0; i < o.conns; i++)
+        if (pthread_create(&th[i], NULL, run_conn, &cs[i]) != 0) {
+            fprintf(stderr, "tidemark-rps: cannot start thread %d\n", i);
+            return 1;
+        }
+    struct timespec w = {(time_t)o.warmup, (long)((o.warmup - (long)o.warmup) * 1e9)};
+    nanosleep(&w, NULL);
+    atomic_store(&g_measure, 1);
+    struct timespec m = {(time_t)o.seconds, (long)((o.seconds - (long)o.seconds) * 1e9)};
+    nanosleep(&m, NULL);
+    atomic_store(&g_measure, 0);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < o.conns; i++)
+        pthread_join(th[i], NULL);
+    return report(&o, cs);
+}
