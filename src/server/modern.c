@@ -433,8 +433,8 @@ static int listener_attrs(tidemark_server_t *srv, const char *id, const tm_msg *
     size_t i;
     json_t *u;
     json_array_foreach(json_object_get(h, "resourceSubscriptions"), i, u) {
-        if (rc || !json_is_string(u) || json_string_length(u) > srv->cfg.max_uri_length)
-            continue;
+        if (rc)
+            continue; /* filter_check bounded every one */
         char name[TM_URI_MAX + 8];
         snprintf(name, sizeof name, "sub:%s", json_string_value(u));
         rc = tm_store_session_set_attr(srv->store, id, name, "true");
@@ -446,14 +446,43 @@ static int listener_attrs(tidemark_server_t *srv, const char *id, const tm_msg *
     return rc;
 }
 
+/* A filter we can keep: NULL, or the error. */
+static json_t *filter_check(tidemark_server_t *srv, const tm_msg *m, const json_t *f)
+{
+    if (!json_is_object(f))
+        return tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
+                                "subscriptions/listen needs params.notifications (an object)",
+                                "invalid_params", NULL);
+    json_t *subs = json_object_get(f, "resourceSubscriptions");
+    if (subs && !json_is_array(subs))
+        return tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
+                                "resourceSubscriptions must be an array of URIs", "invalid_params",
+                                NULL);
+    if (json_array_size(subs) > srv->cfg.max_subscriptions)
+        return tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS, "Too many resource subscriptions",
+                                "too_many_subscriptions",
+                                json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_subscriptions));
+    size_t i;
+    json_t *u;
+    json_array_foreach(subs, i, u) {
+        if (!json_is_string(u) || strlen(json_string_value(u)) != json_string_length(u))
+            return tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
+                                    "resourceSubscriptions must be URIs (strings without NUL)",
+                                    "invalid_params", NULL);
+        if (json_string_length(u) > srv->cfg.max_uri_length)
+            return tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS, "A subscribed URI is too long",
+                                    "uri_too_long",
+                                    json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_uri_length));
+    }
+    return NULL;
+}
+
 static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
 {
     json_t *f = json_object_get(m->params, "notifications");
-    if (!json_is_object(f))
-        return reply(srv, r, m->method,
-                     tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
-                                      "subscriptions/listen needs params.notifications (an object)",
-                                      "invalid_params", NULL));
+    json_t *bad = filter_check(srv, m, f);
+    if (bad)
+        return reply(srv, r, m->method, bad);
     char id[TM_SESSION_ID_LEN + 1], g[TM_STREAM_MAX];
     int rc = new_id(id);
     if (rc == 0)

@@ -136,6 +136,13 @@ json_t *tm_mrtr_end(tidemark_call_t *c)
     json_decref(st);
     char *token = NULL;
     int64_t exp = tm_wall_ms() + (int64_t)c->srv->cfg.request_state_ttl_ms;
+    if (payload && strlen(payload) > TM_SEAL_MAX_PAYLOAD) {
+        free(payload);
+        return tm_jsonrpc_error(c->id, TM_RPC_INVALID_PARAMS,
+                                "The answers so far do not fit in a request state",
+                                "request_state_too_large",
+                                json_pack("{s:I}", "limit", (json_int_t)TM_SEAL_MAX_PAYLOAD));
+    }
     int rc = payload ? tm_seal(c->srv->sealer, PRINCIPAL, c->method, exp, payload,
                                strlen(payload), &token)
                      : TIDEMARK_ENOMEM;

@@ -123,6 +123,10 @@ async function errors(url) {
     const b = await r.json();
     t.check(`${n} refused: 400 notification_not_supported`, r.status === 400 && b?.error?.data?.reason === "notification_not_supported");
   }
+  const lbad = await req(url, "subscriptions/listen", { notifications: { resourceSubscriptions: "x" } });
+  t.check("listen with a bad filter: -32602 invalid_params", errCode(lbad) === -32602 && reasonOf(lbad.msg) === "invalid_params");
+  const lnone = await req(url, "subscriptions/listen", {});
+  t.check("listen without notifications: -32602", errCode(lnone) === -32602);
   const nf = await req(url, "resources/read", { uri: "test://nope" });
   t.check("resource not found: -32602 resource_not_found with data.uri",
     errCode(nf) === -32602 && reasonOf(nf.msg) === "resource_not_found" && nf.msg?.error?.data?.uri === "test://nope");
