@@ -234,6 +234,8 @@ static void rule_text(fails *fs, const char *raw, int decode, const char *body, 
         int passes = ds == V_OK && dn == blen && memcmp(d, body, dn) == 0;
         if (broken && passes)
             known(fs, "mcp-method-sentinel", 0);
+        if (broken && !passes) /* refused either way, maybe as "invalid" */
+            fail_add(fs, TM_RPC_HEADER_MISMATCH, "header_invalid");
         if (!broken && !passes) {
             known(fs, "mcp-method-sentinel", 1);
             fail_add(fs, TM_RPC_HEADER_MISMATCH, "header_mismatch");
