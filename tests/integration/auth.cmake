@@ -4,6 +4,9 @@
 #                     claims, JWKS parsing, configuration; no network
 #   auth_oidc         test_auth_driver driven by auth_driver.mjs against a real
 #                     authorization server (oidc-provider, authz_server.mjs)
+#   auth_http         test_auth_http (src/auth/ wired into the transport as the
+#                     request path should) on the wire: by hand and with the
+#                     TypeScript SDK's client-credentials client
 #   tls_transport     the HTTP transport over TLS with a CA and certificates
 #                     made by the test (openssl): verified clients succeed,
 #                     others fail; client certificates
@@ -17,6 +20,8 @@ if(CMOCKA_FOUND)
 endif()
 add_executable(test_auth_driver ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_auth_driver.c)
 target_link_libraries(test_auth_driver PRIVATE tidemark_static)
+add_executable(test_auth_http ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_auth_http.c)
+target_link_libraries(test_auth_http PRIVATE tidemark_static)
 add_executable(test_auth_tls ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_auth_tls.c)
 target_link_libraries(test_auth_tls PRIVATE tidemark_static)
 if(NODE_EXECUTABLE)
@@ -24,6 +29,10 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/auth_driver.mjs
             $<TARGET_FILE:test_auth_driver>)
   set_tests_properties(auth_oidc PROPERTIES TIMEOUT 90)
+  add_test(NAME auth_http
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/auth_http.mjs
+            $<TARGET_FILE:test_auth_http>)
+  set_tests_properties(auth_http PROPERTIES TIMEOUT 90)
 endif()
 find_program(OPENSSL_EXECUTABLE openssl)
 if(OPENSSL_EXECUTABLE)
