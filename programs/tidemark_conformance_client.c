@@ -132,10 +132,11 @@ static json_t *minimal_args(json_t *tool)
                     : !strcmp(t, "object")      ? json_object()
                     : !strcmp(t, "array")       ? json_array()
                                                 : json_integer(1);
-        if (k && args)
-            json_object_set_new(args, k, v);
-        else
-            json_decref(v);
+        if (!k || !args || json_object_set_new(args, k, v) != 0) {
+            if (!k || !args)
+                json_decref(v); /* set_new takes v, also when it fails */
+            fprintf(stderr, "%s: cannot build the arguments of a tool\n", prog);
+        }
     }
     return args;
 }

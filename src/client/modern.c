@@ -111,8 +111,8 @@ static char *header_line(const char *name, const char *value)
     return line;
 }
 
-/* A primitive argument as header text (NULL: no header). */
-static int scalar_text(json_t *v, char *buf, size_t n, const char **out)
+/* A primitive argument as header text into *out (NULL: no header). */
+static void scalar_text(json_t *v, char *buf, size_t n, const char **out)
 {
     *out = buf;
     if (json_is_string(v))
@@ -125,7 +125,6 @@ static int scalar_text(json_t *v, char *buf, size_t n, const char **out)
         snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
     else
         *out = NULL;
-    return 0;
 }
 
 static int hdr_add(tm_hdrs *h, char *line)
@@ -261,10 +260,15 @@ static const char *walk(json_t *node, json_t *path, int on_chain, json_t *out, j
         const char *why = check_one(node, json_string_value(ann), seen);
         if (!why && !json_is_string(ann))
             why = "x-mcp-header is not a string";
+        if (why)
+            return why;
         json_t *e = json_deep_copy(path);
-        if (why || !e || json_array_append(e, ann) || json_array_append_new(out, e)) {
-            return why ? why : "out of memory";
+        if (!e || json_array_append(e, ann) != 0) {
+            json_decref(e);
+            return "out of memory";
         }
+        if (json_array_append_new(out, e) != 0) /* takes e, also when it fails */
+            return "out of memory";
     }
     const char *k;
     json_t *v;

@@ -69,8 +69,8 @@ static json_t *next_params(json_t *params, json_t *responses, json_t *state, int
     json_t *p = params ? json_deep_copy(params) : json_object();
     if (!p)
         return NULL;
-    json_object_del(p, "inputResponses");
-    json_object_del(p, "requestState");
+    (void)json_object_del(p, "inputResponses"); /* -1 only when it was not there */
+    (void)json_object_del(p, "requestState");
     int rc = responses ? json_object_set(p, "inputResponses", responses) : 0;
     if (!rc && state)
         rc = json_object_set(p, "requestState", state);
@@ -138,7 +138,7 @@ static char *cache_key(const char *method, json_t *params)
     json_t *p = params ? json_deep_copy(params) : json_object();
     if (!p)
         return NULL;
-    json_object_del(p, "_meta");
+    (void)json_object_del(p, "_meta"); /* -1 only when it was not there */
     char *t = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(p);
     size_t n = strlen(method) + (t ? strlen(t) : 0) + 2;
@@ -162,7 +162,7 @@ json_t *tm_cache_get(tidemark_client_t *c, const char *method, json_t *params)
     if (e && json_integer_value(json_object_get(e, "until")) > tm_now_ms())
         hit = json_deep_copy(json_object_get(e, "result"));
     else if (e)
-        json_object_del(c->cache, k);
+        (void)json_object_del(c->cache, k); /* expired: it was there */
     pthread_mutex_unlock(&c->mu);
     free(k);
     return hit;
@@ -193,7 +193,7 @@ void tm_cache_clear(tidemark_client_t *c)
 {
     pthread_mutex_lock(&c->mu);
     if (c->cache)
-        json_object_clear(c->cache);
+        (void)json_object_clear(c->cache); /* fails only for a non-object */
     pthread_mutex_unlock(&c->mu);
 }
 
