@@ -14,7 +14,11 @@
  *     power, everysec for process), each node with the T-stream load of (2),
  *     in the same repetitions as (2) so the SQLite row compares like with like;
  * and, once, 5. resume latency over HTTP against a real tidemark-server for
- * N = 10 .. 10,000 replayed events on SQLite, and N = 100 and 10,000 on Redis.
+ * N = 10 .. 10,000 replayed events on SQLite, and N = 100 and 10,000 on Redis;
+ * 6. with the same server, tools/call round trips in the two eras: a legacy
+ * session's call (answered on its SSE stream) and a 2026-07-28 call without
+ * a session (its own store session, answered as JSON), without and with an
+ * idempotency key, interleaved so drift hits all three alike.
  *
  * Every measurement runs --reps times and reports medians, because the
  * machine is shared; baselines are measured in the same invocation so the
@@ -88,6 +92,7 @@ typedef struct bench_opts {
     unsigned window;    /* in-flight appends per appender */
     uint64_t light;     /* events in a lightly loaded run (window 1) */
     unsigned resume_reps;
+    unsigned calls;     /* timed tools/call round trips per era mode */
     const char *dir;    /* parent of the scratch folder */
     char server[PATH_MAX];
     int skip_resume;
@@ -894,6 +899,7 @@ typedef struct http {
     int overflow;
     long status;
     long next_id;
+    char extra[2][192]; /* more request headers ("Name: value"), "" for none */
 } http;
 
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
@@ -948,6 +954,9 @@ static int http_do(http *c, const char *body, const char *last_id)
         snprintf(line, sizeof line, "Last-Event-ID: %s", last_id);
         hs = curl_slist_append(hs, line);
     }
+    for (size_t i = 0; i < sizeof c->extra / sizeof c->extra[0]; i++)
+        if (c->extra[i][0])
+            hs = curl_slist_append(hs, c->extra[i]);
     tm_buf_reset(&c->body);
     sse_reset(&c->sse);
     c->is_sse = 0;
@@ -1093,10 +1102,105 @@ typedef struct resume_result {
     unsigned runs;
 } resume_result;
 
+/* ---- 6. tools/call in the two eras ------------------------------------------ */
+
+enum { CALL_LEGACY, CALL_MODERN, CALL_MODERN_KEY, CALL_MODES };
+static const char *const call_mode_name[CALL_MODES] = {
+    "legacy (session, SSE)", "modern", "modern + idempotency key"};
+
+typedef struct call_result {
+    double median_ms, p90_ms, per_s;
+    unsigned runs;
+} call_result;
+
+/* The answer of echo {"text": text}: as JSON (modern), or the SSE stream of
+ * a legacy call ending with its result. */
+static int call_answer_ok(http *c, int mode, const char *text)
+{
+    if (c->status != 200)
+        return 0;
+    if (c->is_sse)
+        return mode == CALL_LEGACY && c->sse.last_is_result && !c->sse.discontinuous;
+    json_t *j = c->body.data ? json_loads(c->body.data, 0, NULL) : NULL;
+    json_t *res = json_object_get(j, "result");
+    const char *got =
+        json_string_value(json_object_get(json_array_get(json_object_get(res, "content"), 0), "text"));
+    const char *rt = json_string_value(json_object_get(res, "resultType"));
+    int ok = got && strcmp(got, text) == 0 &&
+             (mode == CALL_LEGACY || (rt && strcmp(rt, "complete") == 0));
+    json_decref(j);
+    return ok;
+}
+
+/* One tools/call of echo in mode; OUT ms. key_no numbers idempotency keys. */
+static int call_once(http *c, int mode, unsigned key_no, double *ms)
+{
+    char body[768], text[64], meta[512] = "";
+    snprintf(text, sizeof text, "bench-%u-%u", (unsigned)getpid(), key_no);
+    if (mode != CALL_LEGACY)
+        snprintf(meta, sizeof meta,
+                 ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                 "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"tidemark-bench\","
+                 "\"version\":\"%s\"},\"io.modelcontextprotocol/clientCapabilities\":{}%s%s%s}",
+                 TIDEMARK_VERSION, mode == CALL_MODERN_KEY ? ",\"dev.tidemark/idempotency-key\":\"" : "",
+                 mode == CALL_MODERN_KEY ? text : "", mode == CALL_MODERN_KEY ? "\"" : "");
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{"
+             "\"name\":\"echo\",\"arguments\":{\"text\":\"%s\"}%s}}",
+             c->next_id++, text, meta);
+    int64_t t0 = now_ns();
+    int rc = http_do(c, body, NULL);
+    *ms = (double)(now_ns() - t0) / 1e6;
+    if (rc)
+        return rc;
+    if (!call_answer_ok(c, mode, text)) {
+        fprintf(stderr, "tidemark-bench: tools/call (%s): HTTP %ld, %s: %.200s\n",
+                call_mode_name[mode], c->status, c->is_sse ? "SSE" : "JSON",
+                c->is_sse ? "" : c->body.data ? c->body.data : "");
+        return TIDEMARK_EPROTO;
+    }
+    return 0;
+}
+
+/* o->calls round trips per mode, the modes interleaved call by call; the
+ * legacy one on the session of legacy, the modern ones on a handle of their
+ * own without a session (MCP-Protocol-Version, Mcp-Method, Mcp-Name). */
+static int call_bench(const bench_opts *o, const char *url, http *legacy, call_result *cr)
+{
+    http modern;
+    int rc = http_init(&modern, url);
+    snprintf(modern.version, sizeof modern.version, "2026-07-28");
+    snprintf(modern.extra[0], sizeof modern.extra[0], "Mcp-Method: tools/call");
+    snprintf(modern.extra[1], sizeof modern.extra[1], "Mcp-Name: echo");
+    double *ms[CALL_MODES] = {0};
+    for (int m = 0; m < CALL_MODES && rc == 0; m++)
+        if (!(ms[m] = calloc(o->calls + 1, sizeof *ms[m])))
+            rc = TIDEMARK_ENOMEM;
+    fprintf(stderr, "  tools/call x %u per era mode\n", o->calls);
+    /* call 0 of each mode warms it up (connection, first session) */
+    for (unsigned i = 0; i <= o->calls && rc == 0; i++)
+        for (int m = 0; m < CALL_MODES && rc == 0; m++)
+            rc = call_once(m == CALL_LEGACY ? legacy : &modern, m, i * CALL_MODES + (unsigned)m,
+                           &ms[m][i]);
+    for (int m = 0; m < CALL_MODES && rc == 0; m++) {
+        double sum = 0;
+        for (unsigned i = 1; i <= o->calls; i++)
+            sum += ms[m][i];
+        cr[m].runs = o->calls;
+        cr[m].median_ms = pct_double(ms[m] + 1, o->calls, 500);
+        cr[m].p90_ms = pct_double(ms[m] + 1, o->calls, 900);
+        cr[m].per_s = sum > 0 ? 1000.0 * o->calls / sum : 0;
+    }
+    for (int m = 0; m < CALL_MODES; m++)
+        free(ms[m]);
+    http_free(&modern);
+    return rc;
+}
+
 /* Resumes of streams of ns[i] events against tidemark-server on store (a
  * URI). db: the SQLite file to remove afterwards, or NULL. */
 static int resume_bench(const bench_opts *o, const char *dir, const char *store, const char *db,
-                        const uint64_t *ns, size_t nn, resume_result *res)
+                        const uint64_t *ns, size_t nn, resume_result *res, call_result *cr)
 {
     server_proc s = {.pid = -1, .out_fd = -1};
     int rc = server_start(o->server, dir, store, &s);
@@ -1134,6 +1238,8 @@ static int resume_bench(const bench_opts *o, const char *dir, const char *store,
         res[i].p90_ms = pct_double(ms, o->resume_reps, 900);
         res[i].target_ms = (TARGET_RESUME_BASE_US + TARGET_RESUME_PER_EVENT_US * (double)n) / 1000.0;
     }
+    if (rc == 0 && o->calls)
+        rc = call_bench(o, s.url, &c, cr);
     free(ms);
     http_free(&c);
     int st = server_stop(&s);
@@ -1676,6 +1782,26 @@ static void print_redis(FILE *f, const bench_opts *o, const dur_results *dr, siz
     fprintf(f, "\n\n");
 }
 
+/* tools/call in the two eras, on SQLite and (when it ran) Redis. */
+static void print_calls(FILE *f, const bench_opts *o, call_result cr[2][CALL_MODES])
+{
+    fprintf(f, "\ntools/call over HTTP, legacy vs modern (tool echo, one call at a time on one\n"
+               "connection, %u calls per mode, the modes interleaved; legacy: in a session,\n"
+               "answered on its SSE stream; modern: 2026-07-28 without a session, a store\n"
+               "session per call or derived from the idempotency key, answered as JSON)\n",
+            o->calls);
+    fprintf(f, "%-7s %-26s %10s %8s %9s\n", "store", "mode", "median_ms", "p90_ms", "calls/s");
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !o->redis_server[0])
+            break;
+        for (int m = 0; m < CALL_MODES; m++)
+            fprintf(f, "%-7s %-26s %10.2f %8.2f %9.0f\n", k ? "redis" : "sqlite",
+                    call_mode_name[m], cr[k][m].median_ms, cr[k][m].p90_ms, cr[k][m].per_s);
+    }
+    double l = cr[0][CALL_LEGACY].median_ms, mo = cr[0][CALL_MODERN].median_ms;
+    fprintf(f, "modern / legacy median on sqlite: %.2f\n", l > 0 ? mo / l : 0);
+}
+
 static void print_report(FILE *f, const bench_opts *o, const char *dir, const dur_results *dr,
                          size_t ndr, const resume_result *rr, const resume_result *rrr,
                          int resumed)
@@ -1769,6 +1895,8 @@ static void usage(FILE *f)
             "  --window W       in-flight appends per appender (default 64)\n"
             "  --light N        events in the lightly loaded run (default 500, capped at 2 s)\n"
             "  --resume-reps R  timed resumes per N (default 4 x reps)\n"
+            "  --calls N        timed tools/call round trips per era mode, legacy and modern\n"
+            "                   (default 200; 0 skips them)\n"
             "  --dir DIR        where scratch databases go (default $TMPDIR or /tmp)\n"
             "  --server PATH    tidemark-server binary (default: next to tidemark-bench)\n"
             "  --no-resume      skip the HTTP resume measurement\n"
@@ -1818,8 +1946,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
     o->threads = 16;
     o->window = 64;
     o->light = 500;
+    o->calls = 200;
     o->dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-    int events_set = 0, reps_set = 0, light_set = 0;
+    int events_set = 0, reps_set = 0, light_set = 0, calls_set = 0;
     uint64_t rreps = 0;
     static const struct option opts[] = {
         {"quick", no_argument, 0, 'q'},       {"events", required_argument, 0, 'e'},
@@ -1829,6 +1958,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         {"server", required_argument, 0, 's'}, {"no-resume", no_argument, 0, 'n'},
         {"skip-redis", no_argument, 0, 'S'},  {"redis-server", required_argument, 0, 'D'},
         {"redis-events", required_argument, 0, 'E'},
+        {"calls", required_argument, 0, 'C'},
         {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     int c;
@@ -1872,6 +2002,11 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             o->redis_events = v;
             break;
         case 'D': snprintf(o->redis_server, sizeof o->redis_server, "%s", optarg); break;
+        case 'C':
+            if (parse_u64(optarg, 0, 100000, &v)) goto bad;
+            o->calls = (unsigned)v;
+            calls_set = 1;
+            break;
         case 'h': usage(stdout); return 1;
         case 'V': printf("tidemark-bench %s\n", tidemark_version(NULL)); return 1;
         default: usage(stderr); return TIDEMARK_EINVAL;
@@ -1892,6 +2027,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             o->reps = 1;
         if (!light_set)
             o->light = 30;
+        if (!calls_set)
+            o->calls = 5;
     }
     o->resume_reps = rreps ? (unsigned)rreps : o->quick ? 1 : 4 * o->reps;
     if (!o->redis_events)
@@ -1965,6 +2102,7 @@ int main(int argc, char **argv)
     resume_result rr[NRESUME], rrr[NRESUME_REDIS];
     memset(rr, 0, sizeof rr);
     memset(rrr, 0, sizeof rrr);
+    static call_result cr[2][CALL_MODES]; /* sqlite, redis */
     if (!o.redis_server[0])
         fprintf(stderr, "tidemark-bench: Redis section skipped: %s\n", o.redis_skipped);
     int64_t t0 = now_ns();
@@ -1975,7 +2113,7 @@ int main(int argc, char **argv)
         rc = join_path(db, sizeof db, dir, "server.db");
         snprintf(store, sizeof store, "sqlite:%s", db);
         if (rc == 0)
-            rc = resume_bench(&o, dir, store, db, resume_ns, NRESUME, rr);
+            rc = resume_bench(&o, dir, store, db, resume_ns, NRESUME, rr, cr[0]);
     }
     if (rc == 0 && !o.skip_resume && o.redis_server[0]) {
         redis_proc rp;
@@ -1983,7 +2121,7 @@ int main(int argc, char **argv)
         if (rc == 0) {
             char store[64];
             snprintf(store, sizeof store, "redis://127.0.0.1:%d/0", rp.port);
-            rc = resume_bench(&o, dir, store, NULL, redis_resume_ns, NRESUME_REDIS, rrr);
+            rc = resume_bench(&o, dir, store, NULL, redis_resume_ns, NRESUME_REDIS, rrr, cr[1]);
             int st = redis_stop(&rp);
             if (st != 0 && rc == 0) {
                 fprintf(stderr, "tidemark-bench: redis-server exited with status %d on SIGTERM\n", st);
@@ -2010,6 +2148,8 @@ int main(int argc, char **argv)
                 (o.redis_server[0] && !(dr[i].reps[0][r] > 0 && dr[i].reps[1][r] > 0)))
                 valid = 0;
     print_report(stdout, &o, dir, dr, 2, rr, rrr, !o.skip_resume);
+    if (!o.skip_resume && o.calls)
+        print_calls(stdout, &o, cr);
     printf("\nwall time %.1f s\n", secs);
     if (!valid) {
         fprintf(stderr, "tidemark-bench: FAILED: a measurement produced zero events/s\n");
