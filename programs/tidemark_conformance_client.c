@@ -35,6 +35,8 @@
  *                                                then called, read, got
  *   http-custom-headers                          the calls the runner names in
  *                                                MCP_CONFORMANCE_CONTEXT (toolCalls)
+ *   json-schema-2020-12-preservation             list tools, send json_schema_2020_12_tool's
+ *                                                inputSchema back through json_schema_echo
  *
  * Exit codes: 0 the scenario ran through; 1 a step failed; 2 usage.
  */
@@ -216,8 +218,30 @@ static int context_calls(tidemark_client_t *c)
     return code;
 }
 
+/* The input schema of one listed tool, sent back as it came through another. */
+static int echo_schema(tidemark_client_t *c, const char *from, const char *echo)
+{
+    json_t *tools = NULL;
+    int code = tidemark_client_list(c, "tools/list", "tools", &tools) != 0;
+    json_t *schema = NULL;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (name && !strcmp(name, from))
+            schema = json_object_get(t, "inputSchema");
+    }
+    json_t *args = schema ? json_pack("{s:O}", "schema", schema) : NULL;
+    code = args ? call_tool(c, echo, args) : 1;
+    json_decref(args);
+    json_decref(tools);
+    return code;
+}
+
 static int run_scenario(tidemark_client_t *c, const char *scenario)
 {
+    if (!strcmp(scenario, "json-schema-2020-12-preservation"))
+        return echo_schema(c, "json_schema_2020_12_tool", "json_schema_echo");
     if (!strcmp(scenario, "sep-2322-client-request-state") ||
         !strcmp(scenario, "http-invalid-tool-headers"))
         return call_every_tool(c);
