@@ -8,7 +8,10 @@
 //   3. a key-less call of a read-only tool is re-issued (new id);
 //   4. a client killed (SIGKILL) while its keyed call is running kept the call
 //      and its key in the state file before sending it; restarted, `resume`
-//      re-issues it with the same key and a new id, and gets the answer.
+//      re-issues it with the same key and a new id, and gets the answer;
+//   5. the same for a call killed in its second round (after an
+//      InputRequiredResult was answered): resume re-issues that round
+//      (inputResponses, requestState, the round's key) and finishes it.
 //   node modern_client_reissue.mjs CLIENT
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
@@ -30,6 +33,7 @@ const tools = [
   { name: "pay", inputSchema: { type: "object", properties: { amount: { type: "integer" } } } },
   { name: "look", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } },
   { name: "hold", inputSchema: { type: "object" } },
+  { name: "ask", inputSchema: { type: "object" } },
 ];
 let holdRelease = false;
 
@@ -57,6 +61,14 @@ function onCall(req, res, body) {
   const earlier = calls.filter((c) => c.name === p.name && c.key === key).length;
   if (p.name === "pay") return key && n > 1 ? reply(res, body.id, text(`paid ${key}`)) : cut(req, res, body.id);
   if (p.name === "look") return earlier > 1 ? reply(res, body.id, text("looked")) : cut(req, res, body.id);
+  if (p.name === "ask") {
+    if (!p.inputResponses)
+      return reply(res, body.id, { resultType: "input_required", requestState: "ask-state-1",
+        inputRequests: { ok: { method: "elicitation/create", params: { message: "ok?",
+          requestedSchema: { type: "object", properties: { yes: { type: "boolean", default: true } } } } } } });
+    if (!holdRelease) { res.writeHead(200, { "content-type": "text/event-stream" }); res.write(": held\n\n"); return undefined; }
+    return reply(res, body.id, text(`asked ${p.requestState} ${JSON.stringify(p.inputResponses)}`));
+  }
   if (p.name === "hold") {
     if (holdRelease) return reply(res, body.id, text(`held ${key}`));
     res.writeHead(200, { "content-type": "text/event-stream" });
@@ -159,6 +171,27 @@ const json = (s) => { try { return JSON.parse(s); } catch { return null; } };
     JSON.stringify(c));
   const st2 = json((await run(["--state", state, url, "state"])).out);
   t.check("resume: nothing left outstanding", st2?.outstanding?.length === 0, JSON.stringify(st2?.outstanding));
+}
+
+// 5. killed in the second round: resume re-issues that round.
+{
+  holdRelease = false;
+  const state = join(dir, "round.db");
+  const k = start(["--state", state, "--elicit", "accept", url, "call", "ask"]);
+  await until("the second round at the server", () => callsOf("ask").length === 2, 10000);
+  k.proc.kill("SIGKILL");
+  await k.done;
+  const st = json((await run(["--state", state, url, "state"])).out);
+  const [r1, r2] = callsOf("ask");
+  t.check("killed in round 2: that round is the one outstanding, with the round's key",
+    st?.outstanding?.length === 1 && r2.key === `${r1.key}#2` && st.outstanding[0].idem_key === r2.key,
+    JSON.stringify({ outstanding: st?.outstanding, calls: callsOf("ask") }));
+  holdRelease = true;
+  const r = await run(["--state", state, url, "resume"]);
+  const c = callsOf("ask");
+  t.check("resume re-issues round 2 (its answers, the state, the key; a new id) and finishes it",
+    r.code === 0 && r.out.includes('asked ask-state-1 {\\"ok\\":{\\"action\\":\\"accept\\",\\"content\\":{\\"yes\\":true}}}') &&
+    c.length === 3 && c[2].key === r2.key && c[2].id !== r2.id, brief(r) + JSON.stringify(c));
 }
 
 server.closeAllConnections?.();
