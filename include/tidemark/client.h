@@ -161,7 +161,8 @@ typedef struct tidemark_client_config {
     tidemark_opaque_policy_t opaque_policy;
     int open_standalone;           /* after connect, keep the standalone GET stream open on a
                                       thread of the client (server requests and notifications
-                                      that belong to no request arrive there) */
+                                      that belong to no request arrive there); legacy era only:
+                                      modern has tidemark_client_subscribe */
     const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
     const char *protocol_version;  /* offered; default 2025-11-25 */
     unsigned max_attempts;         /* reconnect attempts in a row without progress (a new
