@@ -16,7 +16,9 @@ test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
       # llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's
       # ThreadSanitizer runtime (build-tsan)
-      clang libclang-rt-14-dev llvm libtsan2)
+      clang libclang-rt-14-dev llvm libtsan2
+      # openssl: the CA and certificates tls_transport makes
+      openssl)
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
 [ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
