@@ -220,29 +220,44 @@ static int key_type_for(int alg)
     }
 }
 
-/* With mu held: a copy of the key for kid, or of the only key of alg's type. */
+/* With mu held: a copy of the key for kid (of alg's type first, as two
+ * keys of different types may share a kid), or of the only key of alg's
+ * type when the token names none. */
 static jwk_t *lookup(tm_jwks *j, const char *kid, int alg)
 {
     if (!j->keys)
         return NULL;
-    if (kid)
-        return r_jwks_get_by_kid(j->keys, kid);
-    jwk_t *found = NULL;
+    jwk_t *found = NULL, *named = NULL;
     size_t n = r_jwks_size(j->keys);
     for (size_t i = 0; i < n; i++) {
         jwk_t *k = r_jwks_get_at(j->keys, i);
         unsigned bits = 0;
-        if (k && (r_jwk_key_type(k, &bits, R_FLAG_IGNORE_REMOTE) & key_type_for(alg))) {
+        const char *kk = k ? r_jwk_get_property_str(k, "kid") : NULL;
+        int fits = k && (r_jwk_key_type(k, &bits, R_FLAG_IGNORE_REMOTE) & key_type_for(alg));
+        if (kid && kk && strcmp(kk, kid) == 0 && fits && !found) {
+            found = k;
+            continue;
+        }
+        if (kid && kk && strcmp(kk, kid) == 0 && !named) {
+            named = k; /* its type is wrong: bad_signature, not unknown_kid */
+            continue;
+        }
+        if (!kid && fits) {
             if (found) { /* two candidates: the token must say which */
                 r_jwk_free(k);
                 r_jwk_free(found);
                 return NULL;
             }
             found = k;
-        } else
-            r_jwk_free(k);
+            continue;
+        }
+        r_jwk_free(k);
     }
-    return found;
+    if (found) {
+        r_jwk_free(named);
+        return found;
+    }
+    return named;
 }
 
 int tm_jwks_get(tm_jwks *j, const char *kid, int alg, void **out)

@@ -433,6 +433,42 @@ static void test_signed_tokens(void **state)
     tm_jwks_free(j);
 }
 
+/* Two keys of different types sharing a kid: the one of the token's alg's
+ * type; without a kid, the only key of that type. */
+static void test_shared_kid(void **state)
+{
+    (void)state;
+    json_t *r = json_loads(RSA_PUB, 0, NULL), *e = json_loads(EC_PUB, 0, NULL);
+    json_object_set_new(r, "kid", json_string("same"));
+    json_object_set_new(e, "kid", json_string("same"));
+    json_t *set = json_pack("{s[oo]}", "keys", r, e);
+    char *doc = json_dumps(set, 0);
+    json_decref(set);
+    tm_jwks_config jc = {.uri = "http://127.0.0.1:1/jwks", .timeout_ms = 100,
+                         .min_refresh_ms = 3600000, .max_age_ms = 3600000};
+    tm_jwks *j = NULL;
+    assert_int_equal(tm_jwks_new(&jc, &j), 0);
+    assert_int_equal(tm_jwks_install(j, doc, strlen(doc)), 0);
+    free(doc);
+    const struct {
+        const char *kid;
+        int alg, type;
+    } cases[] = {{"same", R_JWA_ALG_ES256, R_KEY_TYPE_EC}, {"same", R_JWA_ALG_RS256, R_KEY_TYPE_RSA},
+                 {"same", R_JWA_ALG_EDDSA, R_KEY_TYPE_RSA}, /* none fits: the first named */
+                 {NULL, R_JWA_ALG_ES256, R_KEY_TYPE_EC},    {NULL, R_JWA_ALG_PS256, R_KEY_TYPE_RSA}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        void *k = NULL;
+        assert_int_equal(tm_jwks_get(j, cases[i].kid, cases[i].alg, &k), 0);
+        unsigned bits = 0;
+        assert_true(r_jwk_key_type(k, &bits, R_FLAG_IGNORE_REMOTE) & cases[i].type);
+        r_jwk_free(k);
+    }
+    void *k = NULL;
+    assert_int_equal(tm_jwks_get(j, NULL, R_JWA_ALG_EDDSA, &k), TIDEMARK_ENOTFOUND);
+    assert_int_equal(tm_jwks_get(j, "other", R_JWA_ALG_ES256, &k), TIDEMARK_ENOTFOUND);
+    tm_jwks_free(j);
+}
+
 static void test_config(void **state)
 {
     (void)state;
@@ -478,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_metadata),     cmocka_unit_test(test_challenges),
         cmocka_unit_test(test_refused_without_keys), cmocka_unit_test(test_claims),
         cmocka_unit_test(test_jwks_parse),   cmocka_unit_test(test_signed_tokens),
+        cmocka_unit_test(test_shared_kid),
         cmocka_unit_test(test_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
