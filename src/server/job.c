@@ -9,6 +9,7 @@
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
+#include <gnutls/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,11 +215,39 @@ int tm_call_meta_check(tm_msg *m)
     return 1;
 }
 
+/* A round of a multi round-trip call (its requestState and inputResponses)
+ * is a request of its own under the same idempotency key: "#" and 32 hex of
+ * their SHA-256 follow the key. 0 when there is nothing to add. */
+static int round_suffix(const tm_msg *m, char *out, size_t n)
+{
+    json_t *st = json_object_get(m->params, "requestState");
+    json_t *in = json_object_get(m->params, "inputResponses");
+    if (!st && !in)
+        return 0;
+    json_t *both = json_pack("{s:O?,s:O?}", "s", st, "i", in);
+    char *txt = both ? json_dumps(both, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(both);
+    unsigned char d[32];
+    int rc = txt && gnutls_hash_fast(GNUTLS_DIG_SHA256, txt, strlen(txt), d) == 0 ? 0
+                                                                                 : TIDEMARK_ENOMEM;
+    free(txt);
+    size_t len = strlen(out);
+    if (rc || len + 34 > n)
+        return rc ? rc : TIDEMARK_EINVAL;
+    out[len++] = '#';
+    for (int i = 0; i < 16; i++)
+        snprintf(out + len + 2 * i, 3, "%02x", d[i]);
+    return 0;
+}
+
 int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX])
 {
     json_t *k = idem_key_of(m);
-    if (json_is_string(k) && json_string_length(k) > 0)
-        return tm_jsonrpc_key_escape("k:", json_string_value(k), json_string_length(k), out,
-                                     TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
+    if (json_is_string(k) && json_string_length(k) > 0) {
+        if (tm_jsonrpc_key_escape("k:", json_string_value(k), json_string_length(k), out,
+                                  TM_REQ_KEY_MAX))
+            return TIDEMARK_EINVAL;
+        return round_suffix(m, out, TM_REQ_KEY_MAX);
+    }
     return tm_jsonrpc_id_key(m->id, out, TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
 }

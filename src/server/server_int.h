@@ -17,7 +17,7 @@
 /* A request record's key: an id key, or "k:" and the escaped idempotency
  * key; either fits (jsonrpc.h bounds both before anything runs). */
 #define TM_REQ_KEY_MAX TM_ID_KEY_MAX
-_Static_assert(2 + 3 * TM_IDEM_KEY_MAX_BYTES + 1 <= TM_REQ_KEY_MAX, "idempotency key room");
+_Static_assert(2 + 3 * TM_IDEM_KEY_MAX_BYTES + 33 + 1 <= TM_REQ_KEY_MAX, "idempotency key room");
 
 /* Runtime state of one session (its durable part lives in the store). */
 typedef struct tm_sess {
@@ -210,7 +210,9 @@ int tm_call_write_pending(tidemark_server_t *srv, const char *sid, const char *k
  * (re-run atomic and idempotent tools, else outcome_unknown). */
 void tm_recover_failed(tidemark_server_t *srv);
 /* Build the request key of a tools/call into out (TM_REQ_KEY_MAX bytes):
- * "k:<idempotency key, escaped>" or its id key; exact, never truncated.
+ * "k:<idempotency key, escaped>" (then "#<32 hex>" for an input round: a
+ * call carrying requestState or inputResponses) or its id key; exact, never
+ * truncated.
  * TIDEMARK_EINVAL when the message's id or key is not one (see
  * tm_call_meta_check). */
 int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX]);

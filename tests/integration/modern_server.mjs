@@ -174,6 +174,18 @@ async function keys(url, url2) {
     b.msg?.id === 9001 && JSON.stringify(b.msg?.result?.content) === JSON.stringify(a.msg?.result?.content));
   const reused = await call(url, "ledger_append", { entry: k + "-other" }, { meta: { "dev.tidemark/idempotency-key": k } });
   t.check("the key with other params: -32602 idempotency_key_reused", errCode(reused) === -32602 && reasonOf(reused.msg) === "idempotency_key_reused");
+  // Input rounds under one key: each round is its own request of the key.
+  const k3 = "rounds-" + Math.random();
+  const km = { "dev.tidemark/idempotency-key": k3 };
+  const q1 = await call(url, "test_mrtr_runs", {}, { meta: km });
+  const p2 = { inputResponses: { go: { action: "accept", content: { go: "y" } } }, requestState: q1.msg?.result?.requestState };
+  const q2 = await call(url2, "test_mrtr_runs", {}, { meta: km, params: p2 });
+  const q2again = await call(url, "test_mrtr_runs", {}, { meta: km, params: p2, id: 9003 });
+  const q1again = await call(url2, "test_mrtr_runs", {}, { meta: km, id: 9004 });
+  t.check("a keyed call's input round completes under the same key", q2.msg?.result?.resultType === "complete", JSON.stringify(q2.msg));
+  t.check("the round's re-issue replays it without running it", q2again.msg?.id === 9003 && text(q2again) === text(q2), `${text(q2)} / ${text(q2again)}`);
+  t.check("the first round's re-issue replays its input request",
+    q1again.msg?.result?.resultType === "input_required" && q1again.msg?.result?.requestState === q1.msg?.result?.requestState);
   const k2 = "slow-" + Math.random();
   const first = call(url, "ledger_append", { entry: k2, delay_ms: 1500 }, { meta: { "dev.tidemark/idempotency-key": k2 } });
   await sleep(300);
