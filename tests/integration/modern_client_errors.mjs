@@ -9,7 +9,11 @@
 //   - -32022 naming only 2025-11-25, and a plain 405 to server/discover: a
 //     legacy session (initialize), the call answered;
 //   - --log-level: _meta logLevel on every modern request, none without it;
-//   - a cacheable tools/list (ttlMs) is asked once per process.
+//   - a cacheable tools/list (ttlMs) is asked once per process;
+//   - x-mcp-header: a nested properties chain mirrored (string, integer,
+//     boolean); annotations under items or anyOf leave the tool out, and a
+//     call of it is refused unsent; -32020 re-learns the tools; Mcp-Name in the
+//     base64 sentinel form where it must be.
 //   node modern_client_errors.mjs CLIENT
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
@@ -51,6 +55,20 @@ async function fake(era) {
       if (!("id" in body)) { res.writeHead(202); res.end(); return undefined; }
       if (body.method === "resources/read")
         return ok({ contents: [{ uri: body.params?.uri, text: "x" }] });
+      if (body.method === "tools/list" && era === "nested") {
+        const nested = { type: "object", properties: { filter: { type: "object", properties: {
+          region: { type: "string", "x-mcp-header": "Region" }, n: { type: "integer", "x-mcp-header": "N" },
+          on: { type: "boolean", "x-mcp-header": "On" } } } } };
+        const inItems = { type: "object", properties: { list: { type: "array",
+          items: { type: "object", properties: { v: { type: "string", "x-mcp-header": "V" } } } } } };
+        const inAnyOf = { type: "object", properties: { x: { anyOf: [{ type: "string", "x-mcp-header": "X" }] } } };
+        return ok({ tools: [{ name: "nested", inputSchema: nested }, { name: "in_items", inputSchema: inItems },
+          { name: "in_anyof", inputSchema: inAnyOf }] });
+      }
+      if (body.method === "tools/call" && era === "nested") {
+        const h = req.headers;
+        return ok({ content: [{ type: "text", text: `${h["mcp-param-region"]} ${h["mcp-param-n"]} ${h["mcp-param-on"]}` }] });
+      }
       if (body.method === "tools/list" && era === "header-change") {
         // The first listing has no x-mcp-header; later ones do (the schema changed).
         const lists = seen.filter((m) => m.method === "tools/list").length;
@@ -191,6 +209,22 @@ const brief = (r) => `exit ${r.code}; out ${r.out.slice(0, 300)}; err ${r.err.sl
     methods.join(",") === "server/discover,tools/list,tools/call,tools/list,tools/call", brief(r) + " " + methods.join(","));
   const calls = f.seen.filter((m) => m.method === "tools/call");
   t.check("HeaderMismatch: the retry has a new id", calls.length === 2 && calls[0].id !== calls[1].id);
+  f.server.close();
+}
+
+{
+  const f = await fake("nested");
+  let r = await run(["--json", f.url, "tools"]);
+  const names = (JSON.parse(r.out || "[]")).map((x) => x.name);
+  t.check("x-mcp-header under items or anyOf: the tool is left out of tools; a nested properties chain is kept",
+    r.code === 0 && names.join(",") === "nested", brief(r));
+  r = await run(["--args", '{"filter":{"region":"eu-1","n":-7,"on":false}}', f.url, "call", "nested"]);
+  t.check("headers from a nested properties chain: string, integer, boolean", r.code === 0 && r.out.trim() === "eu-1 -7 false",
+    brief(r));
+  r = await run([f.url, "call", "in_items"]);
+  t.check("a call of a tool left out: exit 6, invalid_tool_definition, never sent",
+    r.code === 6 && r.reason === "invalid_tool_definition" &&
+    !f.seen.some((m) => m.method === "tools/call" && m.params?.name === "in_items"), brief(r));
   f.server.close();
 }
 
