@@ -93,6 +93,14 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
     return rc == 0 && r.cb;
 }
 
+/* A modern call's POST still waiting for its answer (on a worker). */
+static void answer_lazy(void *arg)
+{
+    tm_job *j = arg;
+    tm_modern_answer(j, j->final);
+    tm_job_free(j);
+}
+
 /* The last completion closes the stream (SSE) or answers the POST (JSON).
  * A recorded call's response completes its request record in the same
  * transaction, together with its effect. The call is freed here (or once
@@ -129,8 +137,11 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
             tm_reply_json(j->req, j->modern ? tm_modern_status(one) : 200,
                           j->batch ? json_incref(j->responses) : json_incref(one));
     }
-    if (j->sse && j->lazy)
+    if (j->sse && j->lazy) { /* it waits for durability: never on an I/O thread */
+        if (srv->pool && tm_pool_submit(srv->pool, answer_lazy, j) == 0)
+            return;
         tm_modern_answer(j, j->final);
+    }
     tm_job_free(j);
 }
 
