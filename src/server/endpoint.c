@@ -6,6 +6,7 @@
 #include "server_int.h"
 #include "feed.h"
 #include "http_policy.h"
+#include "era.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
 #include "../base/log.h"
@@ -53,12 +54,12 @@ int tm_refuse_version(tm_http_req *r)
     const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
     if (!pv || tm_protocol_version_supported(pv))
         return 0;
-    json_t *supported = json_array();
-    for (int i = 0; tm_protocol_versions[i]; i++)
-        json_array_append_new(supported, json_string(tm_protocol_versions[i]));
+    /* Code -32600 as before 2026-07-28 (a request of that era gets -32022,
+     * era.c); the data names every version served, 2026-07-28 included. */
     tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "unsupported_protocol_version",
                 "Bad Request: unsupported MCP-Protocol-Version",
-                json_pack("{s:s,s:o}", "received", pv, "supported", supported));
+                json_pack("{s:s,s:s,s:o}", "received", pv, "requested", pv, "supported",
+                          tm_era_served_json()));
     return 1;
 }
 
