@@ -1,0 +1,23 @@
+# The gateway's groundwork (docs/design.md "Gateway (groundwork)"): the stdio
+# transport's framing (unit_stdio), one supervised child (unit_stdio_child:
+# sh and cat as children), and the upstream session against the official
+# server-everything over stdio (gateway_stdio_everything).
+if(CMOCKA_FOUND)
+  foreach(t stdio stdio_child)
+    add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
+    target_link_libraries(test_${t} PRIVATE tidemark_static PkgConfig::CMOCKA)
+    add_test(NAME unit_${t} COMMAND test_${t})
+    set_tests_properties(unit_${t} PROPERTIES TIMEOUT 60)
+  endforeach()
+endif()
+find_program(TM_GATEWAY_NODE node)
+set(TM_EVERYTHING_JS ${CMAKE_SOURCE_DIR}/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js)
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_stdio_everything.c)
+add_executable(test_stdio_everything ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_stdio_everything.c)
+target_link_libraries(test_stdio_everything PRIVATE tidemark_static)
+if(TM_GATEWAY_NODE AND EXISTS ${TM_EVERYTHING_JS})
+  add_test(NAME gateway_stdio_everything
+    COMMAND test_stdio_everything ${TM_GATEWAY_NODE} ${TM_EVERYTHING_JS} stdio)
+  set_tests_properties(gateway_stdio_everything PROPERTIES TIMEOUT 90)
+endif()
+endif()
