@@ -69,7 +69,7 @@ struct tm_upstream {
     json_int_t next_id, init_id;
     int init_done;
     json_t *init_reply, *init_result;
-    entry *head;
+    entry *head, *tail; /* in the order the requests came */
     size_t count;
     tm_map *by_id, *by_tag, *srv_reqs;
     pthread_t sup;
@@ -106,6 +106,8 @@ static void entry_unlink(tm_upstream *u, entry *e)
         u->head = e->next;
     if (e->next)
         e->next->prev = e->prev;
+    else
+        u->tail = e->prev;
     e->prev = e->next = NULL;
     u->count--;
 }
@@ -416,8 +418,8 @@ static int initialize(tm_upstream *u, json_t **result)
     return rc;
 }
 
-/* u->mu held: the child is ready; hand back the requests waiting for it,
- * each with a fresh id and marked sent. OUT *n. */
+/* u->mu held: the child is ready; hand back the requests waiting for it, in
+ * the order they came, each with a fresh id and marked sent. */
 static json_t *take_waiting(tm_upstream *u)
 {
     json_t *wires = json_array();
@@ -498,14 +500,14 @@ static void report_lost(tm_upstream *u, entry *lost, int err)
  * re-sent; the others wait for the next child. Returns the unlinked list. */
 static entry *settle(tm_upstream *u, int all, int restarting)
 {
-    entry *lost = NULL, *e = u->head;
+    entry *lost = NULL, **end = &lost, *e = u->head;
     while (e) {
         entry *next = e->next;
         int resend = restarting && (e->flags & TM_UPSTREAM_RESEND) && e->resends < u->cfg.max_resends;
         if (all || (e->sent && !resend)) {
-            entry_unlink(u, e);
-            e->next = lost;
-            lost = e;
+            entry_unlink(u, e); /* the lost list keeps the order of the requests */
+            *end = e;
+            end = &e->next;
         } else if (e->sent) {
             e->sent = 0;
             e->resends++;
@@ -784,10 +786,12 @@ static int entry_insert(tm_upstream *u, entry *e, json_t **wire)
         }
         return TIDEMARK_ENOMEM;
     }
-    e->next = u->head;
-    if (u->head)
-        u->head->prev = e;
-    u->head = e;
+    e->prev = u->tail;
+    if (u->tail)
+        u->tail->next = e;
+    else
+        u->head = e;
+    u->tail = e;
     u->count++;
     return 0;
 }
