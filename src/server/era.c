@@ -129,24 +129,116 @@ static json_t *mismatch(const tm_msg *m, const char *reason, const char *msg, co
                             json_pack("{s:s}", "header", header));
 }
 
-/* The body's value named by a standard or custom header equals the header
- * (decoded). NULL when it does, else the error. */
-static json_t *same_text(const tm_msg *m, tm_hdr_fn hdr, void *ud, const char *name,
+/* The header's value: decoded from the sentinel form (Mcp-Name,
+ * Mcp-Param-*) or, decode 0, as sent after trimming (Mcp-Method). */
+static int header_text(const char *raw, int decode, char **out, size_t *len)
+{
+    if (decode)
+        return tm_era_header_value(raw, out, len);
+    size_t n;
+    const char *v = trimmed(raw, &n);
+    *out = NULL;
+    if (!v)
+        return TIDEMARK_ENOTFOUND;
+    if (!visible_ascii(v, n))
+        return TIDEMARK_EINVAL;
+    if (!(*out = malloc(n + 1)))
+        return TIDEMARK_ENOMEM;
+    memcpy(*out, v, n);
+    (*out)[n] = 0;
+    *len = n;
+    return 0;
+}
+
+static json_t *header_error(const tm_msg *m, int rc, const char *name)
+{
+    if (rc == TIDEMARK_ENOTFOUND)
+        return mismatch(m, "header_missing", "Header mismatch: a required header is missing", name);
+    if (rc)
+        return mismatch(m, "header_invalid", "Header mismatch: the header value is malformed", name);
+    return mismatch(m, "header_mismatch", "Header mismatch: the header does not match the body",
+                    name);
+}
+
+/* The body's value named by a standard or custom header equals the header.
+ * NULL when it does, else the error. */
+static json_t *same_text(const tm_msg *m, tm_hdr_fn hdr, void *ud, const char *name, int decode,
                          const char *body, size_t blen)
 {
     char *v = NULL;
     size_t n = 0;
-    int rc = tm_era_header_value(hdr(ud, name), &v, &n);
-    json_t *e = NULL;
-    if (rc == TIDEMARK_ENOTFOUND)
-        e = mismatch(m, "header_missing", "Header mismatch: a required header is missing", name);
-    else if (rc)
-        e = mismatch(m, "header_invalid", "Header mismatch: the header value is malformed", name);
-    else if (n != blen || memcmp(v, body, n) != 0)
-        e = mismatch(m, "header_mismatch", "Header mismatch: the header does not match the body",
-                     name);
+    int rc = header_text(hdr(ud, name), decode, &v, &n);
+    int same = rc == 0 && n == blen && memcmp(v, body, n) == 0;
     free(v);
-    return e;
+    return same ? NULL : header_error(m, rc, name);
+}
+
+/* Digits of s from *p on (at most max), appended to buf at *nb. */
+static size_t take_digits(const char **p, const char *end, char *buf, size_t *nb, size_t max)
+{
+    size_t k = 0;
+    for (; *p < end && **p >= '0' && **p <= '9'; (*p)++, k++)
+        if (k < max)
+            buf[(*nb)++] = **p;
+    return k;
+}
+
+/* 1 when the n bytes of s are a JSON number whose exact value is want
+ * ("42", "42.0", "4.2e1"), compared digit by digit, never as a double:
+ * "0x2a", "42\0junk" and 2^53 + 1 for 2^53 are not. */
+static int exact_integer(const char *s, size_t n, json_int_t want)
+{
+    const char *p = s, *end = s + n;
+    char m[130];
+    size_t nm = 0;
+    int neg = p < end && *p == '-';
+    p += neg;
+    if (p >= end || *p < '0' || *p > '9' || (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
+        return 0;
+    if (take_digits(&p, end, m, &nm, 64) > 64)
+        return 0;
+    long exp = 0;
+    if (p < end && *p == '.') {
+        p++;
+        size_t f = take_digits(&p, end, m, &nm, 64);
+        if (f == 0 || f > 64)
+            return 0;
+        exp -= (long)f;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = p < end && *p == '-';
+        p += p < end && (*p == '-' || *p == '+');
+        char e[8];
+        size_t ne = 0;
+        size_t k = take_digits(&p, end, e, &ne, 6);
+        if (k == 0 || k > 6)
+            return 0;
+        e[ne] = 0;
+        exp += eneg ? -atol(e) : atol(e);
+    }
+    if (p != end)
+        return 0;
+    size_t lead = 0;
+    while (lead < nm && m[lead] == '0')
+        lead++;
+    while (nm > lead && m[nm - 1] == '0') {
+        nm--;
+        exp++;
+    }
+    if (nm == lead) /* zero */
+        return want == 0;
+    char w[32];
+    snprintf(w, sizeof w, "%llu",
+             want < 0 ? 0ULL - (unsigned long long)want : (unsigned long long)want);
+    size_t nd = nm - lead, nw = strlen(w);
+    if (exp < 0 || exp > 20 || neg != (want < 0) || nd + (size_t)exp != nw ||
+        memcmp(m + lead, w, nd) != 0)
+        return 0;
+    for (size_t k = nd; k < nw; k++)
+        if (w[k] != '0')
+            return 0;
+    return 1;
 }
 
 /* A custom header's check for one annotated value of the arguments. */
@@ -156,30 +248,21 @@ static json_t *param_check(const tm_msg *m, tm_hdr_fn hdr, void *ud, const char 
     char name[160];
     snprintf(name, sizeof name, "Mcp-Param-%s", suffix);
     if (json_is_string(val))
-        return same_text(m, hdr, ud, name, json_string_value(val), json_string_length(val));
-    char txt[64];
+        return same_text(m, hdr, ud, name, 1, json_string_value(val), json_string_length(val));
     if (json_is_boolean(val))
-        snprintf(txt, sizeof txt, "%s", json_is_true(val) ? "true" : "false");
-    else if (json_is_integer(val))
-        snprintf(txt, sizeof txt, "%lld", (long long)json_integer_value(val));
-    else
+        return same_text(m, hdr, ud, name, 1, json_is_true(val) ? "true" : "false",
+                         json_is_true(val) ? 4 : 5);
+    double d = json_is_real(val) ? json_real_value(val) : 0;
+    if (!json_is_integer(val) && !(json_is_real(val) && d == (double)(json_int_t)d &&
+                                   d > -9.2e18 && d < 9.2e18))
         return NULL; /* not a primitive the annotation may name */
-    if (json_is_integer(val)) { /* compared as numbers: "42.0" is 42 */
-        char *v = NULL;
-        size_t n = 0;
-        int rc = tm_era_header_value(hdr(ud, name), &v, &n);
-        char *end = NULL;
-        double d = rc == 0 ? strtod(v, &end) : 0;
-        int ok = rc == 0 && end && *end == 0 && n > 0 &&
-                 d == (double)json_integer_value(val);
-        free(v);
-        if (rc == TIDEMARK_ENOTFOUND)
-            return mismatch(m, "header_missing", "Header mismatch: a required header is missing",
-                            name);
-        return ok ? NULL : mismatch(m, "header_mismatch",
-                                    "Header mismatch: the header does not match the body", name);
-    }
-    return same_text(m, hdr, ud, name, txt, strlen(txt));
+    json_int_t want = json_is_integer(val) ? json_integer_value(val) : (json_int_t)d;
+    char *v = NULL;
+    size_t n = 0;
+    int rc = tm_era_header_value(hdr(ud, name), &v, &n);
+    int same = rc == 0 && exact_integer(v, n, want); /* "42.0" is 42, "0x2a" is not */
+    free(v);
+    return same ? NULL : header_error(m, rc, name);
 }
 
 /* Walk the schema's properties chain alongside the arguments. */
@@ -263,10 +346,10 @@ json_t *tm_era_check(const tm_msg *m, tm_hdr_fn hdr, void *ud, const json_t *inp
     if (!e)
         e = version_check(m, raw ? pv : NULL);
     if (!e)
-        e = same_text(m, hdr, ud, "Mcp-Method", m->method, strlen(m->method));
+        e = same_text(m, hdr, ud, "Mcp-Method", 0, m->method, strlen(m->method));
     const json_t *ns = e ? NULL : name_source(m);
     if (!e && json_is_string(ns))
-        e = same_text(m, hdr, ud, "Mcp-Name", json_string_value(ns), json_string_length(ns));
+        e = same_text(m, hdr, ud, "Mcp-Name", 1, json_string_value(ns), json_string_length(ns));
     if (!e && input_schema)
         e = params_walk(m, hdr, ud, input_schema, json_object_get(m->params, "arguments"), 0);
     return e;

@@ -189,6 +189,46 @@ static void test_params(void **st)
     json_decref(b);
 }
 
+/* Integers compared exactly (never as doubles, never by strtod), and the
+ * sentinel form never applies to Mcp-Method. */
+static void test_exact(void **st)
+{
+    (void)st;
+    const char *why;
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
+                         "\"x-mcp-header\":\"N\"}}}";
+    json_t *b = body("tools/call", "{\"name\":\"t\",\"arguments\":{\"n\":9007199254740992}}");
+    struct {
+        const char *v;
+        int code;
+    } cases[] = {{"9007199254740992", 0}, {"9007199254740992.000", 0}, {"9.007199254740992e15", 0},
+                 {"9007199254740993", TM_RPC_HEADER_MISMATCH}, {"9007199254740991", TM_RPC_HEADER_MISMATCH},
+                 {"0x2a", TM_RPC_HEADER_MISMATCH}, {"+9007199254740992", TM_RPC_HEADER_MISMATCH},
+                 {"9007199254740992.5", TM_RPC_HEADER_MISMATCH}, {"09007199254740992", TM_RPC_HEADER_MISMATCH}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hdrs h = {{"MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Param-N"},
+                  {"2026-07-28", "tools/call", "t", cases[i].v}};
+        assert_int_equal(check(b, &h, schema, &why), cases[i].code);
+    }
+    json_decref(b);
+    b = body("tools/call", "{\"name\":\"t\",\"arguments\":{\"n\":42}}");
+    const char *ok42[] = {"42", "42.0", "4.2e1", "420e-1", "=?base64?NDI=?="};
+    for (size_t i = 0; i < sizeof ok42 / sizeof ok42[0]; i++) {
+        hdrs h = {{"MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Param-N"},
+                  {"2026-07-28", "tools/call", "t", ok42[i]}};
+        assert_int_equal(check(b, &h, schema, &why), 0);
+    }
+    hdrs nul = {{"MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Param-N"},
+                {"2026-07-28", "tools/call", "t", "=?base64?NDIAanVuaw==?="}}; /* "42\0junk" */
+    assert_int_not_equal(check(b, &nul, schema, &why), 0);
+    json_decref(b);
+    b = body("tools/list", "{}");
+    hdrs sent = {{"MCP-Protocol-Version", "Mcp-Method"}, {"2026-07-28", "=?base64?dG9vbHMvbGlzdA==?="}};
+    assert_int_equal(check(b, &sent, NULL, &why), TM_RPC_HEADER_MISMATCH);
+    assert_string_equal(why, "header_mismatch");
+    json_decref(b);
+}
+
 static void test_header_value(void **st)
 {
     (void)st;
@@ -210,7 +250,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_which_era),    cmocka_unit_test(test_meta_and_version),
         cmocka_unit_test(test_method_and_name), cmocka_unit_test(test_params),
-        cmocka_unit_test(test_header_value),
+        cmocka_unit_test(test_exact),        cmocka_unit_test(test_header_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
