@@ -130,8 +130,10 @@ static void *reader_main(void *arg)
             c->cfg.on_message(c->cfg.ud, c, msg);
             json_decref(msg);
         } else if (rc == TIDEMARK_ERANGE || rc == TIDEMARK_EPROTO) {
-            TM_WARN("child %s[%d]: stdout line %llu refused: %s %s", c->name, (int)c->pid,
-                    tm_stdio_reader_lines(r), tm_stdio_reader_why(r), tm_stdio_reader_detail(r));
+            unsigned long long line = 0;
+            (void)tm_stdio_reader_lines(r, &line); /* cannot fail */
+            TM_WARN("child %s[%d]: stdout line %llu refused: %s %s", c->name, (int)c->pid, line,
+                    tm_stdio_reader_why(r), tm_stdio_reader_detail(r));
             if (c->cfg.on_bad_line)
                 c->cfg.on_bad_line(c->cfg.ud, c, rc, tm_stdio_reader_why(r));
         }
@@ -363,6 +365,16 @@ static void child_release(tm_child *c)
     free(c);
 }
 
+/* No monitor runs: SIGKILL the group and reap the child here. The pid is
+ * still ours (not reaped), so the signal cannot reach anyone else. */
+static void reap_now(tm_child *c)
+{
+    if (kill(-c->pid, SIGKILL) != 0)
+        (void)kill(c->pid, SIGKILL); /* ESRCH: it is already a zombie */
+    while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
 /* The process started but a thread did not: stop and reap it ourselves. */
 static void abort_started(tm_child *c)
 {
@@ -370,9 +382,7 @@ static void abort_started(tm_child *c)
         (void)terminate(c, 200);
         pthread_join(c->monitor, NULL);
     } else {
-        kill(-c->pid, SIGKILL);
-        while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+        reap_now(c);
         if (c->have_reader) {
             cancel_threads(c);
             pthread_join(c->reader, NULL);
@@ -399,11 +409,8 @@ int tm_child_spawn(const tm_child_config *cfg, tm_child **out)
     }
     rc = spawn_process(c, cfg);
     if (rc) {
-        if (c->pid > 0) {
-            kill(-c->pid, SIGKILL);
-            while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-        }
+        if (c->pid > 0)
+            reap_now(c);
         child_release(c);
         return rc;
     }
@@ -442,14 +449,18 @@ int tm_child_close_stdin(tm_child *c)
     return 0;
 }
 
-pid_t tm_child_pid(const tm_child *c) { return c->pid; }
+int tm_child_pid(const tm_child *c, pid_t *pid)
+{
+    *pid = c->pid;
+    return 0;
+}
 
-int tm_child_running(tm_child *c)
+int tm_child_running(tm_child *c, int *running)
 {
     pthread_mutex_lock(&c->mu);
-    int r = !c->reaped;
+    *running = !c->reaped;
     pthread_mutex_unlock(&c->mu);
-    return r;
+    return 0;
 }
 
 int tm_child_wait(tm_child *c, int timeout_ms, tm_child_exit *ex)
@@ -471,7 +482,8 @@ void tm_child_free(tm_child *c)
 {
     if (!c)
         return;
-    if (tm_child_running(c) && tm_child_kill(c, -1) != 0)
+    int running = 0;
+    if (tm_child_running(c, &running) == 0 && running && tm_child_kill(c, -1) != 0)
         TM_ERROR("child %s[%d]: not reaped after SIGKILL", c->name, (int)c->pid);
     pthread_join(c->monitor, NULL); /* on_exit has run */
     cancel_threads(c);

@@ -2,7 +2,8 @@
  * child.h - one supervised stdio child process (the MCP stdio transport's
  * client side: we launch the server and speak JSON lines to it).
  *
- * tm_child_spawn starts argv (looked up in PATH when argv[0] has no '/')
+ * tm_child_spawn starts argv (looked up in our PATH, not envp's, when
+ * argv[0] has no '/')
  * with the given environment and working directory, its stdin and stdout
  * on pipes and its stderr on a third pipe whose lines go to the project's
  * log as "child <name>[<pid>] stderr: <line>" (info level). The child gets
@@ -72,9 +73,10 @@ int tm_child_spawn(const tm_child_config *cfg, tm_child **out);
 int tm_child_send(tm_child *c, const json_t *msg);
 /* Close the child's stdin (the polite way to ask a stdio server to stop). */
 int tm_child_close_stdin(tm_child *c);
-pid_t tm_child_pid(const tm_child *c);
-/* 1 while the process has not been reaped. */
-int tm_child_running(tm_child *c);
+/* OUT *pid: the child's pid (also after it was reaped). Returns 0. */
+int tm_child_pid(const tm_child *c, pid_t *pid);
+/* OUT *running: 1 while the process has not been reaped. Returns 0. */
+int tm_child_running(tm_child *c, int *running);
 /* Send sig to the child's process group. TIDEMARK_ECLOSED if reaped. */
 int tm_child_signal(tm_child *c, int sig);
 /* Wait until the process has been reaped (timeout_ms < 0: forever). OUT *ex

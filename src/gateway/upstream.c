@@ -886,18 +886,21 @@ int tm_upstream_kill_child(tm_upstream *u)
     return rc;
 }
 
-unsigned tm_upstream_generation(tm_upstream *u)
+int tm_upstream_generation(tm_upstream *u, unsigned *gen)
 {
     pthread_mutex_lock(&u->mu);
-    unsigned g = u->gen;
+    *gen = u->gen;
     pthread_mutex_unlock(&u->mu);
-    return g;
+    return 0;
 }
 
 int tm_upstream_pid(tm_upstream *u, pid_t *pid)
 {
     pthread_rwlock_rdlock(&u->child_lock);
-    *pid = u->child && tm_child_running(u->child) ? tm_child_pid(u->child) : 0;
+    int running = 0;
+    *pid = 0;
+    if (u->child && tm_child_running(u->child, &running) == 0 && running)
+        (void)tm_child_pid(u->child, pid); /* cannot fail */
     pthread_rwlock_unlock(&u->child_lock);
     return 0;
 }
@@ -910,12 +913,12 @@ int tm_upstream_init_result(tm_upstream *u, json_t **result)
     return 0;
 }
 
-size_t tm_upstream_in_flight(tm_upstream *u)
+int tm_upstream_in_flight(tm_upstream *u, size_t *n)
 {
     pthread_mutex_lock(&u->mu);
-    size_t n = u->count;
+    *n = u->count;
     pthread_mutex_unlock(&u->mu);
-    return n;
+    return 0;
 }
 
 void tm_upstream_free(tm_upstream *u)

@@ -33,7 +33,11 @@
  * first generation in the caller's thread; tm_upstream_free calls on_lost
  * for what is left. Every tm_upstream_* call except free is thread-safe and
  * may be made from the callbacks. The callbacks are never called with a lock
- * of the upstream held.
+ * of the upstream held. A callback on the reader thread that writes to the
+ * child (tm_upstream_answer from on_request, say) blocks that reader while
+ * it writes: fine for small messages, but a large one to a child that is
+ * itself blocked writing to us waits for the write timeout (30 s; then the
+ * child is killed), so the gateway hands big writes to another thread.
  * Lock order: u->child_lock (rwlock: shared while a message is written to the
  * child, exclusive to swap the child) before u->mu (maps, state); the
  * child's and the writer's locks (child.h, stdio.h) come after both.
@@ -115,14 +119,14 @@ int tm_upstream_answer(tm_upstream *u, unsigned generation, const json_t *respon
 /* Kill the current child (SIGKILL): what follows is a death (on_down,
  * resend / on_lost, restart unless no_restart). */
 int tm_upstream_kill_child(tm_upstream *u);
-/* OUT: the current generation (1 for the first child). */
-unsigned tm_upstream_generation(tm_upstream *u);
+/* OUT *gen: the current generation (1 for the first child). Returns 0. */
+int tm_upstream_generation(tm_upstream *u, unsigned *gen);
 /* OUT *pid: the current child's, 0 when there is none. */
 int tm_upstream_pid(tm_upstream *u, pid_t *pid);
 /* OUT *result: the last initialize result (new reference), NULL before. */
 int tm_upstream_init_result(tm_upstream *u, json_t **result);
-/* Requests in flight or waiting for a child. */
-size_t tm_upstream_in_flight(tm_upstream *u);
+/* OUT *n: requests in flight or waiting for a child. Returns 0. */
+int tm_upstream_in_flight(tm_upstream *u, size_t *n);
 /* Stop: the child is killed and reaped, the threads joined, whatever is in
  * flight is on_lost(TIDEMARK_ECANCELED). Not from a callback. */
 void tm_upstream_free(tm_upstream *u);

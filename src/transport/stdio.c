@@ -67,7 +67,11 @@ void tm_stdio_reader_free(tm_stdio_reader *r)
 
 const char *tm_stdio_reader_why(const tm_stdio_reader *r) { return r->why; }
 const char *tm_stdio_reader_detail(const tm_stdio_reader *r) { return r->detail; }
-unsigned long long tm_stdio_reader_lines(const tm_stdio_reader *r) { return r->lines; }
+int tm_stdio_reader_lines(const tm_stdio_reader *r, unsigned long long *n)
+{
+    *n = r->lines;
+    return 0;
+}
 
 static int refuse(tm_stdio_reader *r, int err, const char *why)
 {

@@ -56,8 +56,8 @@ const char *tm_stdio_reader_why(const tm_stdio_reader *r);
 /* The parser's text for the last invalid_json line (or ""); valid until the
  * next tm_stdio_read. */
 const char *tm_stdio_reader_detail(const tm_stdio_reader *r);
-/* Lines read so far (good and bad, blank ones excluded). */
-unsigned long long tm_stdio_reader_lines(const tm_stdio_reader *r);
+/* OUT *n: lines read so far (good and bad, blank ones excluded). Returns 0. */
+int tm_stdio_reader_lines(const tm_stdio_reader *r, unsigned long long *n);
 
 /* A writer of fd (not owned). max_message 0: TM_STDIO_DEFAULT_MAX.
  * timeout_ms: how long one write may wait for a non-blocking fd to drain

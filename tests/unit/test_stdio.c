@@ -107,7 +107,9 @@ static void test_split_and_batched_reads(void **state)
         for (int i = 0; i < 50; i++)
             expect_n(r, i);
         expect_err(r, TIDEMARK_ECLOSED, NULL);
-        assert_int_equal(tm_stdio_reader_lines(r), 50);
+        unsigned long long lines = 0;
+        assert_int_equal(tm_stdio_reader_lines(r, &lines), 0);
+        assert_int_equal(lines, 50);
         pthread_join(f.th, NULL);
         tm_stdio_reader_free(r);
         close(p[0]);
@@ -181,7 +183,9 @@ static void test_over_long_lines(void **state)
     expect_err(r, TIDEMARK_ERANGE, "line_too_long");
     expect_n(r, 4);
     expect_err(r, TIDEMARK_ECLOSED, NULL);
-    assert_int_equal(tm_stdio_reader_lines(r), 6);
+    unsigned long long lines = 0;
+    assert_int_equal(tm_stdio_reader_lines(r, &lines), 0);
+    assert_int_equal(lines, 6);
     pthread_join(f.th, NULL);
     tm_stdio_reader_free(r);
     close(p[0]);

@@ -107,6 +107,13 @@ static tm_child *spawn_sh(rec *r, const char *script)
     return c;
 }
 
+static pid_t pid_of(const tm_child *c)
+{
+    pid_t pid = 0;
+    assert_int_equal(tm_child_pid(c, &pid), 0);
+    return pid;
+}
+
 /* The pid was ours and is reaped: not a child of ours any more. */
 static void assert_reaped(pid_t pid)
 {
@@ -124,7 +131,7 @@ static void test_cat_round_trip(void **state)
     tm_child_config cfg = {.argv = argv, .on_message = on_message, .on_exit = on_exit_cb, .ud = &r};
     tm_child *c = NULL;
     assert_int_equal(tm_child_spawn(&cfg, &c), 0);
-    pid_t pid = tm_child_pid(c);
+    pid_t pid = pid_of(c);
     assert_true(pid > 0);
     for (int i = 0; i < 3; i++) {
         json_t *m = json_pack("{s:s,s:i,s:s}", "jsonrpc", "2.0", "id", i, "method", "x\ny");
@@ -183,7 +190,7 @@ static void run_stderr_child(void *arg)
     stderr_run *s = arg;
     tm_child *c = spawn_sh(&s->r, "echo 'hello from stderr' >&2; printf 'second\\tline\\033x\\n' >&2; "
                                   "echo 'not json'; printf '{\"n\":1}\\n'; exit 3");
-    s->pid = tm_child_pid(c);
+    s->pid = pid_of(c);
     assert_int_equal(tm_child_wait(c, 10000, NULL), 0);
     tm_child_free(c);
 }
@@ -230,7 +237,7 @@ static void test_kill_escalation(void **state)
 
     rec_init(&r);
     c = spawn_sh(&r, "trap '' TERM; printf '{\"ready\":1}\\n'; while :; do sleep 1; done");
-    pid_t pid = tm_child_pid(c);
+    pid_t pid = pid_of(c);
     wait_msgs(&r, 1);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -304,7 +311,7 @@ static void test_stdout_closed(void **state)
     rec r;
     rec_init(&r);
     tm_child *c = spawn_sh(&r, "exec 1>&-; exec sleep 30");
-    pid_t pid = tm_child_pid(c);
+    pid_t pid = pid_of(c);
     tm_child_exit ex;
     assert_int_equal(tm_child_wait(c, 10000, &ex), 0);
     assert_int_equal(ex.signaled, 1);
