@@ -7,19 +7,21 @@
  * signal-mask calls run under it.
  */
 #include "transport/stdio.h"
-#include "mcp/jsonrpc.h"
 #include "tidemark/tidemark.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define READ_CHUNK (64u * 1024u)
+/* As src/mcp/jsonrpc.c: jansson has no depth limit of its own. */
+#define MAX_DEPTH 64
 
 struct tm_stdio_reader {
     int fd, cancel_fd;
@@ -79,6 +81,30 @@ static int refuse(tm_stdio_reader *r, int err, const char *why)
     return err;
 }
 
+/* Nesting within MAX_DEPTH (checked before parsing, so hostile input
+ * cannot exhaust the stack); strings are skipped exactly. */
+static int depth_ok(const char *s, size_t len)
+{
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            if (++depth > MAX_DEPTH)
+                return 0;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    return 1;
+}
+
 /* One complete line (without its '\n'): 1 = blank, skip it; else 0 or a
  * per-line error. */
 static int parse_line(tm_stdio_reader *r, const char *p, size_t n, json_t **msg)
@@ -95,9 +121,16 @@ static int parse_line(tm_stdio_reader *r, const char *p, size_t n, json_t **msg)
         return refuse(r, TIDEMARK_ERANGE, "line_too_long");
     if (memchr(p, '\0', n))
         return refuse(r, TIDEMARK_EPROTO, "nul_byte");
-    json_t *v = NULL;
-    if (tm_jsonrpc_parse(p, n, &v, r->detail, sizeof r->detail) != 0)
+    if (!depth_ok(p, n)) {
+        snprintf(r->detail, sizeof r->detail, "nesting deeper than %d", MAX_DEPTH);
         return refuse(r, TIDEMARK_EPROTO, "invalid_json");
+    }
+    json_error_t e;
+    json_t *v = json_loadb(p, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+    if (!v) {
+        snprintf(r->detail, sizeof r->detail, "%s (column %d)", e.text, e.column);
+        return refuse(r, TIDEMARK_EPROTO, "invalid_json");
+    }
     if (!json_is_object(v) && !json_is_array(v)) {
         json_decref(v);
         return refuse(r, TIDEMARK_EPROTO, "not_a_message");

@@ -9,7 +9,10 @@
  * Read side (tm_stdio_reader): a bounded line buffer. A line over the
  * message limit, a line that is not JSON, one holding a NUL byte or one
  * whose value is not an object or an array is a typed error for that line
- * only; the next call reads the next line. Blank lines are skipped.
+ * only; the next call reads the next line. Blank lines are skipped. JSON
+ * is read as the JSON-RPC layer reads it (duplicate keys refused, nesting
+ * at most 64 deep, an escaped NUL inside a string allowed), but this layer
+ * knows nothing of JSON-RPC: any object or array is a message.
  * Threading: a reader is used by one thread at a time (no lock); a cancel
  * fd (any fd that becomes readable: the read end of a pipe) may be written
  * from any thread to make a blocked tm_stdio_read return.

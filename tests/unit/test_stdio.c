@@ -233,6 +233,40 @@ static void test_bad_lines_between_good(void **state)
     close(p[0]);
 }
 
+/* Nesting deeper than 64 is refused before jansson sees it; 64 passes. */
+static void test_deep_nesting(void **state)
+{
+    (void)state;
+    char s[1024];
+    size_t n = 0;
+    for (int i = 0; i < 64; i++)
+        s[n++] = '[';
+    for (int i = 0; i < 64; i++)
+        s[n++] = ']';
+    s[n++] = '\n';
+    for (int i = 0; i < 65; i++)
+        s[n++] = '[';
+    for (int i = 0; i < 65; i++)
+        s[n++] = ']';
+    n += (size_t)sprintf(s + n, "\n{\"n\":1}\n");
+    int p[2];
+    make_pipe(p);
+    assert_int_equal(write(p[1], s, n), (ssize_t)n);
+    close(p[1]);
+    tm_stdio_reader *r = NULL;
+    assert_int_equal(tm_stdio_reader_new(p[0], 0, -1, &r), 0);
+    json_t *m = NULL;
+    assert_int_equal(tm_stdio_read(r, &m), 0);
+    assert_true(json_is_array(m));
+    json_decref(m);
+    expect_err(r, TIDEMARK_EPROTO, "invalid_json");
+    assert_non_null(strstr(tm_stdio_reader_detail(r), "nesting"));
+    expect_n(r, 1);
+    expect_err(r, TIDEMARK_ECLOSED, NULL);
+    tm_stdio_reader_free(r);
+    close(p[0]);
+}
+
 typedef struct canceller {
     int fd;
     pthread_t th;
@@ -460,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_message_across_reads),
         cmocka_unit_test(test_over_long_lines),
         cmocka_unit_test(test_bad_lines_between_good),
+        cmocka_unit_test(test_deep_nesting),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_write_one_line),
         cmocka_unit_test(test_write_too_big),

@@ -347,6 +347,7 @@ static void test_descendant_holds_stdout(void **state)
     wait_msgs(&r, 1);
     pid_t bg = (pid_t)json_integer_value(json_object_get(json_array_get(r.msgs, 0), "bg"));
     assert_true(bg > 0);
+    assert_int_equal(tm_child_wait(c, 10000, NULL), 0); /* sh exits by itself */
     tm_child_free(c); /* returns once on_exit ran */
     assert_int_equal(r.exits, 1);
     assert_int_equal(r.ex.exited, 1);
