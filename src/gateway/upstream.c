@@ -289,6 +289,14 @@ static void child_message(void *ud, tm_child *c, json_t *msg)
     (void)c;
     spawn_ctx *ctx = ud;
     tm_upstream *u = ctx->u;
+    if (json_is_array(msg)) { /* a 2025-03-26 batch: its messages one by one, in order */
+        size_t i;
+        json_t *one;
+        json_array_foreach(msg, i, one)
+            if (!json_is_array(one)) /* no batch inside a batch */
+                child_message(ud, c, one);
+        return;
+    }
     tm_msg m;
     tm_jsonrpc_classify(msg, &m);
     pthread_mutex_lock(&u->mu);

@@ -6,7 +6,8 @@
 // that cannot succeed).
 // Tools (tools/call name): echo (returns what it saw: the id it got, whether
 // notifications/initialized came first, the initialize params, its pid),
-// crash (exit 1 mid-call), garbage (two bad stdout lines, then the answer).
+// crash (exit 1 mid-call), garbage (two bad stdout lines, then the answer),
+// batch (a progress notification and the answer in one JSON array).
 import fs from 'node:fs';
 import readline from 'node:readline';
 
@@ -37,6 +38,13 @@ function onCall(msg) {
   if (name === 'crash') {
     process.stderr.write(`crashing on request ${JSON.stringify(msg.id)}\n`);
     process.exit(1);
+  }
+  if (name === 'batch') { // a 2025-03-26 batch: a progress notification and the answer
+    const token = msg.params?._meta?.progressToken;
+    return process.stdout.write(JSON.stringify([
+      { jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 1 } },
+      { jsonrpc: '2.0', id: msg.id, result: { content: [{ type: 'text', text: 'batched' }] } },
+    ]) + '\n');
   }
   if (name === 'garbage') {
     process.stdout.write('this is not json\n');

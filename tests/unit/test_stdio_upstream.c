@@ -2,7 +2,8 @@
  * against tests/integration/gateway_fake_child.mjs, a stdio server that
  * misbehaves on demand: a refused, a fatal and an unanswered initialize,
  * the child-side id and the recorded params as the child saw them,
- * notifications/initialized before any request, garbage on stdout, the
+ * notifications/initialized before any request, garbage on stdout, a
+ * batch (2025-03-26) taken apart with its progress token mapped, the
  * resend limit across two deaths, giving up after failed restarts, and no
  * restart at all. Usage: test_stdio_upstream NODE FAKE_CHILD_MJS. */
 #include <stdarg.h>
@@ -29,7 +30,7 @@ static const char *g_node, *g_script;
 typedef struct rec {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    json_t *responses, *lost, *downs, *readies;
+    json_t *responses, *lost, *downs, *readies, *notes;
 } rec;
 
 static void rec_init(rec *r)
@@ -40,6 +41,7 @@ static void rec_init(rec *r)
     r->lost = json_object();
     r->downs = json_array();
     r->readies = json_array();
+    r->notes = json_object();
 }
 
 static void rec_free(rec *r)
@@ -48,6 +50,7 @@ static void rec_free(rec *r)
     json_decref(r->lost);
     json_decref(r->downs);
     json_decref(r->readies);
+    json_decref(r->notes);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
 }
@@ -81,6 +84,14 @@ static void on_lost(void *ud, void *tag, const json_t *req, int err)
     (void)req;
     rec *r = ud;
     put(r, r->lost, tag, json_integer(err));
+}
+
+/* Notifications tied to a request: the last one per tag. */
+static void on_notification(void *ud, void *tag, json_t *msg)
+{
+    rec *r = ud;
+    if (tag)
+        put(r, r->notes, tag, json_incref(msg));
 }
 
 static void on_down(void *ud, unsigned gen, const tm_child_exit *ex, int restarting)
@@ -124,7 +135,7 @@ static int start(rec *r, const char *mode, const char *fail_file, tm_upstream_co
         cfg.no_restart = over->no_restart;
     }
     cfg.cb = (tm_upstream_callbacks){.on_ready = on_ready, .on_response = on_response, .on_lost = on_lost,
-                                     .on_down = on_down, .ud = r};
+                                     .on_down = on_down, .on_notification = on_notification, .ud = r};
     int rc = tm_upstream_start(&cfg, u);
     json_decref(init);
     return rc;
@@ -213,6 +224,19 @@ static void test_mapping_and_garbage(void **state)
     assert_string_equal(json_string_value(json_object_get(json_object_get(r.responses, "e1"), "id")), "client-id");
     assert_int_equal(call(u, "g1", json_integer(2), "garbage", 0), 0);
     wait_has(&r, r.responses, "g1", 0);
+    json_t *breq = json_pack("{s:s,s:i,s:s,s:{s:s,s:{},s:{s:s}}}", "jsonrpc", "2.0", "id", 4, "method",
+                             "tools/call", "params", "name", "batch", "arguments", "_meta", "progressToken",
+                             "my-token");
+    assert_int_equal(tm_upstream_request(u, breq, 0, "b1"), 0);
+    json_decref(breq);
+    wait_has(&r, r.responses, "b1", 0);
+    pthread_mutex_lock(&r.mu);
+    json_t *bn = json_object_get(r.notes, "b1");
+    assert_non_null(bn); /* the batch's notification came first, mapped to b1 */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(bn, "params"), "progressToken")),
+                        "my-token");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.responses, "b1"), "id")), 4);
+    pthread_mutex_unlock(&r.mu);
     assert_int_equal(call(u, "e2", json_integer(3), "echo", 0), 0);
     wait_has(&r, r.responses, "e2", 0);
     assert_true(json_integer_value(json_object_get(structured(&r, "e2"), "idSeen")) >
