@@ -94,6 +94,7 @@ static void *recoverer_main(void *arg)
         if (rc)
             TM_DEBUG("periodic recovery: %s", tidemark_strerror(rc));
         tm_recover_failed(srv);
+        tm_modern_reap(srv, 0);
         pthread_mutex_lock(&srv->jan_mu);
     }
     pthread_mutex_unlock(&srv->jan_mu);

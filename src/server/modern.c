@@ -170,6 +170,61 @@ typedef struct stream_end {
     int listener;
 } stream_end;
 
+/* ---- store sessions that go ---------------------------------------------- */
+
+/* Deleted a second after their end, not at once: the store's writer may
+ * still be finishing the commit that ended them (a delete in that very
+ * batch frees the stream while the writer's after-commit step reads it),
+ * and nothing writes to them any more. */
+#define DOOM_DELAY_MS 1000
+
+typedef struct tm_doomed {
+    char id[TM_SESSION_ID_LEN + 1];
+    int64_t due;
+    struct tm_doomed *next;
+} tm_doomed;
+
+void tm_modern_doom(tidemark_server_t *srv, const char *id)
+{
+    tm_doomed *d = calloc(1, sizeof *d);
+    if (!d) {
+        TM_WARN("session %s: not deleted (out of memory; its TTL will)", id);
+        return;
+    }
+    snprintf(d->id, sizeof d->id, "%s", id);
+    d->due = tm_now_ms() + DOOM_DELAY_MS;
+    pthread_mutex_lock(&srv->fail_mu);
+    d->next = srv->doomed;
+    srv->doomed = d;
+    pthread_mutex_unlock(&srv->fail_mu);
+}
+
+void tm_modern_reap(tidemark_server_t *srv, int all)
+{
+    int64_t now = tm_now_ms();
+    tm_doomed *due = NULL;
+    pthread_mutex_lock(&srv->fail_mu);
+    for (tm_doomed **pp = &srv->doomed; *pp;) {
+        tm_doomed *d = *pp;
+        if (all || d->due <= now) {
+            *pp = d->next;
+            d->next = due;
+            due = d;
+        } else {
+            pp = &d->next;
+        }
+    }
+    pthread_mutex_unlock(&srv->fail_mu);
+    while (due) {
+        tm_doomed *d = due;
+        due = d->next;
+        int rc = all ? 0 : tm_store_session_delete(srv->store, d->id);
+        if (rc && rc != TIDEMARK_ENOTFOUND)
+            TM_WARN("session %s: not deleted (its TTL will): %s", d->id, tidemark_strerror(rc));
+        free(d);
+    }
+}
+
 /* The connection of a call or listener ended: a call cut short is
  * cancelled (what it committed stays committed); an answered ephemeral
  * call's session and a listener's are deleted. */
@@ -178,12 +233,8 @@ static void on_stream_end(void *ud, int completed)
     stream_end *e = ud;
     if (!completed && !e->listener)
         tm_sess_close(e->sess);
-    if (e->listener || (completed && e->ephemeral)) {
-        int rc = tm_store_session_delete(e->srv->store, e->sess->id);
-        if (rc && rc != TIDEMARK_ENOTFOUND)
-            TM_WARN("session %s: not deleted (its TTL will): %s", e->sess->id,
-                    tidemark_strerror(rc));
-    }
+    if (e->listener || (completed && e->ephemeral))
+        tm_modern_doom(e->srv, e->sess->id);
     tm_sess_unref(e->sess);
     free(e);
 }
@@ -232,12 +283,8 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
         tm_reply_store_error(r, rc);
     else
         tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
-    if (j->ephemeral && rc == 0) {
-        int drc = tm_store_session_delete(j->srv->store, j->sess->id);
-        if (drc && drc != TIDEMARK_ENOTFOUND)
-            TM_WARN("session %s: not deleted (its TTL will): %s", j->sess->id,
-                    tidemark_strerror(drc));
-    }
+    if (j->ephemeral && rc == 0)
+        tm_modern_doom(j->srv, j->sess->id);
 }
 
 /* ---- idempotency keys ------------------------------------------------------ */
@@ -424,25 +471,15 @@ static json_t *honoured(const json_t *f)
     return h;
 }
 
+/* One attribute, one durable write: "listen" {"f": the honoured filter,
+ * "id": the listen request's id}. The fan-out looks for it. */
 static int listener_attrs(tidemark_server_t *srv, const char *id, const tm_msg *m, json_t *h)
 {
-    char *f = json_dumps(h, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *lid = json_dumps(m->id, JSON_COMPACT | JSON_ENCODE_ANY);
-    int rc = f && lid ? tm_store_session_set_attr(srv->store, id, "listen_id", lid)
-                      : TIDEMARK_ENOMEM;
-    size_t i;
-    json_t *u;
-    json_array_foreach(json_object_get(h, "resourceSubscriptions"), i, u) {
-        if (rc)
-            continue; /* filter_check bounded every one */
-        char name[TM_URI_MAX + 8];
-        snprintf(name, sizeof name, "sub:%s", json_string_value(u));
-        rc = tm_store_session_set_attr(srv->store, id, name, "true");
-    }
-    if (rc == 0) /* last: the fan-out looks for it */
-        rc = tm_store_session_set_attr(srv->store, id, "listen", f);
-    free(f);
-    free(lid);
+    json_t *a = json_pack("{s:O,s:O}", "f", h, "id", m->id);
+    char *txt = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    int rc = txt ? tm_store_session_set_attr(srv->store, id, "listen", txt) : TIDEMARK_ENOMEM;
+    free(txt);
     return rc;
 }
 
@@ -505,17 +542,28 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
     if (s)
         tm_sess_unref(s);
     if (rc) {
-        if (tm_store_session_delete(srv->store, id) != 0)
-            TM_DEBUG("listener %s: not deleted after a failed start", id);
+        tm_modern_doom(srv, id);
         tm_reply_store_error(r, rc);
     }
+}
+
+static int subscribed(const json_t *f, const json_t *params)
+{
+    const char *uri = json_string_value(json_object_get(params, "uri"));
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(f, "resourceSubscriptions"), i, u)
+        if (uri && json_is_string(u) && strcmp(json_string_value(u), uri) == 0)
+            return 1;
+    return 0;
 }
 
 int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t *params,
                            json_t **msg)
 {
     *msg = NULL;
-    json_t *f = json_object_get(attrs, "listen");
+    json_t *l = json_object_get(attrs, "listen");
+    json_t *f = json_object_get(l, "f");
     const char *flag = strcmp(method, "notifications/tools/list_changed") == 0 ? "toolsListChanged"
                        : strcmp(method, "notifications/prompts/list_changed") == 0
                            ? "promptsListChanged"
@@ -523,17 +571,12 @@ int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t
                            ? "resourcesListChanged"
                            : NULL;
     int want = flag ? json_is_true(json_object_get(f, flag)) : 0;
-    if (strcmp(method, "notifications/resources/updated") == 0) {
-        char name[TM_URI_MAX + 8];
-        snprintf(name, sizeof name, "sub:%s",
-                 json_string_value(json_object_get(params, "uri")) ? json_string_value(json_object_get(params, "uri")) : "");
-        want = json_is_true(json_object_get(attrs, name));
-    }
+    if (strcmp(method, "notifications/resources/updated") == 0)
+        want = subscribed(f, params);
     if (!want)
         return 0;
     json_t *p = params ? json_deep_copy(params) : json_object();
-    json_object_set_new(p, "_meta", json_pack("{s:O}", TM_META_SUB,
-                                              json_object_get(attrs, "listen_id")));
+    json_object_set_new(p, "_meta", json_pack("{s:O}", TM_META_SUB, json_object_get(l, "id")));
     *msg = tm_jsonrpc_notification(method, p);
     return *msg != NULL;
 }
@@ -590,6 +633,42 @@ static json_t *input_schema(tidemark_server_t *srv, const tm_msg *m)
     return s;
 }
 
+/* A call or listen is set up on a worker: creating its store session waits
+ * for a commit, which must not hold an I/O thread. */
+typedef struct setup {
+    tidemark_server_t *srv;
+    tm_http_req *r;
+    post_msgs pm;
+} setup;
+
+static void run_setup(void *arg)
+{
+    setup *w = arg;
+    const tm_msg *m = &w->pm.m[0];
+    if (tm_is_call(m))
+        modern_call(w->srv, w->r, &w->pm);
+    else
+        listen_open(w->srv, w->r, m);
+    post_msgs_free(&w->pm);
+    free(w);
+}
+
+static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+{
+    setup *w = calloc(1, sizeof *w);
+    if (!w)
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
+    *w = (setup){srv, r, *pm};
+    pm->root = NULL; /* the worker's now */
+    pm->m = NULL;
+    if (tm_pool_submit(srv->pool, run_setup, w) != 0) {
+        post_msgs_free(&w->pm);
+        free(w);
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    }
+}
+
 static void route(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
@@ -603,10 +682,8 @@ static void route(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
     }
     if (strcmp(m->method, "server/discover") == 0)
         return reply(srv, r, m->method, discover(srv, m));
-    if (strcmp(m->method, "subscriptions/listen") == 0)
-        return listen_open(srv, r, m);
-    if (tm_is_call(m))
-        return modern_call(srv, r, pm);
+    if (strcmp(m->method, "subscriptions/listen") == 0 || tm_is_call(m))
+        return later(srv, r, pm); /* they write durably before answering */
     char id[TM_SESSION_ID_LEN + 1];
     tm_sess *s = new_id(id) == 0 ? context_new(id, m) : NULL;
     if (!s)

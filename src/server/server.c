@@ -361,6 +361,7 @@ static void server_stop_locked(tidemark_server_t *srv)
     srv->store = NULL;
     tm_http_free(srv->http); /* after the store: its writer may still wake streams */
     srv->http = NULL;
+    tm_modern_reap(srv, 1); /* what was still to be deleted is left to the session TTL */
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, unref_each, NULL);
     tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)tm_map_count(srv->sessions));

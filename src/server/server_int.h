@@ -130,6 +130,7 @@ struct tidemark_server {
     pthread_mutex_t fail_mu;  /* guards failed */
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
     struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
+    struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
 };
 
 extern const char *const tm_log_levels[8];
@@ -247,6 +248,11 @@ void tm_modern_attach(tm_job *j);
 /* modern.c: a modern call's job ended before it was attached: answer the
  * POST with resp (borrowed) once durable, delete an ephemeral session. */
 void tm_modern_answer(tm_job *j, const json_t *resp);
+/* modern.c: delete the store session id a little later (its last commit's
+ * bookkeeping done first); tm_modern_reap deletes those due (all: every
+ * one, at stop), from the recoverer thread. */
+void tm_modern_doom(tidemark_server_t *srv, const char *id);
+void tm_modern_reap(tidemark_server_t *srv, int all);
 /* modern.c: a list_changed / resource update for a listener session
  * (attrs parsed): 1 and *msg (new) when it listens to it. */
 int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t *params,
