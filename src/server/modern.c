@@ -22,6 +22,7 @@
 #include "seal.h"
 #include "../base/clock.h"
 #include "../base/log.h"
+#include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
@@ -225,6 +226,34 @@ void tm_modern_reap(tidemark_server_t *srv, int all)
     }
 }
 
+/* While it lives, a call's or listener's store session is in srv->sessions,
+ * so the janitor sees it busy (a call running, a stream attached) and never
+ * expires it under it; released when it ends. */
+static void hold(tidemark_server_t *srv, tm_sess *s)
+{
+    pthread_mutex_lock(&srv->mu);
+    if (!tm_map_get(srv->sessions, s->id)) {
+        if (tm_map_put(srv->sessions, s->id, tm_sess_ref(s)) == 0)
+            tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
+        else
+            tm_sess_unref(s);
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static void release(tidemark_server_t *srv, tm_sess *s)
+{
+    tm_sess *held = NULL;
+    pthread_mutex_lock(&srv->mu);
+    if (tm_map_get(srv->sessions, s->id) == s) {
+        held = tm_map_del(srv->sessions, s->id);
+        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    if (held)
+        tm_sess_unref(held);
+}
+
 /* The connection of a call or listener ended: a call cut short is
  * cancelled (what it committed stays committed); an answered ephemeral
  * call's session and a listener's are deleted. */
@@ -235,6 +264,7 @@ static void on_stream_end(void *ud, int completed)
         tm_sess_close(e->sess);
     if (e->listener || (completed && e->ephemeral))
         tm_modern_doom(e->srv, e->sess->id);
+    release(e->srv, e->sess);
     tm_sess_unref(e->sess);
     free(e);
 }
@@ -285,6 +315,7 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
         tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
     if (j->ephemeral && rc == 0)
         tm_modern_doom(j->srv, j->sess->id);
+    release(j->srv, j->sess);
 }
 
 /* ---- idempotency keys ------------------------------------------------------ */
@@ -449,6 +480,7 @@ static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
                               NULL);
     }
+    hold(srv, sess);
     tm_post_submit(srv, r, sess, pm, TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0));
     if (keyed)
         pthread_mutex_unlock(&keyed_mu);
@@ -537,8 +569,12 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
         rc = listener_attrs(srv, id, m, h);
     json_decref(h);
     tm_sess *s = rc == 0 ? context_new(id, m) : NULL;
+    if (s)
+        hold(srv, s);
     if (rc == 0)
         rc = s ? attach(srv, r, s, "g", 0, 1) : TIDEMARK_ENOMEM;
+    if (rc && s)
+        release(srv, s);
     if (s)
         tm_sess_unref(s);
     if (rc) {

@@ -201,6 +201,27 @@ async function keys(url, url2) {
   t.check("the refused reuse wrote nothing", rows.msg?.result?.structuredContent?.count === 0);
 }
 
+// A listener outlives the session TTL while it is connected (the janitor
+// sees it attached), and is still fed.
+async function listenerTtl(url) {
+  const ac = new AbortController();
+  const res = await fetch(url, { method: "POST", signal: ac.signal, headers: { "content-type": "application/json",
+    accept: "application/json, text/event-stream", "mcp-protocol-version": V, "mcp-method": "subscriptions/listen" },
+  body: JSON.stringify({ jsonrpc: "2.0", id: 78, method: "subscriptions/listen",
+    params: { _meta: META, notifications: { toolsListChanged: true } } }) });
+  const got = [];
+  const reader = (async () => {
+    try { for await (const ev of sseEvents(res.body)) if (ev.data) got.push(JSON.parse(ev.data)); } catch { /* aborted */ }
+  })();
+  await until("the acknowledgement", () => got.length >= 1, 5000).catch(() => {});
+  await sleep(2600); /* more than twice the 1 s TTL */
+  await call(url, "test_trigger_tool_change");
+  const lc = await until("list_changed after the TTL", () => got.find((m) => m.method === "notifications/tools/list_changed"), 5000).catch(() => null);
+  t.check("a connected listener outlives the session TTL and is still fed", !!lc);
+  ac.abort();
+  await reader;
+}
+
 // A listener on node 0; the change made through node 1.
 async function listen(url0, url1) {
   const ac = new AbortController();
@@ -254,12 +275,14 @@ async function crash(dir) {
 
 const main = async () => {
   const mem = await startServer(bin, ["--store", "memory"]);
-  const short = await startServer(bin, ["--store", "memory", "--request-state-ttl-ms", "300"]);
+  const short = await startServer(bin, ["--store", "memory", "--request-state-ttl-ms", "300",
+    "--session-ttl-seconds", "1"]);
   try {
     await eras(mem.url);
     await errors(mem.url);
     await mrtr(mem.url, short.url);
     await crash(process.argv[3]);
+    await listenerTtl(short.url);
   } finally {
     await stopServer(mem);
     await stopServer(short);
