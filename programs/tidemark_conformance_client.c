@@ -273,6 +273,14 @@ static int run_scenario(tidemark_client_t *c, const char *scenario)
             return 1;
         return call_tool(c, "test_reconnection", NULL);
     }
+    if (!strncmp(scenario, "auth/", 5)) {
+        /* Authorization: the first request meets the 401 and is authorized;
+         * a second one (a call) sees whether the token holds, or, when the
+         * server moved to another authorization server, re-authorizes. */
+        if (list_tools(c))
+            return 1;
+        return call_tool(c, "test-tool", NULL);
+    }
     /* initialize, and scenarios this program has no script for. */
     return list_tools(c);
 }
@@ -326,6 +334,20 @@ int main(int argc, char **argv)
     const char *rev = getenv("MCP_CONFORMANCE_PROTOCOL_VERSION");
     cfg.protocol = rev && !strcmp(rev, TIDEMARK_CLIENT_MODERN_VERSION) ? TIDEMARK_PROTOCOL_AUTO
                                                                        : TIDEMARK_PROTOCOL_LEGACY;
+    /* Authorization as the suite's scenarios expect it: a client metadata
+     * document URL (used where the server supports it), the pre-registered
+     * client the runner names in MCP_CONFORMANCE_CONTEXT, and the
+     * authorization server's redirect taken as it comes (its scenarios
+     * approve at once, without a person). */
+    json_t *ctx = getenv("MCP_CONFORMANCE_CONTEXT")
+                      ? json_loads(getenv("MCP_CONFORMANCE_CONTEXT"), 0, NULL)
+                      : NULL;
+    cfg.client_metadata_url = "https://conformance-test.local/client-metadata.json";
+    cfg.client_id = json_string_value(json_object_get(ctx, "client_id"));
+    cfg.client_secret = json_string_value(json_object_get(ctx, "client_secret"));
+    cfg.client_issuer = json_string_value(json_object_get(ctx, "issuer"));
+    cfg.redirect_uri = "http://localhost:3000/callback";
+    cfg.on_authorize = tidemark_authorize_follow;
     json_t *roots = json_pack("[{s:s,s:s}]", "uri", "file:///tmp/tidemark-conformance", "name",
                               "conformance");
     cfg.roots = roots; /* copied: the roots capability is declared */
@@ -333,6 +355,7 @@ int main(int argc, char **argv)
     tidemark_client_t *c = NULL;
     int rc = tidemark_client_new(&cfg, &c);
     json_decref(roots);
+    json_decref(ctx); /* the client copied what it needs */
     if (rc) {
         fprintf(stderr, "%s: %s\n", prog, tidemark_strerror(rc));
         return 1;

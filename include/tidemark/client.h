@@ -109,6 +109,18 @@ typedef int (*tidemark_server_request_fn)(const char *method, json_t *params, js
  * borrowed. */
 typedef void (*tidemark_notification_fn)(json_t *message, void *ud);
 
+/*
+ * The person's part of the authorization code grant: show (or open)
+ * authorization_url, and when the authorization server redirected to
+ * redirect_uri, store that whole URL (with its query: code, state, iss)
+ * into *callback_url (malloc'd; the library frees it) and return 0; a
+ * negative code gives up. Thread: the one whose request met the 401 (never
+ * the I/O thread). tidemark_authorize_follow is one for servers that
+ * redirect at once (tests); tidemark_loopback_wait one for a browser.
+ */
+typedef int (*tidemark_authorize_fn)(const char *authorization_url, const char *redirect_uri,
+                                     char **callback_url, void *ud);
+
 /* What to do when a stream whose event ids are not Tidemark ids (a foreign
  * server: continuity cannot be proven) is cut in the middle of a request.
  * Either way a stream once proven by Tidemark ids is never continued by
@@ -191,6 +203,29 @@ typedef struct tidemark_client_config {
     unsigned max_input_rounds;     /* modern: InputRequiredResult rounds answered per request
                                       before input_rounds_exceeded; default 16 */
     int no_cache;                  /* modern: do not keep cacheable results (ttlMs) in memory */
+    /* Added with authorization (OAuth 2.1, at the end as well). A server
+     * that answers 401 (or 403 insufficient_scope) is authorized against:
+     * its Protected Resource Metadata, its authorization server's metadata
+     * (the issuer checked), a client registration (pre-registered, a Client
+     * ID Metadata Document, or dynamic registration), then a token by the
+     * client credentials grant or the authorization code grant with PKCE,
+     * and the request is sent again with the token. Tokens and
+     * registrations are kept in the state file by issuer. */
+    const char *access_token;      /* a bearer token to send from the start (never logged) */
+    const char *client_id;         /* a pre-registered client; NULL = register */
+    const char *client_secret;     /* ... its secret (NULL: a public client) */
+    const char *client_issuer;     /* the issuer the pre-registered client belongs to (NULL:
+                                      whichever the server names) */
+    const char *client_metadata_url; /* the https URL of this client's metadata document,
+                                      used as client_id where the server supports it */
+    const char *redirect_uri;      /* the authorization code grant's redirect URI (e.g. that
+                                      of tidemark_loopback_open); NULL = no such grant */
+    int client_credentials;        /* get tokens by the client credentials grant (needs
+                                      client_id and client_secret) */
+    tidemark_authorize_fn on_authorize; /* show the authorization URL, OUT the redirect */
+    void *authorize_ud;            /* passed to on_authorize */
+    unsigned max_step_up;          /* re-authorizations for more scope per request (403
+                                      insufficient_scope); default 2 */
 } tidemark_client_config_t;
 
 /* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a
@@ -309,6 +344,28 @@ TIDEMARK_API int tidemark_client_state(tidemark_client_t *c, json_t **state);
  * objects (caller decrefs). */
 TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql,
                                        const char *const *args, size_t nargs, json_t **rows);
+
+/*
+ * Authorization helpers.
+ *
+ * tidemark_authorize_follow: a tidemark_authorize_fn that requests the
+ * authorization URL itself and takes the redirect it answers (Location):
+ * for authorization servers that approve without a person. ud unused.
+ *
+ * A loopback redirect (RFC 8252): tidemark_loopback_open listens on
+ * 127.0.0.1:port (0 = a free port) and writes its redirect URI
+ * (http://127.0.0.1:PORT/callback) into uri; tidemark_loopback_wait waits
+ * at most timeout_ms for the browser's request of it, answers it, and
+ * OUT callback_url (malloc'd): the URL requested. TIDEMARK_ETIMEDOUT.
+ */
+TIDEMARK_API int tidemark_authorize_follow(const char *authorization_url, const char *redirect_uri,
+                                           char **callback_url, void *ud);
+typedef struct tidemark_loopback tidemark_loopback_t;
+TIDEMARK_API int tidemark_loopback_open(int port, tidemark_loopback_t **lb, char *uri,
+                                        size_t size);
+TIDEMARK_API int tidemark_loopback_wait(tidemark_loopback_t *lb, int timeout_ms,
+                                        char **callback_url);
+TIDEMARK_API void tidemark_loopback_close(tidemark_loopback_t *lb);
 
 #ifdef __cplusplus
 }

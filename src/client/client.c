@@ -31,6 +31,7 @@ static void config_defaults(tidemark_client_config_t *c)
     c->timeout_ms = 60000;
     c->protocol = TIDEMARK_PROTOCOL_AUTO;
     c->max_input_rounds = TIDEMARK_CLIENT_MAX_INPUT_ROUNDS;
+    c->max_step_up = 2;
 }
 
 int tidemark_client_config_init_sized(tidemark_client_config_t *cfg, size_t size)
@@ -147,6 +148,8 @@ int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
         rc = keep_copies(c);
     if (!rc)
         rc = open_parts(c, schema);
+    if (!rc)
+        rc = tm_oauth_new(c);
     if (rc) {
         tidemark_client_free(c);
         return rc;
@@ -169,6 +172,7 @@ void tidemark_client_free(tidemark_client_t *c)
     }
     tm_pool_free(c->workers);
     tm_hc_free(c->hc);
+    tm_oauth_free(c);
     tm_cstate_close(c->st);
     tm_map_free(c->pending);
     json_decref(c->caps);

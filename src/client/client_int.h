@@ -95,6 +95,7 @@ typedef struct xio {
     int rc;           /* ... its result and final status */
     long end_status;
     char error[160];  /* ... and what went wrong, for people */
+    char *www_auth;   /* the answer's WWW-Authenticate (a 401 or 403) */
 } xio;
 
 typedef struct rq {
@@ -151,6 +152,11 @@ typedef struct rq {
     uint64_t durable;
     held *held_head, *held_tail;
     size_t held_bytes;
+    /* Authorization: the exchange was answered 401/403 (auth_status) with
+     * this challenge; authorizations done for this request so far. */
+    long auth_status;
+    char *auth_challenge;
+    unsigned auth_tries, auth_step_ups;
 } rq;
 
 struct tidemark_client {
@@ -179,6 +185,8 @@ struct tidemark_client {
     json_t *tool_headers;    /* modern: tool name -> [[path..., header], ...], or false when
                                 its x-mcp-header annotations are invalid (c->mu) */
     json_t *cache;           /* modern: cache key -> {until, result} (c->mu) */
+    char *auth_token;        /* the bearer token sent (c->mu); never logged */
+    struct tm_oauth *oauth;  /* authorization (oauth.c) */
 };
 
 /* request.c */
@@ -286,6 +294,14 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
 /* The answer to a server request (ping, roots/list, on_request). OUT result. */
 int tm_answer_server_request(tidemark_client_t *c, const char *method, json_t *params,
                              json_t **result);
+
+/* oauth.c: authorization */
+TM_MUST_CHECK int tm_oauth_new(tidemark_client_t *c);
+void tm_oauth_free(tidemark_client_t *c);
+/* r was answered 401/403: authorize (on r's driver). 0 when r should be
+ * sent again with the new token; otherwise r keeps its refusal (its
+ * result replaced by a typed error saying why authorization failed). */
+int tm_oauth_challenge(tidemark_client_t *c, rq *r);
 
 /* session.c */
 /* Initialize a new session (forgetting the old one's state). */

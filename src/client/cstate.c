@@ -4,8 +4,10 @@
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +23,21 @@ static const char *const schema_sql =
     "CREATE INDEX IF NOT EXISTS tmc_dispatch_stream ON tmc_dispatch(stream, seq);"
     "CREATE TABLE IF NOT EXISTS tmc_outstanding(request_id INTEGER PRIMARY KEY, method TEXT,"
     " params TEXT, sent_ms INTEGER, stream TEXT, idem_key TEXT);"
+    "CREATE TABLE IF NOT EXISTS tmc_kv(kind TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL,"
+    " PRIMARY KEY(kind, k)) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO tmc_meta(k, v) VALUES('next_request_id', 1);";
+
+/* The state holds tokens and client secrets: only its owner reads it. */
+static void owner_only(const char *path)
+{
+    static const char *const sfx[] = {"", "-wal", "-shm"};
+    char p[4096];
+    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+        snprintf(p, sizeof p, "%s%s", path, sfx[i]);
+        if (chmod(p, 0600) != 0 && i == 0)
+            TM_WARN("client state %s: cannot make it owner-only: %s", path, strerror(errno));
+    }
+}
 
 struct tm_cstate {
     sqlite3 *db;
@@ -39,6 +55,8 @@ int tm_cstate_open(const char *path, const char *schema, tm_cstate **out)
     }
     int rc = sqlite3_open_v2(path ? path : ":memory:", &st->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (rc == SQLITE_OK && path && strcmp(path, ":memory:") != 0)
+        owner_only(path);
     if (rc == SQLITE_OK)
         rc = sqlite3_busy_timeout(st->db, 10000);
     if (rc == SQLITE_OK)
@@ -389,4 +407,37 @@ int tm_cstate_dump(tm_cstate *st, json_t **out)
     }
     *out = o;
     return 0;
+}
+
+int tm_cstate_kv_get(tm_cstate *st, const char *kind, const char *key, char **value)
+{
+    *value = NULL;
+    pthread_mutex_lock(&st->mu);
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, "SELECT v FROM tmc_kv WHERE kind = ?1 AND k = ?2", -1, &s,
+                                NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(s, 1, kind, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(s, 2, key, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW && !(*value = col_dup(s, 0)))
+            rc = SQLITE_NOMEM;
+        else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    return tm_sqlite_err(rc);
+}
+
+int tm_cstate_kv_set(tm_cstate *st, const char *kind, const char *key, const char *value)
+{
+    if (!value) {
+        const char *args[] = {kind, key};
+        return exec1(st, "DELETE FROM tmc_kv WHERE kind = ?1 AND k = ?2", args, 2);
+    }
+    const char *args[] = {kind, key, value};
+    return exec1(st, "INSERT OR REPLACE INTO tmc_kv(kind, k, v) VALUES(?1, ?2, ?3)", args, 3);
 }

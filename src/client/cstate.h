@@ -90,5 +90,10 @@ int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows);
  * cursors: [{stream, event_id, seq}], dispatch: [{event_id, stream, seq,
  * state}], outstanding: [...]}. */
 int tm_cstate_dump(tm_cstate *st, json_t **out);
+/* Small records by kind and key (authorization: registrations and tokens
+ * by issuer). get: OUT value (malloc'd) or NULL when absent; set: NULL
+ * value deletes. */
+int tm_cstate_kv_get(tm_cstate *st, const char *kind, const char *key, char **value);
+int tm_cstate_kv_set(tm_cstate *st, const char *kind, const char *key, const char *value);
 
 #endif

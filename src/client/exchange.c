@@ -70,6 +70,19 @@ static int x_data(void *ud, const char *buf, size_t len)
     return rc;
 }
 
+static void x_header_line(void *ud, const char *line, size_t len)
+{
+    static const char name[] = "www-authenticate:";
+    rq *r = ud;
+    if (len <= sizeof name - 1 || strncasecmp(line, name, sizeof name - 1) != 0)
+        return;
+    tidemark_client_t *c = r->c;
+    pthread_mutex_lock(&c->mu);
+    if (!r->io.www_auth) /* the first challenge is the one read */
+        r->io.www_auth = strndup(line + sizeof name - 1, len - (sizeof name - 1));
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void x_done(void *ud, int rc, long status, const char *error)
 {
     rq *r = ud;
@@ -88,7 +101,7 @@ static void x_done(void *ud, int rc, long status, const char *error)
     pthread_mutex_unlock(&c->mu);
 }
 
-static const tm_hx_cb rq_callbacks = {x_sent, x_headers, x_data, x_done};
+static const tm_hx_cb rq_callbacks = {x_sent, x_headers, x_data, x_done, x_header_line};
 
 /* ---- starting and ending exchanges (on the driver) -------------------------------------- */
 
@@ -120,6 +133,14 @@ static int make_headers(tidemark_client_t *c, rq *r, const char *accept, const c
         rc |= tm_hdrs_add(h, line);
     if (pv[0])
         rc |= tm_hdrs_add(h, pv);
+    pthread_mutex_lock(&c->mu);
+    char *auth = NULL;
+    if (c->auth_token && asprintf(&auth, "Authorization: Bearer %s", c->auth_token) < 0)
+        auth = NULL, rc |= TIDEMARK_ENOMEM;
+    pthread_mutex_unlock(&c->mu);
+    if (auth)
+        rc |= tm_hdrs_add(h, auth);
+    free(auth);
     if (last_id && !modern) {
         snprintf(line, sizeof line, "Last-Event-ID: %s", last_id);
         rc |= tm_hdrs_add(h, line);
@@ -146,7 +167,10 @@ static void exchange_reset(tidemark_client_t *c, rq *r, int is_get)
     r->io.status = r->io.end_status = 0;
     r->io.sse = r->io.rc = 0;
     r->io.error[0] = '\0';
+    free(r->io.www_auth);
+    r->io.www_auth = NULL;
     pthread_mutex_unlock(&c->mu);
+    r->auth_status = 0;
 }
 
 /* Start r's exchange; r->x is set before any callback can clear it. */
@@ -475,6 +499,16 @@ static void exchange_over(tidemark_client_t *c, rq *r, const xtake *t)
     pthread_mutex_unlock(&c->mu);
     if (done)
         return;
+    if ((status == 401 || status == 403) && !r->sse) {
+        pthread_mutex_lock(&c->mu); /* authorization is for the driver to attempt */
+        free(r->auth_challenge);
+        r->auth_challenge = r->io.www_auth;
+        r->io.www_auth = NULL;
+        pthread_mutex_unlock(&c->mu);
+        r->auth_status = status;
+        x_http_error(c, r, status);
+        return;
+    }
     if (status == 404 && !r->sse && r->modern && r->body.len) {
         x_http_error(c, r, status); /* a modern server's -32601: the method, not the URL */
         return;

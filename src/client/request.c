@@ -77,6 +77,8 @@ void tm_rq_free(rq *r)
     tm_buf_free(&r->chunk);
     tm_buf_free(&r->io.in);
     tm_sse_parser_free(r->parser);
+    free(r->io.www_auth);
+    free(r->auth_challenge);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -196,7 +198,10 @@ int tm_drive(tidemark_client_t *c, rq *r, int64_t deadline)
         pthread_mutex_unlock(&c->mu);
         if (done) {
             tm_end_exchange(c, r);
-            return r->rc;
+            if (!r->auth_status || tm_oauth_challenge(c, r) != 0)
+                return r->rc;
+            deadline = tm_now_ms() + c->cfg.timeout_ms; /* sent again with the new token */
+            continue;
         }
         if (cut)
             tm_reconnect(c, r, deadline);

@@ -96,6 +96,12 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     tm_hx *x = ud;
     size_t len = sz * n;
     static const char name[] = "mcp-session-id:";
+    if (x->cb.on_header_line && len > 2 && memchr(p, ':', len)) {
+        size_t l = len;
+        while (l && (p[l - 1] == '\r' || p[l - 1] == '\n'))
+            l--;
+        x->cb.on_header_line(x->ud, p, l);
+    }
     if (len > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0) {
         const char *v = p + sizeof name - 1;
         size_t vl = len - (sizeof name - 1);

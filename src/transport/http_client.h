@@ -29,6 +29,10 @@ typedef struct tm_hx_cb {
      * error: what went wrong, for people ("Connection refused", "Could not
      * resolve host: x"), or NULL when rc is 0; valid during the call. */
     void (*on_done)(void *ud, int rc, long status, const char *error);
+    /* Each response header line as received, "Name: value" without the
+     * line end (may be NULL): for headers the transport does not read
+     * itself (WWW-Authenticate, Location). Before on_headers. */
+    void (*on_header_line)(void *ud, const char *line, size_t len);
 } tm_hx_cb;
 
 /* on_data's answer for "not now": the transfer is paused. */
