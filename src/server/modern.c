@@ -389,6 +389,41 @@ static void wait_reissue(void *arg)
     free(w);
 }
 
+/* Answer r with the result of the request (sid, key) once it completes. */
+static void wait_for(tidemark_server_t *srv, tm_http_req *r, const char *sid, const char *key,
+                     json_t *id)
+{
+    reissue *w = calloc(1, sizeof *w);
+    if (w) {
+        w->srv = srv;
+        w->r = r;
+        snprintf(w->sid, sizeof w->sid, "%s", sid);
+        snprintf(w->key, sizeof w->key, "%s", key);
+        w->id = json_incref(id);
+    }
+    if (!w || tm_pool_submit(srv->pool, wait_reissue, w) != 0) {
+        if (w)
+            json_decref(w->id);
+        free(w);
+        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    }
+}
+
+void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+                            const tm_msg *m, int ephemeral, int rc)
+{
+    char key[TM_REQ_KEY_MAX];
+    if (rc == TIDEMARK_EEXIST && !ephemeral && tm_request_key(m, key) == 0) {
+        TM_DEBUG("session %s: its key's first request began elsewhere: waiting for it", sess->id);
+        wait_for(srv, r, sess->id, key, m->id);
+    } else {
+        tm_reply_store_error(r, rc);
+    }
+    if (ephemeral)
+        tm_modern_doom(srv, sess->id);
+    release(srv, sess);
+}
+
 /* A request under this key exists: answer from it. 1 when answered. */
 static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid, const tm_msg *m)
 {
@@ -414,21 +449,7 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
         return 1;
     }
     tm_request_rec_clear(&rec);
-    reissue *w = calloc(1, sizeof *w);
-    if (w) {
-        w->srv = srv;
-        w->r = r;
-        snprintf(w->sid, sizeof w->sid, "%s", sid);
-        memcpy(w->key, key, sizeof key);
-        w->id = json_incref(m->id);
-    }
-    if (!w || tm_pool_submit(srv->pool, wait_reissue, w) != 0) {
-        if (w)
-            json_decref(w->id);
-        free(w);
-        tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
-        return 1;
-    }
+    wait_for(srv, r, sid, key, m->id);
     return 1;
 }
 

@@ -323,9 +323,15 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, post_msgs *pm)
         tm_request_rec rec = {.session = j->sess->id, .key = key,
                               .tool = (char *)(tool ? tool : ""), .stream = j->stream,
                               .message = message};
-        rc = message ? tm_store_request_begin(srv->store, &rec, 0) : TIDEMARK_ENOMEM;
+        /* A keyed modern call waits for its record: only then does a store
+         * shared by several nodes say whether the key's first request began
+         * elsewhere (EEXIST), before anything runs. */
+        rc = message ? tm_store_request_begin(srv->store, &rec, j->modern && !j->ephemeral)
+                     : TIDEMARK_ENOMEM;
         free(message);
-        if (rc && rc != TIDEMARK_EEXIST) /* EEXIST: a racing duplicate (memory store) */
+        /* EEXIST: a racing duplicate (memory store); a modern keyed call's
+         * first run on another node, which its caller waits for instead. */
+        if (rc && (rc != TIDEMARK_EEXIST || j->modern))
             return rc;
     }
     return 0;
@@ -333,8 +339,9 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, post_msgs *pm)
 
 /* A POST with calls is answered with the stream they write to: opened,
  * its records begun, its priming event queued, then attached. On failure
- * the POST is answered with the error and the job answers nothing. */
-static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
+ * the POST is answered with the error and the job answers nothing (a
+ * modern one: the caller answers, and nothing runs). */
+static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     tm_sess *sess = j->sess;
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
@@ -344,9 +351,10 @@ static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, 
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
                              .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
-    if (rc == 0 && j->modern) {
-        j->lazy = r; /* answered as JSON, or attached by the call's first notification */
-        return;
+    if (j->modern) {
+        if (rc == 0)
+            j->lazy = r; /* answered as JSON, or attached by the call's first notification */
+        return rc;
     }
     if (rc == 0) {
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
@@ -357,6 +365,7 @@ static void open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, 
         j->sse = 0;
         j->req = NULL;
     }
+    return 0;
 }
 
 static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uint64_t mark)
@@ -436,8 +445,11 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
     j->modern = (flags & TM_POST_MODERN) != 0;
     j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
     uint64_t mark = tm_store_mark(srv->store);
-    if (j->sse)
-        open_call_stream(srv, j, r, pm);
+    int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
+    if (rc) { /* modern: nothing runs unrecorded */
+        tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], j->ephemeral, rc);
+        return tm_job_free(j);
+    }
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */
 }
 

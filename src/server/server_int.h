@@ -248,6 +248,11 @@ void tm_modern_attach(tm_job *j);
 /* modern.c: a modern call's job ended before it was attached: answer the
  * POST with resp (borrowed) once durable, delete an ephemeral session. */
 void tm_modern_answer(tm_job *j, const json_t *resp);
+/* modern.c: a modern call's stream or record could not be begun (rc):
+ * TIDEMARK_EEXIST (its key's first request began on another node) waits
+ * for that one's result, else the store error; nothing runs. */
+void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+                            const tm_msg *m, int ephemeral, int rc);
 /* modern.c: delete the store session id a little later (its last commit's
  * bookkeeping done first); tm_modern_reap deletes those due (all: every
  * one, at stop), from the recoverer thread. */

@@ -193,6 +193,21 @@ async function keys(url, url2) {
   const f = await first;
   t.check("a re-issue while the first runs waits for its result", again.msg?.id === 9002 &&
     JSON.stringify(again.msg?.result?.content) === JSON.stringify(f.msg?.result?.content), JSON.stringify(again.msg));
+  // The same key's first request sent to both nodes at once, three times:
+  // whichever begins its record first runs, the other waits for it.
+  for (let i = 0; i < 3; i++) {
+    const kk = `both-${i}-` + Math.random();
+    const mk = { "dev.tidemark/idempotency-key": kk };
+    const [x, y] = await Promise.all([
+      call(url, "ledger_append", { entry: kk, delay_ms: 300 }, { meta: mk, id: 9100 + i }),
+      call(url2, "ledger_append", { entry: kk, delay_ms: 300 }, { meta: mk, id: 9200 + i })]);
+    const rows = await call(url, "ledger_read", { entry: kk });
+    t.check(`key sent to both nodes at once (${i}): both answered alike, one ledger row`,
+      x.msg?.id === 9100 + i && y.msg?.id === 9200 + i &&
+      JSON.stringify(x.msg?.result?.content) === JSON.stringify(y.msg?.result?.content) &&
+      rows.msg?.result?.structuredContent?.count === 1,
+      `${JSON.stringify(x.msg)} / ${JSON.stringify(y.msg)} / ${JSON.stringify(rows.msg?.result?.structuredContent)}`);
+  }
   for (const [what, entry] of [["replayed key", k], ["re-issued while running", k2]]) {
     const rows = await call(url, "ledger_read", { entry });
     t.check(`${what}: exactly one ledger row`, rows.msg?.result?.structuredContent?.count === 1, JSON.stringify(rows.msg?.result));
