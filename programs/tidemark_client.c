@@ -63,6 +63,10 @@ static void usage(FILE *f)
             "                             --state)\n"
             "  state                      print the state file: session, cursors, dispatch log,\n"
             "                             outstanding requests (needs --state)\n"
+            "  login                      (also: login URL) authorize as a person: prints the\n"
+            "                             authorization URL, takes the browser's redirect on\n"
+            "                             a loopback port, exchanges the code (PKCE) and lists\n"
+            "                             the tools; with --state the token is kept there\n"
             "\n"
             "Options:\n"
             "  --state FILE               durable client state (session, cursors, dispatch log,\n"
@@ -99,6 +103,16 @@ static void usage(FILE *f)
             "  --max-held-bytes BYTES     events of an emit-early server held back until\n"
             "                             announced durable, at most BYTES (default 8388608);\n"
             "                             past it the stream is refused (held_back_overflow)\n"
+            "  --token TOKEN              a bearer token to send (also $TIDEMARK_TOKEN); never\n"
+            "                             logged\n"
+            "  --client-id ID             a pre-registered OAuth client (else the client uses a\n"
+            "                             metadata document or registers itself)\n"
+            "  --client-secret-file FILE  its secret; outside login: tokens by the client\n"
+            "                             credentials grant\n"
+            "  --client-issuer URL        the authorization server the client id belongs to\n"
+            "  --client-metadata-url URL  this client's metadata document (its URL is the\n"
+            "                             client id where the server supports that)\n"
+            "  --redirect-port PORT       login: the loopback redirect port (default: a free one)\n"
             "  --quiet                    no progress on stderr\n"
             "  --version                  print the version and exit\n"
             "  --help                     this text\n"
@@ -341,10 +355,15 @@ static void client_publish(tidemark_client_t *c)
 typedef struct cli_opts {
     const char *state, *args_json, *idem_key;
     int record, no_key;
+    /* authorization */
+    const char *token, *client_id, *secret_file, *client_issuer, *metadata_url;
+    int redirect_port;
+    char *secret;
 } cli_opts;
 
 enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION, O_PROTOCOL, O_NO_KEY,
-       O_LOG_LEVEL, O_ELICIT };
+       O_LOG_LEVEL, O_ELICIT, O_TOKEN, O_CLIENT_ID, O_SECRET_FILE, O_CLIENT_ISSUER, O_CIMD,
+       O_REDIRECT_PORT };
 
 static int parse_protocol(const char *v, tidemark_client_config_t *cfg)
 {
@@ -421,6 +440,11 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         {"max-held-bytes", required_argument, 0, O_HELD}, {"version", no_argument, 0, O_VERSION},
         {"protocol", required_argument, 0, O_PROTOCOL}, {"no-idempotency-key", no_argument, 0, O_NO_KEY},
         {"log-level", required_argument, 0, O_LOG_LEVEL}, {"elicit", required_argument, 0, O_ELICIT},
+        {"token", required_argument, 0, O_TOKEN}, {"client-id", required_argument, 0, O_CLIENT_ID},
+        {"client-secret-file", required_argument, 0, O_SECRET_FILE},
+        {"client-issuer", required_argument, 0, O_CLIENT_ISSUER},
+        {"client-metadata-url", required_argument, 0, O_CIMD},
+        {"redirect-port", required_argument, 0, O_REDIRECT_PORT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c, code;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -445,6 +469,18 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
             break;
         case O_TIMEOUT: case O_RETRY_MIN: case O_RETRY_MAX: case O_HELD:
             if ((code = number_option(c, optarg, cfg)) >= 0) return code;
+            break;
+        case O_TOKEN: o->token = optarg; break;
+        case O_CLIENT_ID: o->client_id = optarg; break;
+        case O_SECRET_FILE: o->secret_file = optarg; break;
+        case O_CLIENT_ISSUER: o->client_issuer = optarg; break;
+        case O_CIMD: o->metadata_url = optarg; break;
+        case O_REDIRECT_PORT:
+            o->redirect_port = atoi(optarg);
+            if (o->redirect_port <= 0 || o->redirect_port > 65535) {
+                fprintf(stderr, PROG ": --redirect-port needs a port (1-65535)\n");
+                return 2;
+            }
             break;
         case O_VERSION: printf(PROG " %s\n", tidemark_version(NULL)); return 0;
         case 'h': usage(stdout); return 0;
@@ -477,7 +513,8 @@ static const command commands[] = {
     {"listen", 0, -1, 0, 0, "[--tools] [--resources] [--prompts] [--resource URI]... [SECONDS]"},
     {"resume", 0, 0, 1, 0, ""},
     {"end", 0, 0, 0, 0, ""},            {"effects", 0, 0, 1, 1, ""},
-    {"state", 0, 0, 1, 1, ""},          {NULL, 0, 0, 0, 0, NULL}};
+    {"state", 0, 0, 1, 1, ""},          {"login", 0, 0, 0, 0, ""},
+    {NULL, 0, 0, 0, 0, NULL}};
 
 /* listen's arguments: the filter (NULL: the default one) and the seconds
  * (0: until stopped). Nonzero after a message. */
@@ -526,7 +563,8 @@ static const command *command_check(const char *cmd, char **rest, int nrest, con
         k++;
     if (!k->name) {
         fprintf(stderr, PROG ": unknown command '%s' (commands: tools, call, resources, read, "
-                        "prompts, prompt, listen, resume, end, effects, state; see --help)\n", cmd);
+                        "prompts, prompt, listen, resume, end, effects, state, login; see --help)\n",
+                cmd);
         return NULL;
     }
     if (nrest < k->min_args || (k->max_args >= 0 && nrest > k->max_args)) {
@@ -739,6 +777,11 @@ static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int n
         return cmd_resume(c, res);
     if (!strcmp(cmd, "end"))
         return cmd_end(c);
+    if (!strcmp(cmd, "login")) {
+        /* connect met the 401 and logged in: the tools say the token works */
+        fprintf(stderr, PROG ": logged in\n");
+        return cmd_tools(c, res);
+    }
     return cmd_state(c, cmd, res);
 }
 
@@ -772,6 +815,73 @@ static void config_from(tidemark_client_config_t *cfg, const char *url, const cl
         cfg->schema = "CREATE TABLE IF NOT EXISTS effects(n INTEGER PRIMARY KEY, event_id TEXT, "
                       "stream TEXT, seq INTEGER, body TEXT)";
     }
+}
+
+/* ---- authorization ----------------------------------------------------------------------- */
+
+static tidemark_loopback_t *loopback;
+
+/* login: the authorization URL for the person, then the browser's
+ * redirect to our loopback port. */
+static int ask_person(const char *url, const char *redirect_uri, char **callback_url, void *ud)
+{
+    (void)redirect_uri;
+    int timeout_ms = *(int *)ud;
+    fprintf(stderr, PROG ": open this URL in a browser to authorize:\n%s\n", url);
+    fflush(stderr);
+    int rc = tidemark_loopback_wait(loopback, timeout_ms, callback_url);
+    if (rc)
+        fprintf(stderr, PROG ": no authorization arrived at the redirect (%s)\n",
+                tidemark_strerror(rc));
+    return rc;
+}
+
+/* The secret, from its file (one line; a trailing newline dropped). */
+static int read_secret(cli_opts *o)
+{
+    FILE *f = fopen(o->secret_file, "r");
+    if (!f) {
+        fprintf(stderr, PROG ": --client-secret-file %s: %s\n", o->secret_file, strerror(errno));
+        return 2;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    o->secret = strdup(buf);
+    memset(buf, 0, sizeof buf);
+    return o->secret ? -1 : 3;
+}
+
+/* The authorization settings of cfg. Returns -1 to go on, else the exit code. */
+static int auth_config(tidemark_client_config_t *cfg, cli_opts *o, int login, int *timeout_ms,
+                       char *redirect, size_t rsize)
+{
+    const char *env = getenv("TIDEMARK_TOKEN");
+    cfg->access_token = o->token ? o->token : env && *env ? env : NULL;
+    cfg->client_id = o->client_id;
+    cfg->client_issuer = o->client_issuer;
+    cfg->client_metadata_url = o->metadata_url;
+    int code = o->secret_file ? read_secret(o) : -1;
+    if (code >= 0)
+        return code;
+    cfg->client_secret = o->secret;
+    /* Non-interactive with a confidential client: client credentials. */
+    cfg->client_credentials = !login && o->client_id && o->secret;
+    if (!login)
+        return -1;
+    int rc = tidemark_loopback_open(o->redirect_port, &loopback, redirect, rsize);
+    if (rc) {
+        fprintf(stderr, PROG ": cannot listen for the redirect on 127.0.0.1:%d: %s\n",
+                o->redirect_port, tidemark_strerror(rc));
+        return 3;
+    }
+    *timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 60000;
+    cfg->redirect_uri = redirect;
+    cfg->on_authorize = ask_person;
+    cfg->authorize_ud = timeout_ms;
+    return -1;
 }
 
 /* Connect, run the command, end a session no state file keeps. */
@@ -812,6 +922,10 @@ int main(int argc, char **argv)
     if (code >= 0)
         return code;
     const char *url = argv[optind], *cmd = argv[optind + 1];
+    if (!strcmp(url, "login")) { /* tidemark-client [options] login URL */
+        url = argv[optind + 1];
+        cmd = "login";
+    }
     char **rest = argv + optind + 2;
     int nrest = argc - optind - 2;
     const command *k = command_check(cmd, rest, nrest, &o);
@@ -820,6 +934,13 @@ int main(int argc, char **argv)
         return 2;
     progress_tty = isatty(STDERR_FILENO);
     config_from(&cfg, url, &o);
+    int person_timeout = 0;
+    char redirect[128];
+    code = auth_config(&cfg, &o, !strcmp(cmd, "login"), &person_timeout, redirect, sizeof redirect);
+    if (code >= 0) {
+        json_decref(args);
+        return code;
+    }
     if (signals_start() != 0) {
         fprintf(stderr, PROG ": cannot set up signal handling\n");
         json_decref(args);
@@ -837,5 +958,10 @@ int main(int argc, char **argv)
     client_publish(NULL);
     json_decref(args);
     tidemark_client_free(c);
+    tidemark_loopback_close(loopback);
+    if (o.secret) {
+        memset(o.secret, 0, strlen(o.secret));
+        free(o.secret);
+    }
     return code;
 }

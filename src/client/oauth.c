@@ -312,10 +312,16 @@ static int register_dynamic(flow *f, json_t **reg)
                            ? "none"
                            : auth_method(f->as, 1);
     int cc = f->c->cfg.client_credentials;
-    json_t *body = json_pack("{s:s,s:s,s:s,s:[s],s:[s,s]}", "client_name", f->c->name,
+    /* refresh_token only where the server has that grant (or does not say) */
+    int refresh = !json_is_array(json_object_get(f->as, "grant_types_supported")) ||
+                  as_lists(f->as, "grant_types_supported", "refresh_token");
+    json_t *body = json_pack("{s:s,s:s,s:s,s:[s],s:[s]}", "client_name", f->c->name,
                              "token_endpoint_auth_method", want, "application_type", "native",
                              "response_types", "code", "grant_types",
-                             cc ? "client_credentials" : "authorization_code", "refresh_token");
+                             cc ? "client_credentials" : "authorization_code");
+    if (body && refresh &&
+        json_array_append_new(json_object_get(body, "grant_types"), json_string("refresh_token")))
+        TM_WARN("client: registering without refresh_token (out of memory)");
     if (body && f->o->redirect_uri)
         (void)json_object_set_new(body, "redirect_uris", json_pack("[s]", f->o->redirect_uri));
     char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -640,6 +646,22 @@ static int obtain(flow *f, const char *sent)
     return rc;
 }
 
+/* Whether a token can be had at all before registering for one: a token
+ * held (not the one refused), a refresh token, client credentials, or a
+ * way to ask a person. */
+static int can_obtain(flow *f, const char *sent)
+{
+    json_t *held = json_object_get(f->o->tokens, f->issuer);
+    const char *tok = json_string_value(json_object_get(held, "access_token"));
+    if ((tok && (!sent || strcmp(tok, sent) != 0)) || json_object_get(held, "refresh_token") ||
+        f->c->cfg.client_credentials || (f->c->cfg.on_authorize && f->o->redirect_uri))
+        return 0;
+    flow_fail(f, "login_required", "%s", "the server needs a person's authorization and the "
+                                        "client has no way to ask for it (log in first, or give "
+                                        "a token, or client credentials)");
+    return TIDEMARK_ENOTSUP;
+}
+
 /* r keeps its refusal, now saying why authorization did not help. */
 static void refuse(flow *f, int rc)
 {
@@ -704,6 +726,8 @@ int tm_oauth_challenge(tidemark_client_t *c, rq *r)
         rc = discover_as(&f);
     if (!rc)
         saved_load(&f);
+    if (!rc)
+        rc = can_obtain(&f, sent);
     if (!rc)
         rc = choose_client(&f);
     if (!rc)

@@ -20,3 +20,9 @@ if(NODE_EXECUTABLE)
                          LABELS "client;conformance;auth")
   endforeach()
 endif()
+if(NODE_EXECUTABLE)
+  add_test(NAME client_auth_oidc
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/client_auth_oidc.mjs
+            $<TARGET_FILE:tidemark-client>)
+  set_tests_properties(client_auth_oidc PROPERTIES TIMEOUT 60 LABELS "client;auth")
+endif()
