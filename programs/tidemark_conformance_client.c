@@ -21,6 +21,14 @@
  *                                       the call's stream after a priming event with
  *                                       retry: 500, the library resumes with GET +
  *                                       Last-Event-ID after exactly that delay
+ *   auth/...                            connect, list tools, call test-tool: the first
+ *                                       request meets the 401 and the library authorizes
+ *                                       (the runner's MCP_CONFORMANCE_CONTEXT names a
+ *                                       pre-registered client where there is one; the
+ *                                       authorization server's redirect is taken as it
+ *                                       comes: tidemark_authorize_follow); the call sees
+ *                                       the token hold, or re-authorizes after a change
+ *                                       of authorization server
  *   anything else                       connect and list tools
  *
  * Under MCP_CONFORMANCE_PROTOCOL_VERSION=2026-07-28 the client starts in
