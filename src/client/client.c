@@ -331,13 +331,20 @@ static int send_delete(tidemark_client_t *c, const char *sid, long *status)
     int with_version = c->proto != NULL;
     if (with_version)
         snprintf(ph, sizeof ph, "MCP-Protocol-Version: %s", c->proto);
+    char *auth = NULL; /* the bearer token, as on every request */
+    if (c->auth_token && asprintf(&auth, "Authorization: Bearer %s", c->auth_token) < 0)
+        auth = NULL;
     pthread_mutex_unlock(&c->mu);
     const char *h[] = {"Accept: application/json, text/event-stream", sh,
-                       with_version ? ph : NULL, NULL};
+                       with_version ? ph : auth, with_version ? auth : NULL, NULL};
     tm_hx_req req = {.method = "DELETE", .url = c->url, .headers = h, .timeout_ms = c->cfg.timeout_ms};
     del_ctx d = {0, 0, c};
     static const tm_hx_cb cb = {.on_done = d_done};
     int rc = tm_hc_start(c->hc, &req, &cb, &d, NULL);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
     if (rc)
         return rc;
     pthread_mutex_lock(&c->mu);

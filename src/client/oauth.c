@@ -64,6 +64,8 @@ static void flow_fail(flow *f, const char *step, const char *fmt, const char *ar
 
 static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 
+static int saved_token_for_url(tidemark_client_t *c);
+
 int tm_oauth_new(tidemark_client_t *c)
 {
     tm_oauth *o = calloc(1, sizeof *o);
@@ -91,7 +93,7 @@ int tm_oauth_new(tidemark_client_t *c)
         return TIDEMARK_ENOMEM;
     c->cfg.client_secret = NULL; /* only the copy is kept */
     c->cfg.access_token = NULL;
-    return 0;
+    return c->auth_token ? 0 : saved_token_for_url(c);
 }
 
 void tm_oauth_free(tidemark_client_t *c)
@@ -151,6 +153,26 @@ static void saved_put(flow *f, const char *kind, json_t *v)
     if (rc)
         TM_WARN("client: %s for %s cannot be saved in the client state (%s)", kind, f->issuer,
                 tidemark_strerror(rc));
+}
+
+/* The token the state file holds for this server's URL (through the
+ * issuer it was last authorized by), sent from the first request on. */
+static int saved_token_for_url(tidemark_client_t *c)
+{
+    char *iss = NULL, *tok = NULL;
+    if (tm_cstate_kv_get(c->st, "oauth.resource", c->url, &iss) != 0 || !iss)
+        return 0;
+    if (tm_cstate_kv_get(c->st, "oauth.token", iss, &tok) == 0 && tok) {
+        json_t *v = json_loads(tok, 0, NULL);
+        const char *at = json_string_value(json_object_get(v, "access_token"));
+        if (at && !(c->auth_token = strdup(at)))
+            TM_WARN("client: the saved token cannot be kept in memory");
+        json_decref(v);
+        memset(tok, 0, strlen(tok));
+        free(tok);
+    }
+    c->oauth->issuer = iss;
+    return 0;
 }
 
 /* ---- discovery -------------------------------------------------------------------------- */
@@ -620,6 +642,10 @@ static int use_token(flow *f)
     free(old);
     free(f->o->issuer);
     f->o->issuer = iss;
+    int rc = f->c->st ? tm_cstate_kv_set(f->c->st, "oauth.resource", f->c->url, f->issuer) : 0;
+    if (rc)
+        TM_WARN("client: which issuer authorizes %s cannot be saved (%s)", f->c->url,
+                tidemark_strerror(rc));
     return 0;
 }
 

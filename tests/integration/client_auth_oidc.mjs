@@ -82,6 +82,7 @@ const jwks = jose.createRemoteJWKSet(new URL(`${issuer}/jwks`));
 
 // ---- the protected MCP server (stateless, JSON answers) ---------------------------------
 const seenTokens = new Set();
+const refused = { n: 0 };
 function mcpServer(port, verify, asUrl) {
   const prm = `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`;
   const server = createServer(async (req, res) => {
@@ -102,7 +103,7 @@ function mcpServer(port, verify, asUrl) {
       seenTokens.add(auth.slice(7));
       who = await verify(auth.slice(7)).catch(() => null);
     }
-    if (!who)
+    if (!who && ++refused.n)
       return send(401, { error: "invalid_token" },
                   { "www-authenticate": `Bearer resource_metadata="${prm}", scope="mcp:tools"` });
     const msg = JSON.parse(raw);
@@ -224,7 +225,10 @@ try {
   check(/whoami/.test(l.out), "login lists the protected server's tools", l.out);
 
   // 2. the token from the state file: a call with no login.
+  const refusedBefore = refused.n;
   const c2 = await run([...base, resource, "call", "whoami"]);
+  check(refused.n === refusedBefore, "... sent from its first request (no 401 met)",
+        `${refused.n - refusedBefore} refused`);
   check(c2.code === 0 && /you are alice/.test(c2.out), "a later run calls a tool with the kept token",
         `exit ${c2.code}; ${c2.out} ${c2.err}`);
   check((statSync(state).mode & 0o777) === 0o600, "the state file is owner-only (0600)",
