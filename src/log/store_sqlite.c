@@ -105,6 +105,8 @@ typedef struct sstream {
     int pending;         /* queued ops pointing at it: it is never freed while > 0 */
     struct sstream *lru_prev, *lru_next; /* idle closed streams, oldest first */
     int in_lru;
+    int doomed;          /* its session's delete is queued: never back into the LRU (the
+                            delete's op frees it) */
     /* writer-side, per batch */
     int touched;
     uint64_t batch_head;
@@ -277,7 +279,7 @@ static void sstream_free(sstream *s);
  * reloads it from tm_streams. Caller holds c_mu. */
 static void lru_note(sqstore *q, sstream *s)
 {
-    if (!s->durable || !s->closed || s->pending > 0 || s->touched) {
+    if (s->doomed || !s->durable || !s->closed || s->pending > 0 || s->touched) {
         lru_unlink(q, s);
         return;
     }
@@ -1367,6 +1369,7 @@ static void doom_session_streams(sqstore *q, const char *id, op *o)
     tm_map_each(q->streams, collect_doomed, &d);
     for (size_t i = 0; i < d.n; i++) {
         lru_unlink(q, d.v[i]);
+        d.v[i]->doomed = 1; /* a batch still settling its appends must not relink it */
         tm_map_del(q->streams, d.v[i]->key);
     }
     o->doomed = d.v;

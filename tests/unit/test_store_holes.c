@@ -549,6 +549,36 @@ static void test_cache_flat_over_calls(void **state)
     tm_store_close(st);
 }
 
+/* A session deleted while its stream's final append was still queued: the
+ * append's batch used to put the stream back into the cache's LRU after the
+ * delete had taken it out, and the delete then freed it there (found by
+ * ASan in the 2026-07-28 era, which deletes a call's session right after its
+ * answer). Every round leaves a freed stream in the LRU on the code before;
+ * the closed streams after it walk the list and evict from it. */
+static void test_delete_racing_final_append(void **state)
+{
+    (void)state;
+    char path[128];
+    db_path(path, sizeof path, "delete-race.db");
+    tm_store *st = open_ok(path);
+    for (int i = 0; i < 400; i++) {
+        char id[32], r[TM_STREAM_MAX];
+        snprintf(id, sizeof id, "d%d", i);
+        mk_session(st, id);
+        mk_stream(st, id, r);
+        assert_int_equal(tm_store_append(st, id, r, "x", 1, TM_APPEND_FINAL, NULL, NULL), 0);
+        assert_int_equal(tm_store_session_delete(st, id), 0);
+    }
+    mk_session(st, "s");
+    for (int i = 1; i <= 600; i++)
+        one_call(st, i);
+    assert_int_equal(tm_store_sync(st), 0);
+    assert_true(tm_store_sqlite_cached_streams(st) <= 300);
+    tm_session_rec rec;
+    assert_int_equal(tm_store_session_get(st, "d7", &rec), TIDEMARK_ENOTFOUND);
+    tm_store_close(st);
+}
+
 static int remove_dir(void)
 {
     char cmd[160];
@@ -575,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_attrs_migrated),
         cmocka_unit_test(test_memory_attrs_linear),
         cmocka_unit_test(test_cache_flat_over_calls),
+        cmocka_unit_test(test_delete_racing_final_append),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     remove_dir();
