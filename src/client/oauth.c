@@ -383,6 +383,8 @@ static int choose_client(flow *f)
     } else if (o->cimd_url &&
                json_is_true(json_object_get(f->as, "client_id_metadata_document_supported"))) {
         reg = json_pack("{s:s,s:s}", "client_id", o->cimd_url, "method", "none");
+        if (reg)
+            saved_put(f, "oauth.reg", reg); /* its refresh token belongs to this client id */
     } else {
         rc = register_dynamic(f, &reg);
         if (!rc)

@@ -17,7 +17,9 @@
 // 4. a Client ID Metadata Document: a small authorization server that
 //    supports them fetches the document this test serves on loopback,
 //    checks its client_id and redirect_uris, and the client logs in with
-//    the document's URL as its client_id (no registration).
+//    the document's URL as its client_id (no registration). Its tokens then
+//    stop being accepted: a later run refreshes (refresh_token grant, the
+//    resource indicator), no new authorization.
 import { spawn } from "node:child_process";
 import { createServer, request } from "node:http";
 import { createHash } from "node:crypto";
@@ -267,7 +269,8 @@ try {
   const cimdPort = await freePort();
   const cimdIssuer = `http://127.0.0.1:${cimdPort}`;
   const codes = new Map();
-  const cimdSeen = { fetched: 0, registered: 0 };
+  const cimdSeen = { fetched: 0, registered: 0, refreshed: 0, refreshResource: null };
+  const cimdValid = new Set();
   const cimdAs = createServer(async (req, res) => {
     const u = new URL(req.url, cimdIssuer);
     const json = (s, b) => { res.writeHead(s, { "content-type": "application/json" }); res.end(JSON.stringify(b)); };
@@ -295,18 +298,29 @@ try {
     if (u.pathname === "/token") {
       let raw = ""; for await (const c of req) raw += c;
       const f = new URLSearchParams(raw), c = codes.get(f.get("code"));
+      if (f.get("grant_type") === "refresh_token") {
+        if (f.get("refresh_token") !== "rt-1" || f.get("client_id") !== docUrl) return json(400, { error: "invalid_grant" });
+        cimdSeen.refreshed++;
+        cimdSeen.refreshResource = f.get("resource");
+        const t = `cimd-token-r-${Date.now()}`;
+        cimdValid.add(t);
+        return json(200, { access_token: t, token_type: "Bearer", expires_in: 300 });
+      }
       const s256 = createHash("sha256").update(f.get("code_verifier") || "").digest("base64url");
       if (!c || c.challenge !== s256 || c.client !== f.get("client_id")) return json(400, { error: "invalid_grant" });
-      return json(200, { access_token: `cimd-token-${Date.now()}`, token_type: "Bearer", expires_in: 300 });
+      const t = `cimd-token-${Date.now()}`;
+      cimdValid.add(t);
+      return json(200, { access_token: t, token_type: "Bearer", expires_in: 300, refresh_token: "rt-1" });
     }
     json(404, {});
   });
   await new Promise((r) => cimdAs.listen(cimdPort, "127.0.0.1", r));
   const mcp2Port = await freePort();
-  const mcp2 = mcpServer(mcp2Port, async (t) => (t.startsWith("cimd-token-") ? "cimd" : null), cimdIssuer);
+  const mcp2 = mcpServer(mcp2Port, async (t) => (cimdValid.has(t) ? "cimd" : null), cimdIssuer);
+  const cimdState = join(dir, "cimd.db");
   const pages = [];
   let hop = null;
-  const cm = await run(["--protocol", "legacy", "--json", "--client-metadata-url", docUrl, "--redirect-port",
+  const cm = await run(["--state", cimdState, "--protocol", "legacy", "--json", "--client-metadata-url", docUrl, "--redirect-port",
                         String(redirectPort), "login", `http://127.0.0.1:${mcp2Port}/mcp`], {
     onStderrLine: (line) => { if (!hop && /^http:\/\/\S+/.test(line.trim())) hop = browse(line.trim(), "x", pages).catch((e) => e); },
   });
@@ -315,6 +329,14 @@ try {
         "CIMD: login with the document's URL as client_id", `exit ${cm.code}; ${hopped}; ${cm.out} ${cm.err}`);
   check(cimdSeen.fetched === 1 && cimdSeen.registered === 0,
         "CIMD: the authorization server fetched the document; no registration", JSON.stringify(cimdSeen));
+  cimdValid.clear(); // every token issued so far is refused from now on
+  const rf = await run(["--state", cimdState, "--protocol", "legacy", "--json", `http://127.0.0.1:${mcp2Port}/mcp`,
+                        "call", "whoami"]);
+  check(rf.code === 0 && /you are cimd/.test(rf.out) && cimdSeen.refreshed === 1 && cimdSeen.fetched === 1,
+        "refused token: refreshed (one refresh_token grant, no new authorization)",
+        `exit ${rf.code}; ${JSON.stringify(cimdSeen)}; ${rf.out} ${rf.err}`);
+  check(cimdSeen.refreshResource === `http://127.0.0.1:${mcp2Port}/mcp`, "the refresh names the resource",
+        String(cimdSeen.refreshResource));
   mcp2.close(); docServer.close(); cimdAs.close();
 } catch (e) {
   check(false, "the test ran", e.stack);
