@@ -344,8 +344,11 @@ static int register_dynamic(flow *f, json_t **reg)
     if (body && refresh &&
         json_array_append_new(json_object_get(body, "grant_types"), json_string("refresh_token")))
         TM_WARN("client: registering without refresh_token (out of memory)");
-    if (body && f->o->redirect_uri)
-        (void)json_object_set_new(body, "redirect_uris", json_pack("[s]", f->o->redirect_uri));
+    if (body && f->o->redirect_uri &&
+        json_object_set_new(body, "redirect_uris", json_pack("[s]", f->o->redirect_uri)) != 0) {
+        json_decref(body); /* without its redirect URI the registration would be useless */
+        body = NULL;
+    }
     char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!txt)
