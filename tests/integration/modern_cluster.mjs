@@ -10,7 +10,10 @@
 //     for kills at several moments; the same key with other params is refused
 //     typed (idempotency_key_reused) and adds no row;
 //   - a key-less external_call cut by kill -9 mid-run is finished by a
-//     survivor as outcome_unknown, never re-run.
+//     survivor as outcome_unknown, never re-run;
+//   - a key-less ledger_append (atomic) cut by kill -9 and re-issued by the
+//     client as a new call exists once: the survivor does not re-run the
+//     orphan, whose answer nobody could ever get.
 //
 //   node modern_cluster.mjs TIDEMARK_EVERYTHING
 // Exits 77 when redis-server or haproxy is missing.
@@ -187,12 +190,52 @@ async function keylessExternalNeverRerun() {
   await cl.startNode(victim);
 }
 
+// A key-less ledger_append cut by kill -9 after it started: the client (as
+// the spec tells it) re-issues it under a new id, a new call. The survivor
+// must not also re-run the orphan (it is atomic, but nobody can ever get its
+// answer): the entry exists exactly once, the orphan ends outcome_unknown.
+async function keylessAtomicNotRerun() {
+  const victim = 2;
+  const entry = `keyless-${Date.now()}`;
+  const args = { entry, delay_ms: 3000 };
+  const sum = async (name) => (await Promise.all([0, 1].map((i) => metric(i, name)))).reduce((a, b) => a + b, 0);
+  const recovered0 = await sum("tidemark_requests_recovered_total");
+  const unknown0 = await sum("tidemark_outcome_unknown_total");
+  const ctl = new AbortController();
+  const res = await modernPost(node(victim), "la-1", "tools/call",
+    { name: "ledger_append", arguments: args, _meta: { progressToken: "p2" } }, { signal: ctl.signal });
+  let started = false;
+  try {
+    for await (const ev of sseEvents(res.body)) {
+      const m = ev.data ? JSON.parse(ev.data) : null;
+      if (m?.method === "notifications/progress") { started = true; break; }
+    }
+  } catch { /* cut */ }
+  t.check("key-less ledger_append: its progress says it is running on node 2", started, `HTTP ${res.status}`);
+  await cl.killNode(victim);
+  ctl.abort();
+  const again = await modernCall(node(0), "la-2", "ledger_append", { entry, delay_ms: 0 });
+  let unknown = unknown0;
+  await until("a survivor to finish the dead node's call", async () => {
+    unknown = await sum("tidemark_outcome_unknown_total");
+    return unknown > unknown0;
+  }, 45000).catch(() => {});
+  const recovered = await sum("tidemark_requests_recovered_total");
+  const rows = await modernLedgerCount(node(1), entry);
+  t.check("key-less ledger_append cut by kill -9 and re-issued by the client: exactly one row, " +
+    "the orphan answered outcome_unknown and not re-run",
+    again.response?.result && rows === 1 && unknown === unknown0 + 1 && recovered === recovered0,
+    JSON.stringify({ again: again.response, rows, unknown0, unknown, recovered0, recovered }));
+  await cl.startNode(victim);
+}
+
 try {
   await cl.start();
   await mrtrAcrossNodes();
   await listenAcrossNodes();
   await keyedLedgerAcrossKills();
   await keylessExternalNeverRerun();
+  await keylessAtomicNotRerun();
 } catch (e) {
   t.check("the scenario ran to its end", false, e.stack);
 } finally {
