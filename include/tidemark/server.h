@@ -142,6 +142,17 @@ TIDEMARK_API int tidemark_server_start(tidemark_server_t *srv);
  * the main thread before creating threads of your own that do not block
  * them. */
 TIDEMARK_API int tidemark_server_run(tidemark_server_t *srv);
+/* Serve one client over stdio (the MCP stdio transport): newline-delimited
+ * JSON-RPC read from in_fd, answers, notifications and the server's own
+ * requests written to out_fd (nothing else is ever written there; logs go
+ * to stderr). Both eras, the same handlers and store as over HTTP (the
+ * first 2025 initialize makes the process's one session). Starts the
+ * server (it must not be running; its HTTP address and path are replaced
+ * by a private loopback endpoint the stdio side uses), serves until end of
+ * input, SIGINT/SIGTERM or tidemark_server_stop, then stops it. Signals as
+ * tidemark_server_run. Returns 0, TIDEMARK_EINVAL, TIDEMARK_EBUSY (already
+ * running) or start's error. The fds are not closed. */
+TIDEMARK_API int tidemark_server_run_stdio(tidemark_server_t *srv, int in_fd, int out_fd);
 /* The port actually bound (after start; 0 before). */
 TIDEMARK_API unsigned tidemark_server_port(const tidemark_server_t *srv);
 /* Stop listening, cancel running calls, wait for handlers, close the store. */

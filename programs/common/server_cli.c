@@ -64,6 +64,8 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --log-format FORMAT    text (default) or json (one object per line,\n"
             "                         ISO-8601 timestamps)\n"
             "  --version              print the version and exit\n"
+            "  --stdio                serve one client on stdin/stdout (the MCP stdio\n"
+            "                         transport; logs on stderr) instead of HTTP\n"
             "  --help                 show this help\n",
             prog, about);
 }
@@ -134,6 +136,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"accept-loss", no_argument, 0, 'A'},
         {"metrics-address", required_argument, 0, 'M'}, {"log-format", required_argument, 0, 'F'},
         {"version", no_argument, 0, 'V'},
+        {"stdio", no_argument, 0, 1000},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     enum { NBASE = sizeof base / sizeof base[0] - 1 };
     struct option opts[NBASE + NLIMITS + 1];
@@ -236,6 +239,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             break;
         case 'V': printf("%s %s\n", prog, tidemark_version(NULL)); return 1;
         case 'h': usage(stdout, prog, about); return 1;
+        case 1000: cli->stdio = 1; break;
         default:
             if (c >= LIMIT_BASE && c < LIMIT_BASE + (int)NLIMITS) {
                 if (set_limit(cli, c, optarg)) goto bad;
@@ -300,6 +304,8 @@ int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started below inherit it */
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(cli);
+    if (cli->stdio) /* stdout carries JSON-RPC only */
+        return tidemark_server_run_stdio(srv, 0, 1) == 0 ? 0 : 1;
     int rc = tidemark_server_start(srv);
     if (rc) {
         fprintf(stderr, "cannot start: %s\n", tidemark_strerror(rc));

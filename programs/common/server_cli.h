@@ -12,6 +12,7 @@ typedef struct server_cli {
     const char *metrics[17];
     int norigins, nhosts, nmetrics;
     const char *log_level;
+    int stdio;                /* --stdio: one client on stdin/stdout */
 } server_cli;
 
 /* Parse argv into cli. Prints help / errors itself. Returns 0 to run,
