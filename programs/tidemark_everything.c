@@ -471,6 +471,137 @@ static int t_header(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
 
 /* ---- resources ---------------------------------------------------------------- */
 
+/* ---- tasks (io.modelcontextprotocol/tasks): the conformance suite's fixtures ---- */
+
+/* Sleep ms in steps, 1 as soon as the call is cancelled. */
+static int sleep_cancellable(tidemark_call_t *c, long ms)
+{
+    for (long t = 0; t < ms; t += 10) {
+        if (tidemark_call_cancelled(c))
+            return 1;
+        sleep_ms(ms - t < 10 ? ms - t : 10);
+    }
+    return tidemark_call_cancelled(c);
+}
+
+static int t_greet(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)ud;
+    const char *name = json_string_value(json_object_get(a, "name"));
+    return text_result(r, "Hello, %s!%s", name ? name : "World", "");
+}
+
+static int t_slow_compute(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)ud;
+    double s = json_number_value(json_object_get(a, "seconds"));
+    const char *label = json_string_value(json_object_get(a, "label"));
+    if (s < 0 || s > 600)
+        s = 0;
+    if (sleep_cancellable(c, (long)(s * 1000))) /* the task ends cancelled */
+        return text_result(r, "cancelled %s%s", label ? label : "", "");
+    char secs[32];
+    snprintf(secs, sizeof secs, "%g", s);
+    return text_result(r, "Computed %s in %ss", label ? label : "result", secs);
+}
+
+static int t_failing_job(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    if (sleep_cancellable(c, 1000))
+        return text_result(r, "cancelled%s%s", "", "");
+    *r = tidemark_result_error("The job failed (as it always does)");
+    return 0;
+}
+
+static int t_protocol_error_job(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)c, (void)a, (void)r, (void)ud;
+    return TIDEMARK_EINVAL; /* a JSON-RPC error: the task ends failed */
+}
+
+#define CONFIRM_SCHEMA "{\"type\":\"object\",\"properties\":{\"confirm\":{\"type\":\"boolean\"}}}"
+
+static int t_confirm_delete(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)ud;
+    const char *file = json_string_value(json_object_get(a, "filename"));
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "confirm", "Delete this file?", CONFIRM_SCHEMA, &res);
+    if (rc)
+        return rc;
+    const char *action = json_string_value(json_object_get(res, "action"));
+    int yes = action && strcmp(action, "accept") == 0 &&
+              json_is_true(json_object_get(json_object_get(res, "content"), "confirm"));
+    json_decref(res);
+    return text_result(r, yes ? "Deleted %s%s" : "Kept %s%s", file ? file : "the file", "");
+}
+
+static int t_multi_input(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *one = NULL, *two = NULL;
+    int rc1 = ask_elicit(c, "first", "First input", NAME_SCHEMA("name"), &one);
+    int rc2 = ask_elicit(c, "second", "Second input", NAME_SCHEMA("name"), &two);
+    int rc = rc1 ? rc1 : rc2;
+    if (rc == 0)
+        rc = text_result(r, "Got %s and %s", content_str(one, "name"), content_str(two, "name"));
+    json_decref(one);
+    json_decref(two);
+    return rc;
+}
+
+static int t_tool_with_task(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
+{
+    (void)a, (void)ud;
+    json_t *res = NULL;
+    int rc = ask_elicit(c, "user_name", "What is your name?", NAME_SCHEMA("name"), &res);
+    if (rc)
+        return rc;
+    rc = text_result(r, "Hello, %s! (from a task)%s", content_str(res, "name"), "");
+    json_decref(res);
+    return rc;
+}
+
+static int tasks_register(tidemark_server_t *srv)
+{
+    static const struct {
+        const char *name, *desc, *schema;
+        tidemark_tool_fn fn;
+        unsigned task;
+    } t[] = {
+        {"greet", "Says hello (never a task)", NAME_SCHEMA("name"), t_greet, TIDEMARK_TASK_NEVER},
+        {"slow_compute", "Sleeps for seconds, then answers (a task when the client can)",
+         "{\"type\":\"object\",\"properties\":{\"seconds\":{\"type\":\"number\"},"
+         "\"label\":{\"type\":\"string\"}}}",
+         t_slow_compute, TIDEMARK_TASK_OPTIONAL},
+        {"failing_job", "Fails with a tool error after a second (always a task)", EMPTY_SCHEMA,
+         t_failing_job, TIDEMARK_TASK_REQUIRED},
+        {"protocol_error_job", "Fails with a JSON-RPC error (a task)", EMPTY_SCHEMA,
+         t_protocol_error_job, TIDEMARK_TASK_OPTIONAL},
+        {"confirm_delete", "Asks for confirmation inside the task",
+         "{\"type\":\"object\",\"properties\":{\"filename\":{\"type\":\"string\"}}}",
+         t_confirm_delete, TIDEMARK_TASK_OPTIONAL},
+        {"multi_input", "Asks for two inputs at once inside the task", EMPTY_SCHEMA,
+         t_multi_input, TIDEMARK_TASK_OPTIONAL},
+        {"test_tool_with_task", "Asks for a name by multi round-trip, then runs as a task",
+         EMPTY_SCHEMA, t_tool_with_task, TIDEMARK_TASK_REQUIRED | TIDEMARK_TASK_INPUTS_FIRST},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        tidemark_tool_t tool = {.name = t[i].name, .description = t[i].desc,
+                                .input_schema = t[i].schema, .fn = t[i].fn, .task = t[i].task};
+        if (tidemark_server_add_tool(srv, &tool) != 0) {
+            fprintf(stderr, "cannot register tool %s\n", t[i].name);
+            return 1;
+        }
+    }
+    /* tests of retention: a task readable for 1.5 s only */
+    const tidemark_tool_t brief = {.name = "short_lived_task", .description = "slow_compute, kept 1.5 s",
+                                   .input_schema = t[1].schema, .fn = t_slow_compute,
+                                   .task = TIDEMARK_TASK_REQUIRED, .task_ttl_ms = 1500};
+    return tidemark_server_add_tool(srv, &brief) != 0;
+}
+
 static int r_text(tidemark_call_t *c, const char *uri, json_t **out, void *ud)
 {
     (void)c;
@@ -733,6 +864,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
         tidemark_server_add_prompt(srv, &prompts[i]);
     tidemark_server_set_completion(srv, complete, NULL);
+    if (tasks_register(srv) != 0)
+        return 1;
     if (demo_tools_register(srv) != 0)
         return 1;
 

@@ -188,7 +188,25 @@ typedef struct tidemark_tool {
     unsigned hints;             /* TIDEMARK_TOOL_* */
     tidemark_tool_fn fn;
     void *ud;
+    /* io.modelcontextprotocol/tasks (2026-07-28; docs/protocol.md "Tasks"):
+     * whether a call runs as a task, decided by the server per tool. With
+     * TIDEMARK_TASK_OPTIONAL a client that declared the extension gets a
+     * task, any other a plain result; with TIDEMARK_TASK_REQUIRED any other
+     * gets -32021. TIDEMARK_TASK_INPUTS_FIRST (or-ed in): the inputs the
+     * handler asks for before its first effect are gathered by multi
+     * round-trip on the tools/call itself, and the task is created on the
+     * round that brings answers (the handler then runs again, in the task,
+     * with them). Inputs asked inside a task are answered with tasks/update. */
+    unsigned task;
+    /* How long a finished task stays readable, from its creation, in ms
+     * (0: one hour; capped by the session TTL). */
+    int64_t task_ttl_ms;
 } tidemark_tool_t;
+
+#define TIDEMARK_TASK_NEVER       0u
+#define TIDEMARK_TASK_OPTIONAL    1u
+#define TIDEMARK_TASK_REQUIRED    2u
+#define TIDEMARK_TASK_INPUTS_FIRST 0x10u
 
 /* Register a tool (copied). Sends tools/list_changed when the server runs. */
 TIDEMARK_API int tidemark_server_add_tool_sized(tidemark_server_t *srv, const tidemark_tool_t *tool,

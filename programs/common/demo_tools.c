@@ -202,6 +202,7 @@ int demo_tools_register(tidemark_server_t *srv)
                         "\"delay_ms\":{\"type\":\"integer\",\"minimum\":0}},\"required\":[\"entry\"]}",
         .hints = TIDEMARK_TOOL_ATOMIC,
         .fn = tool_ledger_append,
+        .task = TIDEMARK_TASK_OPTIONAL, /* a task for clients with the tasks extension */
     };
     const tidemark_tool_t ledger_read = {
         .name = "ledger_read",
@@ -219,6 +220,7 @@ int demo_tools_register(tidemark_server_t *srv)
                         "\"minimum\":0}}}",
         .hints = TIDEMARK_TOOL_OPEN_WORLD,
         .fn = tool_external_call,
+        .task = TIDEMARK_TASK_OPTIONAL, /* a task for clients with the tasks extension */
     };
     int rc = tidemark_server_add_tool(srv, &external_call);
     if (!rc)

@@ -3,6 +3,7 @@
 #include "server_int.h"
 #include "../base/abi.h"
 #include "feed.h"
+#include "tasks.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"
 #include <stdio.h>
@@ -268,7 +269,11 @@ int tidemark_server_add_tool_sized(tidemark_server_t *srv, const tidemark_tool_t
         json_object_set_new(a, "openWorldHint", json_boolean(t->hints & TIDEMARK_TOOL_OPEN_WORLD));
         json_object_set_new(d, "annotations", a);
     }
-    rc = tm_registry_put(srv->reg, TM_REG_TOOL, t->name, d, (void *)t->fn, t->ud, t->hints);
+    rc = tm_tasks_tool_policy(srv, t->name, t->task, t->task_ttl_ms); /* tasks.h */
+    if (rc == 0)
+        rc = tm_registry_put(srv->reg, TM_REG_TOOL, t->name, d, (void *)t->fn, t->ud, t->hints);
+    else
+        json_decref(d);
     if (rc == 0)
         list_changed(srv, "tools");
     return rc;

@@ -9,6 +9,7 @@
  */
 #include "server_int.h"
 #include "feed.h"
+#include "tasks.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -110,7 +111,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
     tm_request_rec *first = &p->v[from];
     tm_sess *sess = tm_sess_find(srv, first->session);
     if (!sess) {
-        TM_WARN("recovery: session %s is gone; %zu request(s) dropped", first->session, to - from);
+        TM_WARN("recovery: session %s is gone; %zu request(s) dropped", TM_SID(first->session), to - from);
         return;
     }
     tm_job *j = calloc(1, sizeof *j);
@@ -167,7 +168,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
                 c->registered = 1;
             pthread_mutex_unlock(&sess->mu);
             tm_metric_inc(TM_M_REQUESTS_RECOVERED);
-            TM_INFO("recovery: re-running %s (%s) on %s/%s", r->tool, r->key, sess->id, j->stream);
+            TM_INFO("recovery: re-running %s (%s) on %s/%s", r->tool, r->key, TM_SID(sess->id), j->stream);
             if (tm_call_submit(srv, c) == 0)
                 continue;
             if (c->registered) {
@@ -182,7 +183,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
                                         "ran, and the tool is neither atomic nor idempotent",
                                         "outcome_unknown", x);
         tm_metric_inc(TM_M_OUTCOME_UNKNOWN);
-        TM_INFO("recovery: %s (%s) on %s/%s -> outcome_unknown", r->tool, r->key, sess->id, j->stream);
+        TM_INFO("recovery: %s (%s) on %s/%s -> outcome_unknown", r->tool, r->key, TM_SID(sess->id), j->stream);
         tm_job_complete(j, resp, c);
     }
     tm_job_complete(j, NULL, NULL);
@@ -205,7 +206,10 @@ static void recover_all(tidemark_server_t *srv, pending *p)
         size_t k = i + 1;
         while (k < p->n && by_session_stream(&p->v[k], &p->v[i]) == 0)
             k++;
-        if (p->v[i].session && p->v[i].stream)
+        if (p->v[i].session && p->v[i].stream && k == i + 1 && p->v[i].key &&
+            strcmp(p->v[i].key, TM_TASK_RECORD) == 0 && tm_tasks_recover(srv, &p->v[i]))
+            ; /* a task's record: tasks.h */
+        else if (p->v[i].session && p->v[i].stream)
             recover_stream(srv, p, i, k);
         i = k;
     }
@@ -260,7 +264,7 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
 {
     tidemark_server_t *srv = c->srv;
     TM_ERROR("session %s: the response of request %s could not be made durable (%s); it is "
-             "settled once the store takes writes again", c->sess->id, c->reqkey,
+             "settled once the store takes writes again", TM_SID(c->sess->id), c->reqkey,
              tidemark_strerror(status));
     char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
     failed_key(k, sizeof k, c->sess->id, c->reqkey);

@@ -170,7 +170,7 @@ void tm_tasks_tick(tidemark_server_t *srv)
     pthread_mutex_unlock(&run_mu);
     for (size_t i = 0; i < n; i++)
         if (has_attr(srv, ids[i], "cancel") && tm_task_cancel_local(srv, ids[i]))
-            TM_INFO("task %s: cancelled (asked on another node)", ids[i]);
+            TM_INFO("task %s: cancelled (asked on another node)", TM_SID(ids[i]));
 }
 
 /* ---- one run ------------------------------------------------------------------ */
@@ -289,7 +289,7 @@ static void run_task(void *arg)
         /* waiting for input (or stopping): the record stays started */
         int rc = resp ? note_inputs(srv, j->sess->id, res, a->round + 1) : 0;
         if (rc)
-            TM_WARN("task %s: its input requests were not recorded: %s", j->sess->id,
+            TM_WARN("task %s: its input requests were not recorded: %s", TM_SID(j->sess->id),
                     tidemark_strerror(rc));
         json_decref(resp);
         call_drop(c);
@@ -384,12 +384,12 @@ int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r)
         rc = 0; /* nothing runs until tasks/update brings the answers */
     } else if (known && (e.hints & (TIDEMARK_TOOL_ATOMIC | TIDEMARK_TOOL_IDEMPOTENT))) {
         tm_metric_inc(TM_M_REQUESTS_RECOVERED);
-        TM_INFO("recovery: re-running task %s (%s)", r->session, r->tool);
+        TM_INFO("recovery: re-running task %s (%s)", TM_SID(r->session), r->tool);
         rc = tm_task_start(srv, r->session, r->message, 1);
     } else {
         json_t *x = json_pack("{s:s}", "tool", r->tool ? r->tool : "");
         tm_metric_inc(TM_M_OUTCOME_UNKNOWN);
-        TM_INFO("recovery: task %s (%s) -> outcome_unknown", r->session, r->tool);
+        TM_INFO("recovery: task %s (%s) -> outcome_unknown", TM_SID(r->session), r->tool);
         rc = tm_task_finish(srv, r->session,
                             tm_jsonrpc_error(id, TM_RPC_OUTCOME_UNKNOWN,
                                              "Outcome unknown: the server stopped while this task "
@@ -397,7 +397,7 @@ int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r)
                                              "outcome_unknown", x));
     }
     if (rc && rc != TIDEMARK_EBUSY)
-        TM_WARN("recovery: task %s: %s", r->session, tidemark_strerror(rc));
+        TM_WARN("recovery: task %s: %s", TM_SID(r->session), tidemark_strerror(rc));
     json_decref(msg);
     return 1;
 }

@@ -304,7 +304,7 @@ static json_t *create(tidemark_server_t *srv, const tm_msg *m, int64_t ttl_ms,
     rc = message ? tm_task_start(srv, id, message, 0) : TIDEMARK_ENOMEM;
     free(message);
     if (rc) /* recorded: the next recovery pass (or restart) runs it */
-        TM_WARN("task %s: not started now: %s", id, tidemark_strerror(rc));
+        TM_WARN("task %s: not started now: %s", TM_SID(id), tidemark_strerror(rc));
     task_view v;
     json_t *e = view_load(srv, m, id, principal, &v);
     if (e)

@@ -1,0 +1,24 @@
+# The tasks extension (io.modelcontextprotocol/tasks) on the server
+# (included from tests/CMakeLists.txt): every tasks-* scenario of the
+# official conformance suite 0.2, one at a time, against tidemark-everything
+# (memory), and tasks.mjs: create / get / cancel / input / TTL / re-issue on
+# memory, SQLite and two Redis nodes, kill -9 of a task's node on SQLite and
+# Redis.
+if(NODE_EXECUTABLE)
+  foreach(s tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
+            tasks-request-state-removal tasks-mrtr-input tasks-request-headers
+            tasks-dispatch-and-envelope tasks-status-notifications
+            tasks-required-task-error tasks-mrtr-composition)
+    add_test(NAME tasks_conformance_${s}
+      COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-everything> --store memory --
+              ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_conformance.mjs
+              ${TIDEMARK_PEERS} @URL@ ${s})
+    set_tests_properties(tasks_conformance_${s} PROPERTIES TIMEOUT 120 LABELS "tasks;modern")
+  endforeach()
+  foreach(k memory sqlite redis crash-sqlite crash-redis)
+    add_test(NAME tasks_${k}
+      COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks.mjs
+              $<TARGET_FILE:tidemark-everything> ${k})
+    set_tests_properties(tasks_${k} PROPERTIES TIMEOUT 90 LABELS "tasks;modern")
+  endforeach()
+endif()
