@@ -130,6 +130,8 @@ async function v1Round() {
     content: { username: "alice", email: "alice@example.com" } }));
   const tr = new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
     stderr: "pipe" });
+  let err = "";
+  tr.stderr?.on("data", (d) => { err += d; });
   await c.connect(tr);
   t.check("v1: initialized over stdio (serverInfo, tools capability)",
     c.getServerVersion()?.name === "tidemark-everything" && !!c.getServerCapabilities()?.tools,
@@ -147,6 +149,8 @@ async function v1Round() {
   t.check("v1: elicitation answered over stdio and the call completes",
     /accept/.test(textOf(el)) && /alice/.test(textOf(el)), JSON.stringify(el));
   await c.close();
+  await new Promise((res) => setTimeout(res, 300));
+  t.check("v1: nothing wrong on the server's stderr", !/Sanitizer|error/i.test(err), err.slice(-400));
 }
 
 async function v2Round() {
@@ -155,8 +159,11 @@ async function v2Round() {
   const c = new Client({ name: "stdio-v2", version: "1.0.0" },
     { capabilities: { elicitation: {} }, versionNegotiation: { mode: { pin: "2026-07-28" } } });
   c.setRequestHandler("elicitation/create", async () => ({ action: "accept", content: { name: "Alice" } }));
-  await c.connect(new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
-    stderr: "pipe" }));
+  const tr = new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
+    stderr: "pipe" });
+  let err = "";
+  tr.stderr?.on("data", (d) => { err += d; });
+  await c.connect(tr);
   t.check("v2: pinned 2026-07-28 over stdio", c.getNegotiatedProtocolVersion() === "2026-07-28",
     String(c.getNegotiatedProtocolVersion()));
   const echo = await c.callTool({ name: "echo", arguments: { text: "v2 stdio" } });
@@ -175,6 +182,8 @@ async function v2Round() {
   t.check("v2: calls still answered while the listener is open", textOf(again) === "after listen");
   await sub.close();
   await c.close();
+  await new Promise((res) => setTimeout(res, 300));
+  t.check("v2: nothing wrong on the server's stderr", !/Sanitizer|error/i.test(err), err.slice(-400));
 }
 
 async function ledgerRound() {
