@@ -266,6 +266,14 @@ static void call_drop(tidemark_call_t *c)
     tm_call_free(c);
 }
 
+/* Listeners hear of the task's new status (best effort: they may poll). */
+static void notified(tidemark_server_t *srv, const char *id)
+{
+    int rc = tm_task_notify(srv, id);
+    if (rc)
+        TM_DEBUG("task %s: listeners not told: %s", TM_SID(id), tidemark_strerror(rc));
+}
+
 typedef struct run_arg {
     tidemark_server_t *srv;
     tidemark_call_t *c;
@@ -293,10 +301,16 @@ static void run_task(void *arg)
                     tidemark_strerror(rc));
         json_decref(resp);
         call_drop(c);
+        if (rc == 0 && resp)
+            notified(srv, j->sess->id);
         tm_job_free(j);
     } else {
+        char id[TM_SESSION_ID_LEN + 1];
+        snprintf(id, sizeof id, "%s", j->sess->id);
         tm_modern_decorate(srv, c->method, resp);
         tm_job_complete(j, resp, c); /* the record, the effect, the stream's end */
+        if (tm_store_sync(srv->store) == 0)
+            notified(srv, id);
     }
     free(a);
 }
@@ -342,7 +356,11 @@ int tm_task_finish(tidemark_server_t *srv, const char *id, json_t *response)
                        .flags = TM_APPEND_FINAL, .request_key = TM_TASK_RECORD};
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
     free(bytes);
-    return rc ? rc : tm_store_sync(srv->store);
+    if (rc == 0)
+        rc = tm_store_sync(srv->store);
+    if (rc == 0)
+        notified(srv, id);
+    return rc;
 }
 
 /* ---- recovery ------------------------------------------------------------------ */

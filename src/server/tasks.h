@@ -37,6 +37,17 @@ void tm_tasks_tick(tidemark_server_t *srv);
  * 1 when handled here (re-run, outcome_unknown, or left waiting for input). */
 int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r);
 
+/* subscriptions/listen asking for notifications.taskIds (f: its filter):
+ * -32021 without the extension, -32602 for a bad list; else NULL and *ids
+ * the ids of this principal's tasks it will hear of (new ref, maybe empty). */
+json_t *tm_tasks_listen_ids(tidemark_server_t *srv, const tm_msg *m, const char *principal,
+                            const json_t *f, json_t **ids);
+/* Whether a listener's filter f takes notifications/tasks for params. */
+int tm_tasks_listened(const json_t *f, const json_t *params);
+/* Send notifications/tasks (the task as tasks/get shows it) to every
+ * listener of task id, on any node sharing the store. */
+int tm_task_notify(tidemark_server_t *srv, const char *id);
+
 /* task_run.c, for tasks.c */
 /* Run round n of task id on this node (a worker): the handler, with every
  * answer so far; its final response completes the record. */

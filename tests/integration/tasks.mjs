@@ -8,7 +8,7 @@
 //       (Redis) finishes it, the ledger entry exists exactly once; an
 //       external_call task cut the same way ends failed, outcome_unknown
 import { checker, until, serversFor, startServer, stopServer } from "./mcp_http.mjs";
-import { modern, modernLedgerCount, KEY } from "./modern_http.mjs";
+import { modern, modernPost, modernLedgerCount, KEY } from "./modern_http.mjs";
 import { Cluster, missingTools } from "./multinode_env.mjs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -88,6 +88,44 @@ async function input(a, b) {
     /Deleted x\.txt/.test(d?.result?.result?.content?.[0]?.text ?? ""), JSON.stringify(d?.result));
 }
 
+// subscriptions/listen with taskIds: the acknowledgement agrees to the
+// principal's live tasks only, and notifications/tasks reports the end.
+async function listen(a, b) {
+  const c = (await call(a, "slow_compute", { seconds: 1, label: "heard" })).response?.result;
+  const ctl = new AbortController();
+  const seen = [];
+  const res = await modernPost(b, "l" + ++n, "subscriptions/listen",
+    { notifications: { taskIds: [c.taskId, "f".repeat(32)] } }, { capabilities: CAPS, signal: ctl.signal });
+  const reader = (async () => {
+    const dec = new TextDecoder();
+    let buf = "";
+    try {
+      for await (const chunk of res.body) {
+        buf += dec.decode(chunk, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, i).trim();
+          buf = buf.slice(i + 1);
+          if (line.startsWith("data:")) try { seen.push(JSON.parse(line.slice(5))); } catch { /* partial */ }
+        }
+      }
+    } catch { /* aborted */ }
+  })();
+  const ack = await until("ack", () => seen.find((x) => x.method === "notifications/subscriptions/acknowledged"), 5000).catch(() => null);
+  t.check("listen acknowledges only the principal's existing task ids",
+    JSON.stringify(ack?.params?.notifications?.taskIds) === JSON.stringify([c.taskId]), JSON.stringify(ack));
+  const note = await until("notifications/tasks", () => seen.find((x) => x.method === "notifications/tasks" &&
+    x.params?.status === "completed"), 10000).catch(() => null);
+  t.check("notifications/tasks carries the completed task with its result (listener on the other node on Redis)",
+    note?.params?.taskId === c.taskId && /Computed heard/.test(note.params.result?.content?.[0]?.text ?? ""),
+    JSON.stringify(seen));
+  ctl.abort();
+  await reader;
+  const nox = await modern(a, "x" + ++n, "subscriptions/listen", { notifications: { taskIds: [c.taskId] } });
+  t.check("listen for taskIds without the extension: -32021", nox.response?.error?.code === -32021,
+    JSON.stringify(nox.response));
+}
+
 async function ttl(a) {
   const c = (await call(a, "short_lived_task", { seconds: 0 })).response?.result;
   t.check("a short-lived task says its ttlMs", c?.ttlMs === 1500, JSON.stringify(c));
@@ -162,6 +200,7 @@ async function main() {
     await lifecycle(a, b);
     await cancel(a, b);
     await input(a, b);
+    await listen(a, b);
     await ttl(a);
     await reissue(a, b);
   } finally { await s.stop(); }
