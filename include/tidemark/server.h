@@ -122,6 +122,43 @@ typedef struct tidemark_server_config {
     const char *cache_scope;     /* their cacheScope: "private" (default) or "public" */
     unsigned request_state_ttl_ms; /* a sealed requestState opens this long; default
                                       600000 (10 min) */
+    /* Authorization (docs/protocol.md, "Authorization"): with auth_resource
+     * set, the server is an OAuth 2.1 resource server and every MCP request
+     * needs "Authorization: Bearer <access token>" issued by auth_issuer for
+     * auth_resource; what a request creates (sessions, request records,
+     * idempotency keys, listeners, sealed requestState) belongs to the
+     * token's principal (iss, sub). NULL auth_resource: no authorization,
+     * one anonymous principal (any other auth_* field set without it is a
+     * bad configuration). tidemark_server_new refuses a bad configuration
+     * with TIDEMARK_EINVAL (the log says which field) and copies every
+     * string of it. */
+    const char *auth_resource;   /* this server's resource identifier, exactly as the
+                                    issuer puts it in aud ("https://mcp.example.com/mcp") */
+    const char *auth_issuer;     /* the authorization server (exact iss) */
+    const char *auth_jwks_uri;   /* JWT access tokens, checked against this key set, */
+    const char *auth_introspection_uri; /* or opaque tokens by RFC 7662 introspection */
+    const char *auth_client_id;  /* introspection: this server's client credentials */
+    const char *auth_client_secret;
+    const char *auth_ca_file;    /* PEM CAs for an https issuer (NULL: the system's) */
+    const char *auth_scopes_supported; /* space-separated, in the metadata document */
+    const char *auth_scope_base; /* needed by every request (space-separated) */
+    /* NULL-terminated rules "tool:NAME=SCOPES", "tool:*=SCOPES" (other tools),
+     * "method:NAME=SCOPES"; and "BROAD=NARROW ..." (BROAD implies each NARROW). */
+    const char *const *auth_scope_rules;
+    const char *const *auth_scope_implies;
+    const char *auth_algorithms; /* accepted JWS algs (NULL: RS/PS/ES 256-512, EdDSA) */
+    const char *auth_resource_name; /* optional, in the metadata document */
+    unsigned auth_leeway_s;      /* exp/nbf leeway; 0: 30 s */
+    unsigned auth_timeout_ms;    /* one JWKS fetch or introspection; 0: 3000 */
+    unsigned auth_jwks_min_refresh_ms; /* between two key set fetches; 0: 10000 */
+    const char *metrics_token;   /* GET /metrics needs "Authorization: Bearer <this>"
+                                    (NULL: no token; the Host check as before) */
+    /* HTTPS (PEM files, read at start): cert and key both or neither; with
+     * tls_client_ca_file every connection must present a client certificate
+     * that CA signed (others get 403). */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_client_ca_file;
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */

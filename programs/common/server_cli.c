@@ -63,6 +63,27 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --log-level LEVEL      error|warn|info|debug (default info)\n"
             "  --log-format FORMAT    text (default) or json (one object per line,\n"
             "                         ISO-8601 timestamps)\n"
+            "Authorization (an OAuth 2.1 resource server; README, Authorization):\n"
+            "  --auth-resource URL    this server's resource identifier (the tokens' aud);\n"
+            "                         turns authorization on\n"
+            "  --auth-issuer URL      the authorization server (the tokens' exact iss)\n"
+            "  --auth-jwks-uri URL    JWT access tokens, verified with this key set, or\n"
+            "  --auth-introspection-uri URL  opaque tokens, asked about (RFC 7662) with\n"
+            "  --auth-client-id ID --auth-client-secret-file FILE  this server's client\n"
+            "  --auth-ca-file PEM     CAs for an https issuer (default: the system's)\n"
+            "  --auth-scope TOOL=SCOPES  scopes a tools/call of TOOL needs (repeatable;\n"
+            "                         TOOL '*' = every other tool; method:NAME=SCOPES for\n"
+            "                         a method)\n"
+            "  --auth-scope-base SCOPES  needed by every request\n"
+            "  --auth-scope-implies BROAD=NARROW...  scope hierarchy (repeatable)\n"
+            "  --auth-scopes-supported SCOPES  listed in the resource metadata\n"
+            "  --auth-leeway-s S      exp/nbf leeway (default 30)\n"
+            "  --auth-jwks-min-refresh-ms MS  between two key set fetches (default 10000)\n"
+            "  --metrics-token-file FILE  GET /metrics needs Authorization: Bearer <the\n"
+            "                         file's token> (a --metrics-address needs none)\n"
+            "TLS:\n"
+            "  --tls-cert PEM --tls-key PEM  serve HTTPS with this certificate and key\n"
+            "  --tls-client-ca PEM    require client certificates this CA signed\n"
             "  --version              print the version and exit\n"
             "  --stdio                serve one client on stdin/stdout (the MCP stdio\n"
             "                         transport; logs on stderr) instead of HTTP\n"
@@ -116,6 +137,80 @@ static int set_limit(server_cli *cli, int c, const char *arg)
     return 0;
 }
 
+/* A secret from a file: its first line, without the line end (at most
+ * size - 1 bytes, never empty). */
+static int read_secret(const char *path, char *out, size_t size, const char *prog)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    size_t n = fread(out, 1, size - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    out[n] = '\0';
+    out[strcspn(out, "\r\n")] = '\0';
+    if (!out[0] || (more && strlen(out) == n)) {
+        fprintf(stderr, "%s: %s: empty or too long\n", prog, path);
+        return -1;
+    }
+    return 0;
+}
+
+/* --auth-*, --metrics-token-file, --tls-*. */
+static int auth_opt(server_cli *cli, int c, const char *arg, const char *prog)
+{
+    tidemark_server_config_t *g = &cli->cfg;
+    unsigned long long v;
+    switch (c) {
+    case 2000: g->auth_resource = arg; return 0;
+    case 2001: g->auth_issuer = arg; return 0;
+    case 2002: g->auth_jwks_uri = arg; return 0;
+    case 2003: g->auth_introspection_uri = arg; return 0;
+    case 2004: g->auth_client_id = arg; return 0;
+    case 2005:
+        if (read_secret(arg, cli->auth_secret, sizeof cli->auth_secret, prog)) return -1;
+        g->auth_client_secret = cli->auth_secret;
+        return 0;
+    case 2006: g->auth_ca_file = arg; return 0;
+    case 2007: { /* TOOL=SCOPES is tool:TOOL=SCOPES; tool:... and method:... as given */
+        int n = cli->nauth_rules;
+        if (n == 64 || !strchr(arg, '=')) return -1;
+        int prefixed = strncmp(arg, "tool:", 5) == 0 || strncmp(arg, "method:", 7) == 0;
+        if (snprintf(cli->auth_rule_buf[n], sizeof cli->auth_rule_buf[n], "%s%s",
+                     prefixed ? "" : "tool:", arg) >= (int)sizeof cli->auth_rule_buf[n])
+            return -1;
+        cli->auth_rules[cli->nauth_rules++] = cli->auth_rule_buf[n];
+        g->auth_scope_rules = cli->auth_rules;
+        return 0;
+    }
+    case 2008: g->auth_scope_base = arg; return 0;
+    case 2009:
+        if (cli->nauth_implies == 64) return -1;
+        cli->auth_implies[cli->nauth_implies++] = arg;
+        g->auth_scope_implies = cli->auth_implies;
+        return 0;
+    case 2010: g->auth_scopes_supported = arg; return 0;
+    case 2011:
+        if (parse_u64(arg, 3600, &v)) return -1;
+        g->auth_leeway_s = v ? (unsigned)v : UINT32_MAX; /* 0: none */
+        return 0;
+    case 2012:
+        if (parse_u64(arg, 3600000, &v) || v == 0) return -1;
+        g->auth_jwks_min_refresh_ms = (unsigned)v;
+        return 0;
+    case 2013:
+        if (read_secret(arg, cli->metrics_token, sizeof cli->metrics_token, prog)) return -1;
+        g->metrics_token = cli->metrics_token;
+        return 0;
+    case 2014: g->tls_cert_file = arg; return 0;
+    case 2015: g->tls_key_file = arg; return 0;
+    case 2016: g->tls_client_ca_file = arg; return 0;
+    }
+    return -1;
+}
+
 int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, const char *about)
 {
     memset(cli, 0, sizeof *cli);
@@ -137,6 +232,20 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"metrics-address", required_argument, 0, 'M'}, {"log-format", required_argument, 0, 'F'},
         {"version", no_argument, 0, 'V'},
         {"stdio", no_argument, 0, 1000},
+        {"auth-resource", required_argument, 0, 2000}, {"auth-issuer", required_argument, 0, 2001},
+        {"auth-jwks-uri", required_argument, 0, 2002},
+        {"auth-introspection-uri", required_argument, 0, 2003},
+        {"auth-client-id", required_argument, 0, 2004},
+        {"auth-client-secret-file", required_argument, 0, 2005},
+        {"auth-ca-file", required_argument, 0, 2006}, {"auth-scope", required_argument, 0, 2007},
+        {"auth-scope-base", required_argument, 0, 2008},
+        {"auth-scope-implies", required_argument, 0, 2009},
+        {"auth-scopes-supported", required_argument, 0, 2010},
+        {"auth-leeway-s", required_argument, 0, 2011},
+        {"auth-jwks-min-refresh-ms", required_argument, 0, 2012},
+        {"metrics-token-file", required_argument, 0, 2013},
+        {"tls-cert", required_argument, 0, 2014}, {"tls-key", required_argument, 0, 2015},
+        {"tls-client-ca", required_argument, 0, 2016},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     enum { NBASE = sizeof base / sizeof base[0] - 1 };
     struct option opts[NBASE + NLIMITS + 1];
@@ -241,6 +350,10 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         case 'h': usage(stdout, prog, about); return 1;
         case 1000: cli->stdio = 1; break;
         default:
+            if (c >= 2000 && c <= 2016) {
+                if (auth_opt(cli, c, optarg, prog)) goto bad;
+                break;
+            }
             if (c >= LIMIT_BASE && c < LIMIT_BASE + (int)NLIMITS) {
                 if (set_limit(cli, c, optarg)) goto bad;
                 break;
@@ -311,7 +424,8 @@ int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
         fprintf(stderr, "cannot start: %s\n", tidemark_strerror(rc));
         return 1;
     }
-    printf("listening on http://%s:%u%s\n", cli_host_for_url, tidemark_server_port(srv), cli_path);
+    printf("listening on %s://%s:%u%s\n", cli->cfg.tls_cert_file ? "https" : "http",
+           cli_host_for_url, tidemark_server_port(srv), cli_path);
     fflush(stdout);
     int sig;
     sigwait(&set, &sig);

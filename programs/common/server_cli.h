@@ -13,6 +13,13 @@ typedef struct server_cli {
     int norigins, nhosts, nmetrics;
     const char *log_level;
     int stdio;                /* --stdio: one client on stdin/stdout */
+    /* authorization and TLS (--auth-*, --metrics-token-file, --tls-*) */
+    const char *auth_rules[65];
+    const char *auth_implies[65];
+    char auth_rule_buf[64][512];
+    int nauth_rules, nauth_implies;
+    char auth_secret[4096];
+    char metrics_token[4096];
 } server_cli;
 
 /* Parse argv into cli. Prints help / errors itself. Returns 0 to run,

@@ -17,7 +17,8 @@ static json_t *err(json_t *id, int code, const char *reason, const char *msg)
     return tm_jsonrpc_error(id, code, msg, reason, NULL);
 }
 
-json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess **out)
+json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const char *principal,
+                               tm_sess **out)
 {
     *out = NULL;
     json_t *params = m->params;
@@ -34,6 +35,7 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess 
     json_object_set(client, "clientInfo", json_object_get(params, "clientInfo"));
     json_t *caps = json_object_get(params, "capabilities");
     json_object_set(client, "capabilities", json_is_object(caps) ? caps : json_object());
+    json_object_set_new(client, TM_CLIENT_PRINCIPAL, json_string(principal)); /* its owner */
     char *client_txt = json_dumps(client, JSON_COMPACT);
     int64_t now = tm_wall_ms();
     tm_session_rec rec = {.id = id, .protocol_version = (char *)chosen, .client = client_txt,
@@ -60,7 +62,8 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess 
         tm_sess_unref(s);
         return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory");
     }
-    TM_INFO("session %s initialized (%s)", s->id, chosen);
+    char tag[16];
+    TM_INFO("session %s initialized (%s)", tm_sid_tag(s->id, tag), chosen);
     json_t *res = json_pack(
         "{s:s,s:{s:{s:b},s:{s:b,s:b},s:{s:b},s:{},s:{}},s:{s:s,s:s}}", "protocolVersion", chosen,
         "capabilities", "tools", "listChanged", 1, "resources", "subscribe", 1, "listChanged", 1,

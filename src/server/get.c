@@ -48,8 +48,9 @@ static int resume_refused(tidemark_server_t *srv, tm_http_req *r, const tm_sess 
                        "Bad Request: Last-Event-ID names no stream of this session", NULL);
         return 1;
     case TM_RESUME_AHEAD:
-        TM_WARN("session %s: cursor_ahead %s (durable head %llu)", sess->id, cursor,
-                (unsigned long long)d->head);
+        char tag[16];
+        TM_WARN("session %s: cursor_ahead %s (durable head %llu)", tm_sid_tag(sess->id, tag),
+                cursor, (unsigned long long)d->head);
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "cursor_ahead",
                        "Bad Request: Last-Event-ID is ahead of the durable head",
                        json_pack("{s:I}", "durable_head", (json_int_t)d->head));
@@ -113,19 +114,15 @@ static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, c
     return 0;
 }
 
-void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
+/* Past the authorization gate (ctx: the principal, the headers needed). */
+static void get_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
 {
-    const char *accept = tm_http_req_header(r, "Accept");
-    if (!tm_policy_accepts(accept, "text/event-stream"))
-        return tm_reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
-                              "Not Acceptable: Accept must list text/event-stream", NULL);
-    if (tm_refuse_version(r))
-        return;
-    tm_sess *sess = tm_require_session(srv, r);
+    (void)ud;
+    tm_sess *sess = tm_require_session(srv, r, ctx);
     if (!sess)
         return;
     int64_t t0 = tm_now_us();
-    const char *cursor = tm_http_req_header(r, "Last-Event-ID");
+    const char *cursor = ctx->last_event_id;
     tm_feed_opts o = {.session = sess->id, .retry_ms = srv->cfg.retry_ms,
                              .announce_durable = srv->cfg.emit_early};
     tm_buf prelude;
@@ -153,4 +150,15 @@ void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
     }
     tm_buf_free(&prelude);
     tm_sess_unref(sess);
+}
+
+void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
+{
+    const char *accept = tm_http_req_header(r, "Accept");
+    if (!tm_policy_accepts(accept, "text/event-stream"))
+        return tm_reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
+                              "Not Acceptable: Accept must list text/event-stream", NULL);
+    if (tm_refuse_version(r))
+        return;
+    tm_gate(srv, r, NULL, 0, get_cont, NULL, NULL);
 }

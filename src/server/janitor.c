@@ -27,7 +27,7 @@ static void expired(void *ud, const char *id)
         tm_sess_unref(s);
     }
     tm_feed_end_session(srv, id);
-    TM_INFO("session %s expired (idle)", id);
+    TM_INFO("session %s expired (idle)", TM_SID(id));
 }
 
 typedef struct busy_ctx {

@@ -83,7 +83,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
     }
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
     if (rc) {
-        TM_WARN("session %s stream %s: response not appended: %s", j->sess->id, j->stream,
+        TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));
         if (r.cb)
             tm_call_write_failed(c, rc); /* the callback never runs on a refused append */

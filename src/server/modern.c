@@ -20,6 +20,7 @@
 #include "era.h"
 #include "feed.h"
 #include "seal.h"
+#include "tasks.h"
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -30,7 +31,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PRINCIPAL "anon"
 #define IDEM_KEY "dev.tidemark/idempotency-key"
 #define REISSUE_WAIT_MS 30000
 
@@ -77,8 +77,12 @@ void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp
     if (strcmp(rt, "complete") == 0 && cacheable(method)) {
         if (!json_object_get(res, "ttlMs"))
             json_object_set_new(res, "ttlMs", json_integer(srv->cfg.cache_ttl_ms));
+        /* A read's contents may depend on who asks (its handler knows the
+         * principal's session): with authorization on, never shared. */
+        const char *scope = srv->auth && strcmp(method, "resources/read") == 0
+                                ? "private" : srv->cfg.cache_scope;
         if (!json_object_get(res, "cacheScope"))
-            json_object_set_new(res, "cacheScope", json_string(srv->cfg.cache_scope));
+            json_object_set_new(res, "cacheScope", json_string(scope));
     }
 }
 
@@ -114,25 +118,29 @@ static json_t *discover(tidemark_server_t *srv, const tm_msg *m)
                             "listChanged", 1, "logging", "completions");
     if (srv->instructions)
         json_object_set_new(res, "instructions", json_string(srv->instructions));
+    json_object_set_new(json_object_get(res, "capabilities"), "extensions",
+                        json_pack("{s:{}}", TM_TASKS_EXT));
     return tm_jsonrpc_result(m->id, res);
 }
 
 /* ---- the context of a request --------------------------------------------- */
 
-/* The client as _meta describes it, in the shape a 2025 session keeps. */
-static json_t *client_of(const tm_msg *m)
+/* The client as _meta describes it, in the shape a 2025 session keeps,
+ * with the request's principal (its owner). */
+static json_t *client_of(const tm_msg *m, const char *principal)
 {
     json_t *meta = meta_of(m);
-    json_t *c = json_pack("{s:O}", "capabilities", json_object_get(meta, TM_META_CAPS));
+    json_t *c = json_pack("{s:O,s:s}", "capabilities", json_object_get(meta, TM_META_CAPS),
+                          TM_CLIENT_PRINCIPAL, principal);
     json_t *info = json_object_get(meta, TM_META_INFO);
     if (info)
         json_object_set(c, "clientInfo", info);
     return c;
 }
 
-static tm_sess *context_new(const char *id, const tm_msg *m)
+static tm_sess *context_new(const char *id, const tm_msg *m, const char *principal)
 {
-    json_t *client = client_of(m);
+    json_t *client = client_of(m, principal);
     tm_sess *s = client ? tm_sess_new(id, TM_MODERN_VERSION, client) : NULL;
     json_decref(client);
     if (!s)
@@ -144,9 +152,10 @@ static tm_sess *context_new(const char *id, const tm_msg *m)
 
 /* A store session for a call or a listener (marked modern: a 2025 request
  * naming it gets 404). */
-static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m)
+static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m,
+                         const char *principal)
 {
-    json_t *client = client_of(m);
+    json_t *client = client_of(m, principal);
     char *txt = client ? json_dumps(client, JSON_COMPACT) : NULL;
     json_decref(client);
     int64_t now = tm_wall_ms();
@@ -189,7 +198,7 @@ void tm_modern_doom(tidemark_server_t *srv, const char *id)
 {
     tm_doomed *d = calloc(1, sizeof *d);
     if (!d) {
-        TM_WARN("session %s: not deleted (out of memory; its TTL will)", id);
+        TM_WARN("session %s: not deleted (out of memory; its TTL will)", TM_SID(id));
         return;
     }
     snprintf(d->id, sizeof d->id, "%s", id);
@@ -202,6 +211,8 @@ void tm_modern_doom(tidemark_server_t *srv, const char *id)
 
 void tm_modern_reap(tidemark_server_t *srv, int all)
 {
+    if (!all)
+        tm_tasks_tick(srv); /* tasks.h: cancellations asked on other nodes */
     int64_t now = tm_now_ms();
     tm_doomed *due = NULL;
     pthread_mutex_lock(&srv->fail_mu);
@@ -221,7 +232,7 @@ void tm_modern_reap(tidemark_server_t *srv, int all)
         due = d->next;
         int rc = all ? 0 : tm_store_session_delete(srv->store, d->id);
         if (rc && rc != TIDEMARK_ENOTFOUND)
-            TM_WARN("session %s: not deleted (its TTL will): %s", d->id, tidemark_strerror(rc));
+            TM_WARN("session %s: not deleted (its TTL will): %s", TM_SID(d->id), tidemark_strerror(rc));
         free(d);
     }
 }
@@ -456,13 +467,14 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
 /* ---- tools/call ------------------------------------------------------------ */
 
 /* The store session of a call: derived from (principal, key), or new. OUT
- * *ephemeral. 1 when the POST was answered (a re-issue, an error). */
+ * *ephemeral. 1 when the POST was answered (a re-issue, an error). Another
+ * principal's key derives another id: its own new call, never this one's. */
 static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
-                        char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
+                        const char *principal, char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
 {
     json_t *k = json_object_get(meta_of(m), IDEM_KEY);
     *ephemeral = !k;
-    int rc = k ? tm_seal_derive_id(srv->sealer, PRINCIPAL, strlen(PRINCIPAL), json_string_value(k),
+    int rc = k ? tm_seal_derive_id(srv->sealer, principal, strlen(principal), json_string_value(k),
                                    json_string_length(k), sid)
                : new_id(sid);
     if (rc) {
@@ -471,7 +483,7 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     }
     if (k && keyed_replay(srv, r, sid, m))
         return 1;
-    rc = store_session(srv, sid, m);
+    rc = store_session(srv, sid, m, principal);
     if (rc == TIDEMARK_EEXIST && k)
         rc = 0; /* an earlier request under the key made it */
     if (rc) {
@@ -481,7 +493,8 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     return 0;
 }
 
-static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
+                        const char *principal)
 {
     const tm_msg *m = &pm->m[0];
     char sid[TM_SESSION_ID_LEN + 1];
@@ -489,12 +502,12 @@ static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
     int keyed = json_object_get(meta_of(m), IDEM_KEY) != NULL;
     if (keyed) /* the replay check and the record's start, as one on this node */
         pthread_mutex_lock(&keyed_mu);
-    if (call_session(srv, r, m, sid, &ephemeral)) {
+    if (call_session(srv, r, m, principal, sid, &ephemeral)) {
         if (keyed)
             pthread_mutex_unlock(&keyed_mu);
         return;
     }
-    tm_sess *sess = context_new(sid, m);
+    tm_sess *sess = context_new(sid, m, principal);
     if (!sess) {
         if (keyed)
             pthread_mutex_unlock(&keyed_mu);
@@ -567,19 +580,24 @@ static json_t *filter_check(tidemark_server_t *srv, const tm_msg *m, const json_
     return NULL;
 }
 
-static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
+                        const char *principal)
 {
     json_t *f = json_object_get(m->params, "notifications");
-    json_t *bad = filter_check(srv, m, f);
+    json_t *bad = filter_check(srv, m, f), *tids = NULL;
+    if (!bad) /* tasks.h: notifications/tasks for these */
+        bad = tm_tasks_listen_ids(srv, m, principal, f, &tids);
     if (bad)
         return reply(srv, r, m->method, bad);
     char id[TM_SESSION_ID_LEN + 1], g[TM_STREAM_MAX];
     int rc = new_id(id);
     if (rc == 0)
-        rc = store_session(srv, id, m);
+        rc = store_session(srv, id, m, principal);
     if (rc == 0)
         rc = tm_store_stream_open(srv->store, id, "g", g);
     json_t *h = honoured(f);
+    if (tids)
+        json_object_set_new(h, "taskIds", tids);
     json_t *ack = tm_jsonrpc_notification("notifications/subscriptions/acknowledged",
                                           json_pack("{s:O,s:{s:O}}", "notifications", h, "_meta",
                                                     TM_META_SUB, m->id));
@@ -589,7 +607,7 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
     if (rc == 0)
         rc = listener_attrs(srv, id, m, h);
     json_decref(h);
-    tm_sess *s = rc == 0 ? context_new(id, m) : NULL;
+    tm_sess *s = rc == 0 ? context_new(id, m, principal) : NULL;
     if (s)
         hold(srv, s);
     if (rc == 0)
@@ -630,6 +648,8 @@ int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t
     int want = flag ? json_is_true(json_object_get(f, flag)) : 0;
     if (strcmp(method, "notifications/resources/updated") == 0)
         want = subscribed(f, params);
+    if (strcmp(method, "notifications/tasks") == 0)
+        want = tm_tasks_listened(f, params);
     if (!want)
         return 0;
     json_t *p = params ? json_deep_copy(params) : json_object();
@@ -696,6 +716,7 @@ typedef struct setup {
     tidemark_server_t *srv;
     tm_http_req *r;
     post_msgs pm;
+    char principal[TM_PRINCIPAL_MAX];
 } setup;
 
 static void run_setup(void *arg)
@@ -703,22 +724,25 @@ static void run_setup(void *arg)
     setup *w = arg;
     const tm_msg *m = &w->pm.m[0];
     if (tm_is_call(m))
-        modern_call(w->srv, w->r, &w->pm);
+        modern_call(w->srv, w->r, &w->pm, w->principal);
     else
-        listen_open(w->srv, w->r, m);
+        listen_open(w->srv, w->r, m, w->principal);
     post_msgs_free(&w->pm);
     free(w);
 }
 
-static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm, const tm_reqctx *ctx)
 {
     setup *w = calloc(1, sizeof *w);
     if (!w)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
                               NULL);
-    *w = (setup){srv, r, *pm};
+    *w = (setup){srv, r, *pm, {0}};
+    snprintf(w->principal, sizeof w->principal, "%s", ctx->principal);
     pm->root = NULL; /* the worker's now */
     pm->m = NULL;
+    if (ctx->on_worker) /* already off the I/O thread (the authorization gate) */
+        return run_setup(w);
     if (tm_pool_submit(srv->pool, run_setup, w) != 0) {
         post_msgs_free(&w->pm);
         free(w);
@@ -726,9 +750,13 @@ static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
     }
 }
 
-static void route(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
+    if (m->kind != TM_MSG_REQUEST)
+        return non_request(srv, r, m);
+    if (tm_tasks_route(srv, r, ctx, pm)) /* tasks.c: the tasks methods, task tools */
+        return;
     if (removed(m->method) || (!served(m->method) && strcmp(m->method, "server/discover") != 0 &&
                                strcmp(m->method, "subscriptions/listen") != 0)) {
         json_t *x = json_pack("{s:s}", "method", m->method);
@@ -740,34 +768,39 @@ static void route(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
     if (strcmp(m->method, "server/discover") == 0)
         return reply(srv, r, m->method, discover(srv, m));
     if (strcmp(m->method, "subscriptions/listen") == 0 || tm_is_call(m))
-        return later(srv, r, pm); /* they write durably before answering */
+        return later(srv, r, pm, ctx); /* they write durably before answering */
     char id[TM_SESSION_ID_LEN + 1];
-    tm_sess *s = new_id(id) == 0 ? context_new(id, m) : NULL;
+    tm_sess *s = new_id(id) == 0 ? context_new(id, m, ctx->principal) : NULL;
     if (!s)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
                               NULL);
     tm_post_submit(srv, r, s, pm, TM_POST_MODERN);
 }
 
-void tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
 {
-    if (pm->batch)
-        return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
-                              "Invalid Request: JSON-RPC batches are not part of protocol version "
-                              "2026-07-28", NULL);
+    if (pm->batch) {
+        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
+                       "Invalid Request: JSON-RPC batches are not part of protocol version "
+                       "2026-07-28", NULL);
+        return 1;
+    }
     const tm_msg *m = &pm->m[0];
-    if (m->kind == TM_MSG_INVALID)
-        return tm_reply_json(r, 400, tm_jsonrpc_error(m->id, tm_invalid_code(m), m->detail, m->why,
-                                                      NULL));
+    if (m->kind == TM_MSG_INVALID) {
+        tm_reply_json(r, 400, tm_jsonrpc_error(m->id, tm_invalid_code(m), m->detail, m->why, NULL));
+        return 1;
+    }
     if (m->kind != TM_MSG_REQUEST)
-        return non_request(srv, r, m);
+        return 0;
     unsigned status = 400;
     json_t *schema = input_schema(srv, m);
     json_t *e = tm_era_check(m, hdr, r, schema, &status);
     json_decref(schema);
-    if (e)
-        return tm_reply_json(r, status, e);
-    route(srv, r, pm);
+    if (e) {
+        tm_reply_json(r, status, e);
+        return 1;
+    }
+    return 0;
 }
 
 int tm_modern_refuse_method(tm_http_req *r)

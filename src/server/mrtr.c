@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PRINCIPAL "anon" /* until authorization gives requests a principal */
-
 /* What the sealed state is bound to besides the principal: the method. The
  * payload also names the tool / prompt / resource, checked on open. */
 static const char *target_of(const tidemark_call_t *c)
@@ -43,7 +41,7 @@ static json_t *open_state(tidemark_call_t *c, const char *token)
     void *payload = NULL;
     size_t len = 0;
     const char *reason = NULL;
-    int rc = tm_unseal(c->srv->sealer, PRINCIPAL, c->method, tm_wall_ms(), token, &payload, &len,
+    int rc = tm_unseal(c->srv->sealer, c->sess->principal, c->method, tm_wall_ms(), token, &payload, &len,
                        &reason);
     if (rc)
         return state_error(c, reason ? reason : "request_state_invalid");
@@ -143,7 +141,7 @@ json_t *tm_mrtr_end(tidemark_call_t *c)
                                 "request_state_too_large",
                                 json_pack("{s:I}", "limit", (json_int_t)TM_SEAL_MAX_PAYLOAD));
     }
-    int rc = payload ? tm_seal(c->srv->sealer, PRINCIPAL, c->method, exp, payload,
+    int rc = payload ? tm_seal(c->srv->sealer, c->sess->principal, c->method, exp, payload,
                                strlen(payload), &token)
                      : TIDEMARK_ENOMEM;
     free(payload);

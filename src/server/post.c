@@ -20,13 +20,14 @@ typedef struct init_job {
     tm_http_req *req;
     json_t *root;
     tm_msg msg;
+    char principal[TM_PRINCIPAL_MAX];
 } init_job;
 
 static void run_initialize(void *arg)
 {
     init_job *ij = arg;
     tm_sess *sess = NULL;
-    json_t *resp = tm_dispatch_initialize(ij->srv, &ij->msg, &sess);
+    json_t *resp = tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, &sess);
     if (sess) {
         tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
         tm_sess_unref(sess);
@@ -232,7 +233,8 @@ static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
 }
 
 /* initialize: alone in its POST, run on a worker (it writes durably). */
-static void post_initialize(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+static void post_initialize(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+                            post_msgs *pm)
 {
     if (pm->batch)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "invalid_request",
@@ -245,7 +247,10 @@ static void post_initialize(tidemark_server_t *srv, tm_http_req *r, post_msgs *p
     ij->req = r;
     ij->root = pm->root;
     ij->msg = pm->m[0];
+    snprintf(ij->principal, sizeof ij->principal, "%s", ctx->principal);
     pm->root = NULL;
+    if (ctx->on_worker)
+        return run_initialize(ij);
     if (tm_pool_submit(srv->pool, run_initialize, ij) != 0) {
         json_decref(ij->root);
         free(ij);
@@ -453,35 +458,57 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */
 }
 
+/* Its principal known (ctx): the 2025 path. */
+static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
+{
+    post_msgs *pm = ud;
+    if (pm->ninit) {
+        post_initialize(srv, r, ctx, pm);
+    } else if (!pm->batch && pm->m[0].kind == TM_MSG_INVALID) {
+        tm_reply_json(r, 400, tm_jsonrpc_error(pm->m[0].id, tm_invalid_code(&pm->m[0]),
+                                               pm->m[0].detail, pm->m[0].why, NULL));
+    } else {
+        tm_sess *sess = tm_require_session(srv, r, ctx);
+        if (sess && post_answered_early(srv, r, sess, pm))
+            tm_sess_unref(sess);
+        else if (sess) /* the store mark is taken before the records: a tool that
+                          is not idempotent waits for them by it */
+            tm_post_submit(srv, r, sess, pm, 0);
+    }
+    post_msgs_free(pm);
+    free(pm);
+}
+
+static void post_modern(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
+{
+    post_msgs *pm = ud;
+    tm_modern_route(srv, r, ctx, pm);
+    post_msgs_free(pm);
+    free(pm);
+}
+
+static void post_msgs_drop(void *ud)
+{
+    post_msgs_free(ud);
+    free(ud);
+}
+
 void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
 {
     post_msgs pm = {0};
     if (post_headers_refused(srv, r) || post_parse(srv, r, &pm))
         return post_msgs_free(&pm);
-    if (tm_era_modern(tm_http_req_header(r, "MCP-Protocol-Version"), pm.root)) {
-        tm_modern_post(srv, r, &pm);
+    /* Header checks that look nothing up come first; then the gate (the
+     * token, on a worker), before any session is looked up or created. */
+    int modern = tm_era_modern(tm_http_req_header(r, "MCP-Protocol-Version"), pm.root);
+    if (modern ? tm_modern_post(srv, r, &pm) != 0 : tm_refuse_version(r))
         return post_msgs_free(&pm);
+    post_msgs *held = malloc(sizeof *held);
+    if (!held) {
+        post_msgs_free(&pm);
+        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
+                              NULL);
     }
-    if (tm_refuse_version(r))
-        return post_msgs_free(&pm);
-    if (pm.ninit) {
-        post_initialize(srv, r, &pm);
-        return post_msgs_free(&pm);
-    }
-    if (!pm.batch && pm.m[0].kind == TM_MSG_INVALID) {
-        tm_reply_json(r, 400, tm_jsonrpc_error(pm.m[0].id, tm_invalid_code(&pm.m[0]), pm.m[0].detail,
-                                               pm.m[0].why, NULL));
-        return post_msgs_free(&pm);
-    }
-    tm_sess *sess = tm_require_session(srv, r);
-    if (!sess)
-        return post_msgs_free(&pm);
-    if (post_answered_early(srv, r, sess, &pm)) {
-        tm_sess_unref(sess);
-        return post_msgs_free(&pm);
-    }
-    /* The store mark is taken before the records: a tool that is not
-     * idempotent waits for them by it. */
-    tm_post_submit(srv, r, sess, &pm, 0);
-    post_msgs_free(&pm);
+    *held = pm;
+    tm_gate(srv, r, held->m, held->n, modern ? post_modern : post_legacy, held, post_msgs_drop);
 }

@@ -6,6 +6,7 @@
 #include "server_int.h"
 #include "seal.h"
 #include "feed.h"
+#include "../auth/auth.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -103,6 +104,49 @@ static void fill_limits(tidemark_server_config_t *c, const tidemark_server_confi
         c->max_uri_length = TM_URI_MAX;
 }
 
+/* The authorization settings of the config (docs/protocol.md,
+ * "Authorization"): none set, off; auth_resource and the rest, a resource
+ * server (tm_auth validates and copies them); any of them without
+ * auth_resource, refused (never an open server by mistake). */
+static int auth_open(tidemark_server_t *s)
+{
+    const tidemark_server_config_t *c = &s->cfg;
+    if (!c->auth_resource) {
+        const void *set[] = {c->auth_issuer, c->auth_jwks_uri, c->auth_introspection_uri,
+                             c->auth_client_id, c->auth_client_secret, c->auth_scope_rules,
+                             c->auth_scope_base};
+        for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+            if (set[i]) {
+                TM_ERROR("authorization: auth_resource is required with the other auth_* settings");
+                return TIDEMARK_EINVAL;
+            }
+        return 0;
+    }
+    tm_auth_config ac = {.resource = c->auth_resource, .issuer = c->auth_issuer,
+                         .jwks_uri = c->auth_jwks_uri,
+                         .introspection_uri = c->auth_introspection_uri,
+                         .client_id = c->auth_client_id, .client_secret = c->auth_client_secret,
+                         .ca_file = c->auth_ca_file, .scopes_supported = c->auth_scopes_supported,
+                         .scope_base = c->auth_scope_base, .scope_rules = c->auth_scope_rules,
+                         .scope_implies = c->auth_scope_implies, .algorithms = c->auth_algorithms,
+                         .resource_name = c->auth_resource_name, .leeway_s = c->auth_leeway_s,
+                         .http_timeout_ms = c->auth_timeout_ms,
+                         .jwks_min_refresh_ms = c->auth_jwks_min_refresh_ms};
+    return tm_auth_new(&ac, &s->auth);
+}
+
+/* The config's strings that are not copied elsewhere are not kept: the
+ * caller's may go once tidemark_server_new returned. */
+static void forget_borrowed(tidemark_server_config_t *c)
+{
+    c->auth_resource = c->auth_issuer = c->auth_jwks_uri = c->auth_introspection_uri = NULL;
+    c->auth_client_id = c->auth_client_secret = c->auth_ca_file = NULL;
+    c->auth_scopes_supported = c->auth_scope_base = c->auth_algorithms = NULL;
+    c->auth_resource_name = NULL;
+    c->auth_scope_rules = c->auth_scope_implies = NULL;
+    c->metrics_token = c->tls_cert_file = c->tls_key_file = c->tls_client_ca_file = NULL;
+}
+
 int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
                               tidemark_server_t **out)
 {
@@ -125,6 +169,10 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     s->origins = dup_list(s->cfg.allowed_origins);
     s->hosts = dup_list(s->cfg.allowed_hosts);
     s->metrics_addrs = dup_list(s->cfg.metrics_addresses);
+    s->metrics_token = tm_strdup(s->cfg.metrics_token);
+    s->tls_cert = tm_strdup(s->cfg.tls_cert_file);
+    s->tls_key = tm_strdup(s->cfg.tls_key_file);
+    s->tls_client_ca = tm_strdup(s->cfg.tls_client_ca_file);
     if (!s->cfg.workers)
         s->cfg.workers = def.workers;
     if (!s->cfg.max_body)
@@ -145,10 +193,26 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
     if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
-        !s->sessions || !s->failed) {
+        !s->sessions || !s->failed || (s->cfg.metrics_token && !s->metrics_token) ||
+        (s->cfg.tls_cert_file && !s->tls_cert) || (s->cfg.tls_key_file && !s->tls_key) ||
+        (s->cfg.tls_client_ca_file && !s->tls_client_ca)) {
         tidemark_server_free(s);
         return TIDEMARK_ENOMEM;
     }
+    if ((s->cfg.metrics_token && !s->cfg.metrics_token[0]) ||
+        (!s->tls_cert != !s->tls_key) || (s->tls_client_ca && !s->tls_cert)) {
+        TM_ERROR("%s", s->cfg.metrics_token && !s->cfg.metrics_token[0]
+                           ? "metrics_token: empty"
+                           : "TLS: tls_cert_file and tls_key_file go together (and "
+                             "tls_client_ca_file needs them)");
+        tidemark_server_free(s);
+        return TIDEMARK_EINVAL;
+    }
+    if ((rc = auth_open(s)) != 0) {
+        tidemark_server_free(s);
+        return rc;
+    }
+    forget_borrowed(&s->cfg);
     *out = s;
     return 0;
 }
@@ -256,7 +320,9 @@ int tidemark_server_start(tidemark_server_t *srv)
                          .max_connections = srv->cfg.max_connections,
                          .max_per_address = srv->cfg.max_connections_per_address,
                          .request_deadline_ms = srv->cfg.request_deadline_ms,
-                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body};
+                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
+                         .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
+                         .tls_client_ca_file = srv->tls_client_ca};
     atomic_store(&srv->stopping, 0);
     tm_http *h = NULL;
     rc = tm_http_new(&hc, tm_on_http, srv, &h);
@@ -272,8 +338,9 @@ int tidemark_server_start(tidemark_server_t *srv)
     if ((rc = tm_recover(srv)) != 0)
         TM_ERROR("recovery of unfinished requests failed: %s", tidemark_strerror(rc));
     tm_background_start(srv);
-    TM_INFO("listening on http://%s:%u%s (store %s, epoch %s)", srv->host, tm_http_port(srv->http),
-            srv->path, srv->store_uri, tm_store_epoch(srv->store));
+    TM_INFO("listening on %s://%s:%u%s (store %s, epoch %s%s)", srv->tls_cert ? "https" : "http",
+            srv->host, tm_http_port(srv->http), srv->path, srv->store_uri,
+            tm_store_epoch(srv->store), srv->auth ? ", authorization on" : "");
     return 0;
 fail:
     tm_pool_free(srv->pool);
@@ -382,6 +449,11 @@ void tidemark_server_free(tidemark_server_t *srv)
     free_list(srv->origins);
     free_list(srv->hosts);
     free_list(srv->metrics_addrs);
+    tm_auth_free(srv->auth); /* after the HTTP transport stopped: no check runs now */
+    free(srv->metrics_token);
+    free(srv->tls_cert);
+    free(srv->tls_key);
+    free(srv->tls_client_ca);
     free(srv->host);
     free(srv->path);
     free(srv->store_uri);

@@ -13,6 +13,14 @@
 #include <stdatomic.h>
 
 #define TM_SESSION_ID_LEN 32 /* 128 bits as hex */
+/* Who owns what a request creates: with authorization on, the token's
+ * principal id (64 hex digits, src/auth/auth.h); without it, everyone is
+ * TM_PRINCIPAL_ANON, which no authorized principal's id can be. */
+#define TM_PRINCIPAL_MAX 65
+#define TM_PRINCIPAL_ANON "anon"
+/* The member of a session's stored client JSON that names its principal
+ * (absent in sessions from before: TM_PRINCIPAL_ANON). */
+#define TM_CLIENT_PRINCIPAL "principal"
 #define TM_URI_MAX 8192      /* hard cap of max_uri_length (buffers are sized for it) */
 /* A request record's key: an id key, or "k:" and the escaped idempotency
  * key; either fits (jsonrpc.h bounds both before anything runs). */
@@ -24,7 +32,8 @@ typedef struct tm_sess {
     atomic_int refs;
     char id[TM_SESSION_ID_LEN + 1];
     char version[16];
-    json_t *client;          /* initialize params */
+    char principal[TM_PRINCIPAL_MAX]; /* its owner (from client's TM_CLIENT_PRINCIPAL) */
+    json_t *client;          /* initialize params (and the principal) */
     pthread_mutex_t mu;      /* guards everything below */
     pthread_cond_t cv;       /* server->client answers, cancellation */
     int log_level;           /* index into tm_log_levels; lower = more verbose
@@ -131,7 +140,20 @@ struct tidemark_server {
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
     struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
     struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
+    struct tm_auth *auth;     /* authorization (NULL: off; every principal anonymous) */
+    char *metrics_token;      /* cfg.metrics_token, owned */
+    char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
 };
+
+/* What the request path learned about one MCP request before it went on:
+ * its principal and the headers it needs later (copied on the I/O thread,
+ * so the request goes on from a worker, where headers are not to be read). */
+typedef struct tm_reqctx {
+    char principal[TM_PRINCIPAL_MAX];
+    const char *sid;       /* Mcp-Session-Id, or NULL */
+    const char *last_event_id; /* Last-Event-ID (GET), or NULL */
+    int on_worker;         /* the request goes on on a worker thread */
+} tm_reqctx;
 
 extern const char *const tm_log_levels[8];
 int tm_log_level_index(const char *name);
@@ -177,8 +199,27 @@ void tm_reply_error(tm_http_req *r, unsigned status, int code, const char *reaso
 void tm_reply_store_error(tm_http_req *r, int rc);
 /* An unsupported MCP-Protocol-Version header: answered 400, returns 1. */
 int tm_refuse_version(tm_http_req *r);
-/* The request's session (new ref), or NULL after answering 400/404. */
-tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r);
+/* The request's session (new ref), or NULL after answering 400/404: a
+ * session of another principal is answered 404 as one that does not exist. */
+tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx);
+/* endpoint.c: the authorization gate. Called on the I/O thread once the
+ * request's JSON-RPC messages are known (msgs NULL, n 0: GET, DELETE): the
+ * headers cont needs are copied into a tm_reqctx, then, with authorization
+ * on, the token is checked on a worker (a check may wait for the issuer)
+ * and cont(srv, r, ctx, ud) runs there with the principal, or the request
+ * is answered 401 / 403 / 503; without it, cont runs at once as "anon". ud
+ * is handed over: free_ud(ud) runs when cont does not. */
+typedef void (*tm_gate_fn)(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+                           void *ud);
+void tm_gate(tidemark_server_t *srv, tm_http_req *r, const tm_msg *msgs, size_t n,
+             tm_gate_fn cont, void *ud, void (*free_ud)(void *));
+/* A session's stored client JSON: c (borrowed) with the principal added
+ * (new ref). */
+json_t *tm_client_with_principal(const json_t *c, const char *principal);
+/* A short tag for a session id in logs (the id itself is never logged at
+ * info level or above: it names the session to whoever reads it). */
+const char *tm_sid_tag(const char *sid, char out[16]);
+#define TM_SID(sid) tm_sid_tag((sid), (char[16]){0})
 /* post.c, get.c, endpoint.c: the three methods of the MCP endpoint. */
 void tm_handle_post(tidemark_server_t *srv, tm_http_req *r);
 void tm_handle_get(tidemark_server_t *srv, tm_http_req *r);
@@ -234,8 +275,13 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_EPHEMERAL 2u /* its store session goes once it is answered */
 void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
-/* modern.c: a POST of the 2026-07-28 era (pm parsed and classified). */
-void tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm);
+/* modern.c: the checks of a POST of the 2026-07-28 era that look nothing
+ * up (pm parsed and classified; on the I/O thread, headers read): 1 when
+ * answered, else 0 (then tm_modern_route, past the authorization gate). */
+int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm);
+/* modern.c: its checks done and its principal known (ctx), the request
+ * goes on (pm's messages taken). */
+void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm);
 /* modern.c: GET or DELETE carrying the 2026-07-28 header: answered 405, 1. */
 int tm_modern_refuse_method(tm_http_req *r);
 /* modern.c: complete a modern result: resultType, serverInfo in _meta, the
@@ -278,7 +324,8 @@ int tm_mrtr_input(tidemark_call_t *c, const char *key, const char *method, json_
 /* dispatch.c: run one request; returns the response (new ref) or NULL when
  * no response must be sent (cancelled). */
 json_t *tm_dispatch(tidemark_call_t *call);
-/* initialize: creates the session. OUT sess on success. */
-json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, tm_sess **sess);
+/* initialize: creates the session, owned by principal. OUT sess on success. */
+json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const char *principal,
+                               tm_sess **sess);
 
 #endif

@@ -7,6 +7,7 @@
 #include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
+#include <gnutls/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,11 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     atomic_init(&s->refs, 1);
     snprintf(s->id, sizeof s->id, "%s", id);
     snprintf(s->version, sizeof s->version, "%s", version);
+    /* The owner is part of the stored record (created with it, in one
+     * write), so every node and a restarted one see the same. */
+    const char *p = json_string_value(json_object_get(client, TM_CLIENT_PRINCIPAL));
+    snprintf(s->principal, sizeof s->principal, "%s",
+             p && strlen(p) < sizeof s->principal ? p : p ? "" : TM_PRINCIPAL_ANON);
     s->client = client ? json_incref(client) : json_object();
     pthread_mutex_init(&s->mu, NULL);
     tm_cond_init_monotonic(&s->cv);
@@ -49,6 +55,27 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
         return NULL;
     }
     return s;
+}
+
+json_t *tm_client_with_principal(const json_t *c, const char *principal)
+{
+    json_t *o = json_is_object(c) ? json_copy((json_t *)c) : json_object();
+    if (o && json_object_set_new(o, TM_CLIENT_PRINCIPAL, json_string(principal)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+const char *tm_sid_tag(const char *sid, char out[16])
+{
+    unsigned char d[32];
+    if (!sid || gnutls_hash_fast(GNUTLS_DIG_SHA256, sid, strlen(sid), d) != 0) {
+        snprintf(out, 16, "s-?");
+        return out;
+    }
+    snprintf(out, 16, "s-%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4]);
+    return out;
 }
 
 tm_sess *tm_sess_ref(tm_sess *s)
@@ -146,7 +173,7 @@ int tm_session_append(tidemark_server_t *srv, const char *id, const char *stream
     int rc = tm_store_append(srv->store, id, stream, bytes, len, flags, NULL, NULL);
     free(bytes);
     if (rc)
-        TM_WARN("append to %s/%s failed: %s", id, stream, tidemark_strerror(rc));
+        TM_WARN("append to %s/%s failed: %s", TM_SID(id), stream, tidemark_strerror(rc));
     return rc;
 }
 
@@ -160,7 +187,7 @@ int tm_sess_set_attr(tidemark_server_t *srv, tm_sess *s, const char *name, const
 {
     int rc = tm_store_session_set_attr(srv->store, s->id, name, value);
     if (rc)
-        TM_WARN("session %s: storing attribute %s failed: %s", s->id, name, tidemark_strerror(rc));
+        TM_WARN("session %s: storing attribute %s failed: %s", TM_SID(s->id), name, tidemark_strerror(rc));
     return rc;
 }
 
@@ -243,7 +270,7 @@ void tm_sess_deliver_response(tidemark_server_t *srv, tm_sess *s, const tm_msg *
         memcpy(msg + TM_SESSION_ID_LEN + 1, bytes, len);
         int rc = tm_store_publish(srv->store, BUS_RESPONSE, msg, TM_SESSION_ID_LEN + 1 + len);
         if (rc)
-            TM_WARN("session %s: cannot forward a response: %s", s->id, tidemark_strerror(rc));
+            TM_WARN("session %s: cannot forward a response: %s", TM_SID(s->id), tidemark_strerror(rc));
     }
     free(msg);
     free(bytes);
