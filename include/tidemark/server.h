@@ -187,8 +187,10 @@ TIDEMARK_API int tidemark_server_run(tidemark_server_t *srv);
  * server (it must not be running; its HTTP address and path are replaced
  * by a private loopback endpoint the stdio side uses), serves until end of
  * input, SIGINT/SIGTERM or tidemark_server_stop, then stops it. Signals as
- * tidemark_server_run. Returns 0, TIDEMARK_EINVAL, TIDEMARK_EBUSY (already
- * running) or start's error. The fds are not closed. */
+ * tidemark_server_run. Authorization (auth_*) and TLS are HTTP's and are
+ * refused here. Returns 0, TIDEMARK_EINVAL (also: auth or TLS configured),
+ * TIDEMARK_EBUSY (already running) or start's error. The fds are not
+ * closed. */
 TIDEMARK_API int tidemark_server_run_stdio(tidemark_server_t *srv, int in_fd, int out_fd);
 /* The port actually bound (after start; 0 before). */
 TIDEMARK_API unsigned tidemark_server_port(const tidemark_server_t *srv);

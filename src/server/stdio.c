@@ -688,7 +688,14 @@ int tidemark_server_run_stdio(tidemark_server_t *srv, int in_fd, int out_fd)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, &old); /* the server's threads inherit it */
-    int rc = atomic_load(&srv->running) ? TIDEMARK_EBUSY : sb_bind_loopback(srv);
+    int rc = atomic_load(&srv->running) ? TIDEMARK_EBUSY : 0;
+    if (rc == 0 && (srv->auth || srv->tls_cert)) {
+        /* Both are HTTP's: a stdio client is the process that started us. */
+        TM_ERROR("stdio: authorization and TLS apply to HTTP only; not with stdio");
+        rc = TIDEMARK_EINVAL;
+    }
+    if (rc == 0)
+        rc = sb_bind_loopback(srv);
     if (rc == 0)
         rc = tidemark_server_start(srv);
     if (rc == 0)

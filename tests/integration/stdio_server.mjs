@@ -92,6 +92,16 @@ async function rawRound() {
   t.check("end of input: the process exits 0", c.exited?.code === 0, JSON.stringify(c.exited) + c.err.slice(-300));
 }
 
+// Authorization and TLS belong to HTTP: --stdio with them is refused, typed.
+async function refusedRound() {
+  const c = rawChild(["--store", "memory", "--auth-resource", "https://mcp.example/mcp",
+    "--auth-issuer", "https://issuer.example", "--auth-jwks-uri", "https://issuer.example/jwks"]);
+  await until("exit", () => c.exited, 10000).catch(() => null);
+  t.check("--stdio with authorization: refused (exit 1, said on stderr, nothing on stdout)",
+    c.exited?.code === 1 && /stdio/.test(c.err) && c.msgs.length === 0 && c.junk.length === 0,
+    JSON.stringify(c.exited) + c.err.slice(-300));
+}
+
 // 2026-07-28 requests written by hand: a tool whose argument is mirrored in
 // an Mcp-Param-* header, and a cancelled call.
 async function modernRawRound() {
@@ -228,7 +238,7 @@ async function ledgerRound() {
   await c.kill();
 }
 
-for (const [name, fn] of [["raw", rawRound], ["modern raw", modernRawRound], ["v1", v1Round], ["v2", v2Round], ["ledger", ledgerRound]]) {
+for (const [name, fn] of [["raw", rawRound], ["refused", refusedRound], ["modern raw", modernRawRound], ["v1", v1Round], ["v2", v2Round], ["ledger", ledgerRound]]) {
   try { await fn(); } catch (e) { t.check(`${name} round ran to the end`, false, e?.stack ?? String(e)); }
 }
 t.done();
