@@ -98,8 +98,12 @@ async function table() {
   const resource = `http://127.0.0.1:${port}/mcp`;
   const as = await startAuthzServer({ port: asPort, resource });
   cleanups.push(() => as.stop().catch(() => {}));
+  const tdir = mkdtempSync(join(tmpdir(), "tidemark-auth-"));
+  cleanups.push(() => rmSync(tdir, { recursive: true, force: true }));
+  const scrape = "scrape-" + Math.random().toString(36).slice(2);
+  writeFileSync(join(tdir, "metrics.token"), scrape + "\n");
   const s = await startServer(bin, ["--store", "memory", "--listen", `127.0.0.1:${port}`,
-    "--log-level", "info", ...authFlags(as, resource)]);
+    "--log-level", "info", "--metrics-token-file", join(tdir, "metrics.token"), ...authFlags(as, resource)]);
   cleanups.push(() => stopServer(s));
   const url = s.url, md = `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`;
 
@@ -210,7 +214,10 @@ async function table() {
   t.check("issuer down, known kid: still 200, both eras", r.status === 200 && m.status === 200, JSON.stringify([r, m.status]));
 
   // metrics and logs
-  const mt = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const m401 = await fetch(`http://127.0.0.1:${port}/metrics`, { headers: bearer(tokA) });
+  await m401.text();
+  t.check("/metrics without its scrape token (an MCP token is not one) -> 401", m401.status === 401, String(m401.status));
+  const mt = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: bearer(scrape) })).text();
   const n = (reason) => Number((mt.match(new RegExp(`tidemark_auth_refused_total\\{reason="${reason}"\\} (\\d+)`)) ?? [])[1]);
   t.check("metrics count refusals by reason", n("missing") >= 2 && n("expired") >= 2 && n("alg_none") >= 2 &&
     n("insufficient_scope") >= 2 && n("issuer_unavailable") >= 2 && n("wrong_audience") >= 2,
@@ -219,6 +226,8 @@ async function table() {
   const secrets = [tokA, tokAw, tokBw, sidA, tokA.split(".")[2]];
   t.check("no token and no session id in the log (info level)", s.log.length > 0 &&
     !secrets.some((x) => s.log.includes(x)), s.log.slice(0, 400));
+  t.check("no sanitizer report from the server", !/AddressSanitizer|LeakSanitizer|runtime error:/.test(s.log),
+    s.log.slice(s.log.search(/Sanitizer|runtime error/), 3000));
 }
 
 // ---- sdk over TLS -------------------------------------------------------------
