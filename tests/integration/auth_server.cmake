@@ -7,8 +7,11 @@
 #                        bearer token over TLS (a CA made by the test)
 #   auth_server_cluster  three Redis nodes behind HAProxy: another principal
 #                        gets 404 for a session on another node
+#   auth_server_introspect  opaque tokens by RFC 7662 introspection
+#                        (--auth-client-secret-file); auth_* without
+#                        --auth-resource refuses to start
 if(NODE_EXECUTABLE)
-  foreach(part table sdk cluster)
+  foreach(part table sdk cluster introspect)
     add_test(NAME auth_server_${part}
       COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/auth_server.mjs
               $<TARGET_FILE:tidemark-everything> ${part})

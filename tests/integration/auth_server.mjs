@@ -5,6 +5,7 @@
 //   node auth_server.mjs TIDEMARK_EVERYTHING table     both eras
 //   node auth_server.mjs TIDEMARK_EVERYTHING sdk       the TypeScript SDKs over TLS
 //   node auth_server.mjs TIDEMARK_EVERYTHING cluster   three Redis nodes behind HAProxy
+//   node auth_server.mjs TIDEMARK_EVERYTHING introspect opaque tokens (RFC 7662)
 //
 // table: no token -> 401 naming a metadata URL that serves the document;
 // garbage, expired, not yet valid, wrong issuer, wrong audience, wrong key,
@@ -30,11 +31,11 @@ import { fileURLToPath } from "node:url";
 import { checker, startServer, stopServer, post, messages, reasonOf } from "./mcp_http.mjs";
 import { modern, modernCall, modernPost, KEY } from "./modern_http.mjs";
 import { Cluster, freePort, missingTools } from "./multinode_env.mjs";
-import { startAuthzServer, privateJwk } from "./authz_server.mjs";
+import { startAuthzServer, privateJwk, SECRET } from "./authz_server.mjs";
 
 const [bin, part = "table"] = process.argv.slice(2);
 if (!bin) {
-  console.error("usage: node auth_server.mjs TIDEMARK_EVERYTHING table|sdk|cluster");
+  console.error("usage: node auth_server.mjs TIDEMARK_EVERYTHING table|sdk|cluster|introspect");
   process.exit(2);
 }
 const here = dirname(fileURLToPath(import.meta.url));
@@ -277,6 +278,38 @@ async function sdk() {
   t.check("plain HTTP on the TLS port gets no MCP answer", plain === "refused", plain);
 }
 
+// ---- introspection ------------------------------------------------------------
+
+async function introspect() {
+  const asPort = await freePort(), port = await freePort();
+  const resource = `http://127.0.0.1:${port}/mcp`;
+  const as = await startAuthzServer({ port: asPort, resource });
+  cleanups.push(() => as.stop().catch(() => {}));
+  const dir = mkdtempSync(join(tmpdir(), "tidemark-auth-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, "secret"), `${SECRET}\n`);
+  const s = await startServer(bin, ["--store", "memory", "--listen", `127.0.0.1:${port}`,
+    "--auth-resource", resource, "--auth-issuer", as.issuer, "--auth-introspection-uri", as.introspectionUri,
+    "--auth-client-id", "rs-introspect", "--auth-client-secret-file", join(dir, "secret"),
+    "--auth-scope", "*=mcp:tools"]);
+  cleanups.push(() => stopServer(s));
+  const opaque = await as.token({ client: "opaque", scope: "mcp:tools" });
+  t.check("an opaque token (not a JWT)", opaque.split(".").length !== 3, opaque.slice(0, 8));
+  let r = await legacy(s.url, null, init(), opaque);
+  t.check("introspection: an active opaque token -> 200 and a session", r.status === 200 && r.sid, JSON.stringify(r));
+  const m = await modernCall(s.url, 1, "echo", { text: "opaque" }, { headers: bearer(opaque) });
+  t.check("introspection: 2026-07-28 call -> 200", m.response?.result?.content?.[0]?.text === "opaque", JSON.stringify(m.msgs));
+  r = await legacy(s.url, null, init(), opaque.slice(0, -2) + "zz");
+  t.check("introspection: an unknown token -> 401 invalid_token", r.status === 401 && reasonOf(r.msg) === "invalid_token",
+    JSON.stringify(r));
+  const bad = await new Promise((res) => {
+    const p = spawn(bin, ["--store", "memory", "--listen", "127.0.0.1:0", "--auth-issuer", as.issuer],
+      { stdio: ["ignore", "ignore", "pipe"] });
+    p.once("exit", (code) => res(code));
+  });
+  t.check("auth settings without --auth-resource: the server refuses to start", bad !== 0 && bad !== null, String(bad));
+}
+
 // ---- cluster ------------------------------------------------------------------
 
 async function cluster() {
@@ -312,7 +345,7 @@ async function cluster() {
 }
 
 try {
-  await ({ table, sdk, cluster }[part] ?? (() => { throw new Error(`unknown part ${part}`); }))();
+  await ({ table, sdk, cluster, introspect }[part] ?? (() => { throw new Error(`unknown part ${part}`); }))();
 } catch (e) {
   t.check("no exception", false, e.stack);
 }
