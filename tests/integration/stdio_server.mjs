@@ -86,6 +86,20 @@ async function rawRound() {
   c.send({ jsonrpc: "2.0", id: "s4", method: "tools/call", params: { name: "echo", arguments: { text: "hi" } } });
   r = await c.byId("s4", "echo").catch(() => null);
   t.check("the next call still works", textOf(r?.result) === "hi", JSON.stringify(r));
+  const sent5 = Date.now();
+  c.send({ jsonrpc: "2.0", id: 5, method: "tools/call",
+    params: { name: "ledger_append", arguments: { entry: "c25", delay_ms: 1500 } } });
+  await new Promise((res) => setTimeout(res, 300));
+  c.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 5, reason: "test" } });
+  c.send({ jsonrpc: "2.0", id: 6, method: "tools/call", params: { name: "echo", arguments: { text: "c" } } });
+  r = await c.byId(6, "echo after cancel").catch(() => null);
+  t.check("2025: a call after notifications/cancelled is answered", textOf(r?.result) === "c", JSON.stringify(r));
+  r = await c.byId(5, "the cancelled call's end", 6000).catch(() => null);
+  const took = Date.now() - sent5;
+  // ledger_append's delay does not look at the cancellation; it sees it after.
+  t.check("2025: the cancelled call ends -32800 cancelled (as on HTTP), not with its result",
+    r?.error?.code === -32800 && r?.error?.data?.reason === "cancelled",
+    `${took} ms ${JSON.stringify(r)}`);
   t.check("stdout held JSON-RPC lines only", c.junk.length === 0, c.junk.slice(0, 3).join("|").slice(0, 200));
   c.proc.stdin.end();
   await until("exit at end of input", () => c.exited, 15000).catch(() => null);
@@ -135,7 +149,10 @@ async function v1Round() {
   const { Client } = await import(require.resolve("@modelcontextprotocol/sdk/client/index.js"));
   const { StdioClientTransport } = await import(require.resolve("@modelcontextprotocol/sdk/client/stdio.js"));
   const types = await import(require.resolve("@modelcontextprotocol/sdk/types.js"));
-  const c = new Client({ name: "stdio-v1", version: "1.0.0" }, { capabilities: { elicitation: {} } });
+  const c = new Client({ name: "stdio-v1", version: "1.0.0" },
+    { capabilities: { elicitation: {}, sampling: {} } });
+  c.setRequestHandler(types.CreateMessageRequestSchema, async (req) => ({ role: "assistant",
+    model: "stdio-model", content: { type: "text", text: "sampled: " + req.params.messages[0].content.text } }));
   c.setRequestHandler(types.ElicitRequestSchema, async () => ({ action: "accept",
     content: { username: "alice", email: "alice@example.com" } }));
   const tr = new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
@@ -158,6 +175,9 @@ async function v1Round() {
   const el = await c.callTool({ name: "test_elicitation", arguments: { message: "who?" } });
   t.check("v1: elicitation answered over stdio and the call completes",
     /accept/.test(textOf(el)) && /alice/.test(textOf(el)), JSON.stringify(el));
+  const sm = await c.callTool({ name: "test_sampling", arguments: { prompt: "tide" } });
+  t.check("v1: sampling/createMessage answered over stdio", textOf(sm).includes("sampled: tide"),
+    JSON.stringify(sm));
   await c.close();
   await new Promise((res) => setTimeout(res, 300));
   t.check("v1: nothing wrong on the server's stderr", !/Sanitizer|error/i.test(err), err.slice(-400));
