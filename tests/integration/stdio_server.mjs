@@ -235,8 +235,8 @@ async function ledgerRound() {
   t.check("ledger_append over stdio: one row", (await count(c, 3, "one")) === 1);
   // Mid-call: the tool sleeps, the process is killed, a new one recovers it.
   c.send({ jsonrpc: "2.0", id: 4, method: "tools/call",
-    params: { name: "ledger_append", arguments: { entry: "crash", delay_ms: 1500 } } });
-  await new Promise((res) => setTimeout(res, 400)); // the call has begun (its record is written first)
+    params: { name: "ledger_append", arguments: { entry: "crash", delay_ms: 3000 } } });
+  await new Promise((res) => setTimeout(res, 800)); // the call has begun (its record is written first)
   await c.kill("SIGKILL");
   t.check("kill -9 mid-call: no answer was written", !c.msgs.some((m) => m.id === 4));
   c = rawChild(store);
@@ -258,7 +258,38 @@ async function ledgerRound() {
   await c.kill();
 }
 
-for (const [name, fn] of [["raw", rawRound], ["refused", refusedRound], ["modern raw", modernRawRound], ["v1", v1Round], ["v2", v2Round], ["ledger", ledgerRound]]) {
+// 2026-07-28 with an idempotency key: kill -9 mid-call, restart, the same key
+// re-issued by a new client process gets the one outcome (one row).
+async function modernCrashRound() {
+  const db = join(varDir, "stdio_modern.db");
+  for (const f of [db, db + "-wal", db + "-shm"]) rmSync(f, { force: true });
+  const store = ["--store", "sqlite:" + db];
+  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {}, "dev.tidemark/idempotency-key": "stdio-k1" };
+  const call = { jsonrpc: "2.0", id: 1, method: "tools/call",
+    params: { name: "ledger_append", arguments: { entry: "mk", delay_ms: 3000 }, _meta: meta } };
+  let c = rawChild(store);
+  c.send(call);
+  await new Promise((res) => setTimeout(res, 800));
+  await c.kill("SIGKILL");
+  t.check("modern keyed call: killed before its answer", !c.msgs.some((m) => m.id === 1));
+  c = rawChild(store);
+  c.send({ ...call, id: 2 });
+  const r = await c.byId(2, "re-issued keyed call", 20000).catch(() => null);
+  t.check("modern keyed call re-issued after the restart: answered", r && !r.error, JSON.stringify(r));
+  const rmeta = { ...meta };
+  delete rmeta["dev.tidemark/idempotency-key"];
+  c.send({ jsonrpc: "2.0", id: 3, method: "tools/call",
+    params: { name: "ledger_read", arguments: { entry: "mk" }, _meta: rmeta } });
+  const n = await c.byId(3, "ledger_read").catch(() => null);
+  t.check("modern keyed call across the crash: exactly one row", n?.result?.structuredContent?.count === 1,
+    JSON.stringify(n?.result?.structuredContent));
+  c.proc.stdin.end();
+  await until("exit", () => c.exited, 15000).catch(() => null);
+  await c.kill();
+}
+
+for (const [name, fn] of [["raw", rawRound], ["refused", refusedRound], ["modern raw", modernRawRound], ["v1", v1Round], ["v2", v2Round], ["ledger", ledgerRound], ["modern crash", modernCrashRound]]) {
   try { await fn(); } catch (e) { t.check(`${name} round ran to the end`, false, e?.stack ?? String(e)); }
 }
 t.done();
