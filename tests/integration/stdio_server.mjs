@@ -139,6 +139,21 @@ async function modernRawRound() {
   await new Promise((res) => setTimeout(res, 3500));
   t.check("modern: the cancelled call gets no answer", !c.msgs.some((m) => m.id === 2),
     JSON.stringify(c.msgs.find((m) => m.id === 2)));
+  const SUB = "io.modelcontextprotocol/subscriptionId";
+  c.send({ jsonrpc: "2.0", id: "L1", method: "subscriptions/listen",
+    params: { notifications: { toolsListChanged: true }, _meta: meta } });
+  const ack = await c.wait((m) => m.method === "notifications/subscriptions/acknowledged", "ack").catch(() => null);
+  t.check("modern listen: acknowledged on stdout with its subscriptionId", ack?.params?._meta?.[SUB] === "L1",
+    JSON.stringify(ack));
+  c.send(call(7, "test_trigger_tool_change", {}));
+  await c.byId(7, "trigger").catch(() => null);
+  const lc = await c.wait((m) => m.method === "notifications/tools/list_changed", "list_changed").catch(() => null);
+  t.check("modern listen: list_changed on the one channel, carrying subscriptionId",
+    lc?.params?._meta?.[SUB] === "L1", JSON.stringify(lc));
+  c.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: "L1", _meta: meta } });
+  c.send(call(8, "echo", { text: "after listen" }));
+  r = await c.byId(8, "echo after listen").catch(() => null);
+  t.check("modern listen cancelled: calls still served", textOf(r?.result) === "after listen");
   t.check("modern: nothing but JSON-RPC on stdout", c.junk.length === 0);
   c.proc.stdin.end();
   await until("exit", () => c.exited, 15000).catch(() => null);
