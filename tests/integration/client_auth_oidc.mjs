@@ -20,6 +20,9 @@
 //    the document's URL as its client_id (no registration). Its tokens then
 //    stop being accepted: a later run refreshes (refresh_token grant, the
 //    resource indicator), no new authorization.
+// 5. login by code + PKCE against tidemark-server itself with authorization
+//    on (JWTs checked against oidc-provider's key set, audience its own URL),
+//    a later call with the kept token, and a typed refusal without one.
 import { spawn } from "node:child_process";
 import { createServer, request } from "node:http";
 import { createHash } from "node:crypto";
@@ -71,8 +74,9 @@ const provider = new Provider(issuer, {
       enabled: true,
       defaultResource: () => resource,
       useGrantedResource: () => true,
-      getResourceServerInfo: () => ({ scope: "mcp:tools", audience: resource, accessTokenTTL: 300,
-                                      accessTokenFormat: "jwt", jwt: { sign: { alg: "RS256" } } }),
+      getResourceServerInfo: (ctx, indicator) => ({ scope: "mcp:tools", audience: indicator || resource,
+                                                    accessTokenTTL: 300, accessTokenFormat: "jwt",
+                                                    jwt: { sign: { alg: "RS256" } } }),
     },
   },
   findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
@@ -338,6 +342,34 @@ try {
   check(cimdSeen.refreshResource === `http://127.0.0.1:${mcp2Port}/mcp`, "the refresh names the resource",
         String(cimdSeen.refreshResource));
   mcp2.close(); docServer.close(); cimdAs.close();
+
+  // 5. the same login against tidemark-server itself with authorization on:
+  //    JWT access tokens checked against oidc-provider's key set, audience =
+  //    its own URL.
+  const tmPort = await freePort();
+  const tmUrl = `http://127.0.0.1:${tmPort}/mcp`;
+  const server = spawn(join(dirname(client), "tidemark-server"),
+    ["--listen", `127.0.0.1:${tmPort}`, "--store", "memory", "--log-level", "warn", "--auth-resource", tmUrl,
+     "--auth-issuer", issuer, "--auth-jwks-uri", `${issuer}/jwks`, "--auth-scopes-supported", "mcp:tools"],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  children.add(server);
+  await new Promise((resolve, reject) => {
+    let buf = "";
+    const t = setTimeout(() => reject(new Error("tidemark-server did not start")), 15000);
+    server.stdout.on("data", (d) => { buf += d; if (/listening on/.test(buf)) { clearTimeout(t); resolve(); } });
+    server.once("exit", (c) => { clearTimeout(t); reject(new Error(`tidemark-server exited (${c})`)); });
+  });
+  const tmState = join(dir, "tm.db");
+  const tl = await login(["--state", tmState, "--protocol", "legacy", "--json", "login", tmUrl], "bob");
+  check(tl.code === 0 && tl.loop === 200 && /echo/.test(tl.out),
+        "tidemark-server with authorization on: login by code + PKCE lists its tools",
+        `exit ${tl.code}; ${tl.loop}; ${tl.out} ${tl.err}`);
+  const te = await run(["--state", tmState, "--protocol", "legacy", "--json", tmUrl, "call", "echo", "text=hi"]);
+  check(te.code === 0 && /hi/.test(te.out), "... and a later run calls echo there with the kept token",
+        `exit ${te.code}; ${te.out} ${te.err}`);
+  const tn = await run(["--protocol", "legacy", "--json", tmUrl, "call", "echo", "text=hi"]);
+  check(tn.code !== 0 && /unauthorized/.test(tn.out), "... and without a token it is refused, typed",
+        `exit ${tn.code}; ${tn.out}`);
 } catch (e) {
   check(false, "the test ran", e.stack);
 } finally {
