@@ -334,6 +334,21 @@ static int terminal(const task_view *v)
     return v->have_rec && v->rec.state == TM_REQ_COMPLETED;
 }
 
+/* Round n's answers are complete: one node, of all that may see that at
+ * once, runs the handler again. The claim is a store session whose id is
+ * derived from (task, round): creating it is atomic on every store (EEXIST
+ * for the others); it holds nothing and goes with the session TTL. 0: ours. */
+static int claim_round(tidemark_server_t *srv, const char *id, json_int_t n)
+{
+    char what[96], cid[TM_SESSION_ID_LEN + 1];
+    int len = snprintf(what, sizeof what, "round\n%s\n%lld", id, (long long)n);
+    int rc = tm_seal_derive_id(srv->sealer, id, strlen(id), what, (size_t)len, cid);
+    int64_t now = tm_wall_ms();
+    tm_session_rec rec = {.id = cid, .protocol_version = TM_MODERN_VERSION, .client = "{}",
+                          .created_ms = now, .last_seen_ms = now};
+    return rc ? rc : tm_store_session_create(srv->store, &rec);
+}
+
 /* Store the answers to what is outstanding (others are ignored); when none
  * is left, run the handler again with them. */
 static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *id,
@@ -365,8 +380,14 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
         took++;
     }
     json_decref(q);
-    if (rc == 0 && before > 0 && took == before)
-        rc = tm_task_start(srv, id, v.rec.message, 0);
+    if (rc == 0 && before > 0 && took == before) {
+        json_int_t n = json_integer_value(json_object_get(json_object_get(v.attrs, "ir"), "n"));
+        rc = claim_round(srv, id, n);
+        if (rc == 0)
+            rc = tm_task_start(srv, id, v.rec.message, 0);
+        else if (rc == TIDEMARK_EEXIST) /* another node's update completed the round */
+            rc = 0;
+    }
     view_clear(&v);
     if (rc && rc != TIDEMARK_EBUSY)
         return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The answers could not be recorded",
