@@ -109,8 +109,8 @@ static int x_deliver(xch *x, json_t *msg)
     if (x->id && json_is_object(msg) && json_object_get(msg, "jsonrpc") &&
         !json_object_get(msg, "method")) {
         json_t *id = json_object_get(msg, "id");
-        if (!id || json_is_null(id))
-            json_object_set(msg, "id", x->id);
+        if ((!id || json_is_null(id)) && json_object_set(msg, "id", x->id) != 0)
+            TM_WARN("stdio: out of memory (an answer keeps its null id)");
         if (json_equal(json_object_get(msg, "id"), x->id))
             x->answered = 1;
     }
