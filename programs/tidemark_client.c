@@ -113,6 +113,8 @@ static void usage(FILE *f)
             "  --client-metadata-url URL  this client's metadata document (its URL is the\n"
             "                             client id where the server supports that)\n"
             "  --redirect-port PORT       login: the loopback redirect port (default: a free one)\n"
+            "  --cacert FILE              verify https servers against the CAs in this PEM file\n"
+            "                             (default: the system's; verification is always on)\n"
             "  --quiet                    no progress on stderr\n"
             "  --version                  print the version and exit\n"
             "  --help                     this text\n"
@@ -356,13 +358,13 @@ typedef struct cli_opts {
     const char *state, *args_json, *idem_key;
     int record, no_key;
     /* authorization */
-    const char *token, *client_id, *secret_file, *client_issuer, *metadata_url;
+    const char *token, *client_id, *secret_file, *client_issuer, *metadata_url, *cacert;
     int redirect_port;
     char *secret;
 } cli_opts;
 
 enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION, O_PROTOCOL, O_NO_KEY,
-       O_LOG_LEVEL, O_ELICIT, O_TOKEN, O_CLIENT_ID, O_SECRET_FILE, O_CLIENT_ISSUER, O_CIMD,
+       O_LOG_LEVEL, O_ELICIT, O_TOKEN, O_CLIENT_ID, O_SECRET_FILE, O_CLIENT_ISSUER, O_CIMD, O_CACERT,
        O_REDIRECT_PORT };
 
 static int parse_protocol(const char *v, tidemark_client_config_t *cfg)
@@ -444,6 +446,7 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         {"client-secret-file", required_argument, 0, O_SECRET_FILE},
         {"client-issuer", required_argument, 0, O_CLIENT_ISSUER},
         {"client-metadata-url", required_argument, 0, O_CIMD},
+        {"cacert", required_argument, 0, O_CACERT},
         {"redirect-port", required_argument, 0, O_REDIRECT_PORT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c, code;
@@ -475,6 +478,7 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         case O_SECRET_FILE: o->secret_file = optarg; break;
         case O_CLIENT_ISSUER: o->client_issuer = optarg; break;
         case O_CIMD: o->metadata_url = optarg; break;
+        case O_CACERT: o->cacert = optarg; break;
         case O_REDIRECT_PORT:
             o->redirect_port = atoi(optarg);
             if (o->redirect_port <= 0 || o->redirect_port > 65535) {
@@ -863,6 +867,7 @@ static int auth_config(tidemark_client_config_t *cfg, cli_opts *o, int login, in
     cfg->client_id = o->client_id;
     cfg->client_issuer = o->client_issuer;
     cfg->client_metadata_url = o->metadata_url;
+    cfg->ca_file = o->cacert;
     int code = o->secret_file ? read_secret(o) : -1;
     if (code >= 0)
         return code;

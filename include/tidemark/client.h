@@ -226,6 +226,9 @@ typedef struct tidemark_client_config {
     void *authorize_ud;            /* passed to on_authorize */
     unsigned max_step_up;          /* re-authorizations for more scope per request (403
                                       insufficient_scope); default 2 */
+    const char *ca_file;           /* PEM file of the CAs https servers (the MCP server and
+                                      authorization servers) are verified against; NULL:
+                                      the system's. Verification is always on. */
 } tidemark_client_config_t;
 
 /* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a

@@ -125,8 +125,9 @@ static int open_parts(tidemark_client_t *c, const char *schema)
     int rc = tm_cstate_open(c->state_path, schema, &c->st);
     if (!rc)
         rc = tm_pool_new(2, &c->workers);
+    tm_hc_tls tls = {.ca_file = c->cfg.ca_file};
     if (!rc)
-        rc = tm_hc_new(&c->hc);
+        rc = tm_hc_new_tls(c->cfg.ca_file ? &tls : NULL, &c->hc);
     return rc;
 }
 

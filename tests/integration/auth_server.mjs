@@ -274,6 +274,18 @@ async function sdk() {
     if (mm) { t.passed += Number(mm[1]); t.failed += Number(mm[2]); }
   }
   t.check("the SDK clients' run ended", status === 0, `status ${status}`);
+  // tidemark-client over the same TLS: it verifies the server, against the
+  // test's CA with --cacert, and refuses it (typed) against the system's.
+  const tmClient = join(dirname(bin), "tidemark-client");
+  const runClient = (args) => spawnSync(tmClient, ["--json", "--timeout-ms", "10000", "--token", token, ...args,
+    resource, "call", "echo", "text=over-tls"], { encoding: "utf8", timeout: 30000 });
+  const ok = runClient(["--cacert", join(dir, "ca.pem")]);
+  t.check("tidemark-client --cacert CA: verifies the server and calls echo over TLS",
+    ok.status === 0 && /over-tls/.test(ok.stdout), `exit ${ok.status}; ${ok.stdout} ${ok.stderr}`);
+  const bad = runClient([]);
+  t.check("tidemark-client without the CA: the server is not trusted, a typed failure, no call",
+    bad.status !== 0 && /"reason"/.test(bad.stdout) && !/over-tls/.test(bad.stdout),
+    `exit ${bad.status}; ${bad.stdout} ${bad.stderr}`);
   const plain = await fetch(`http://127.0.0.1:${port}/mcp`).then(() => "answered", (e) => "refused");
   t.check("plain HTTP on the TLS port gets no MCP answer", plain === "refused", plain);
 }
