@@ -46,9 +46,18 @@ static job *next_job(tm_pool *p)
     return j;
 }
 
+/* The pool whose worker this thread is (NULL: not a worker). */
+static _Thread_local const tm_pool *t_pool;
+
+int tm_pool_is_worker(const tm_pool *p)
+{
+    return p && t_pool == p;
+}
+
 static void *worker(void *arg)
 {
     tm_pool *p = arg;
+    t_pool = p;
     pthread_mutex_lock(&p->mu);
     job *j;
     while ((j = next_job(p)) != NULL) {

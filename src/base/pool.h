@@ -15,6 +15,9 @@ int tm_pool_new(unsigned nthreads, tm_pool **out);
 int tm_pool_new_range(unsigned min, unsigned max, tm_pool **out);
 /* Queue fn(arg). Returns TIDEMARK_ECLOSED once shutdown began. */
 int tm_pool_submit(tm_pool *p, tm_pool_fn fn, void *arg);
+/* 1 when the calling thread is a worker of pool p (it may block there),
+ * 0 otherwise (an I/O thread, the store's writer, the application's). */
+int tm_pool_is_worker(const tm_pool *p);
 /* Finish queued jobs, join workers, free. */
 void tm_pool_free(tm_pool *p);
 

@@ -82,6 +82,22 @@ int tm_store_session_create(tm_store *st, const tm_session_rec *rec)
     return st->ops->session_create(st, rec);
 }
 
+int tm_store_session_create_queued(tm_store *st, const tm_session_rec *rec)
+{
+    return st->ops->session_create_queued ? st->ops->session_create_queued(st, rec)
+                                          : TIDEMARK_ENOTSUP;
+}
+
+int tm_store_can_queue_session_create(const tm_store *st)
+{
+    return st && st->ops->session_create_queued != NULL;
+}
+
+int tm_store_queued(const tm_store *st)
+{
+    return st && st->ops->mark != NULL; /* a queue position exists only with a queue */
+}
+
 int tm_store_session_get(tm_store *st, const char *id, tm_session_rec *out)
 {
     return st->ops->session_get(st, id, out);

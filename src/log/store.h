@@ -165,6 +165,8 @@ struct tm_store_ops {
     int (*writable)(tm_store *st);
     uint64_t (*mark)(tm_store *st);
     int (*sync_since)(tm_store *st, uint64_t mark);
+    /* Optional (NULL: tm_store_session_create_queued is TIDEMARK_ENOTSUP). */
+    int (*session_create_queued)(tm_store *st, const tm_session_rec *rec);
 };
 
 /* Common header of every backend object. */
@@ -205,6 +207,19 @@ const char *tm_store_epoch(const tm_store *st);
 
 /* Create a session. TIDEMARK_EEXIST if the id is taken. */
 int tm_store_session_create(tm_store *st, const tm_session_rec *rec);
+/* Create a session without waiting for it to be durable (for a fresh
+ * random id: a taken id is not detected). Writes queued after it (its
+ * streams, records, appends) commit with it or after it, so none is durable
+ * without it; a later tm_store_sync or sync_since reports its failure.
+ * Never blocks on I/O. TIDEMARK_ENOTSUP where the backend cannot (Redis):
+ * use tm_store_session_create there. */
+int tm_store_session_create_queued(tm_store *st, const tm_session_rec *rec);
+/* 1 when tm_store_session_create_queued works on this store. */
+int tm_store_can_queue_session_create(const tm_store *st);
+/* 1 when writes go through a queue (SQLite, Redis), so tm_store_sync may
+ * block; 0 when every write is done by the time its call returns (memory),
+ * and tm_store_sync returns at once. */
+int tm_store_queued(const tm_store *st);
 /* Load a session; OUT rec must be released with tm_session_rec_clear(). */
 int tm_store_session_get(tm_store *st, const char *id, tm_session_rec *out);
 int tm_store_session_touch(tm_store *st, const char *id, int64_t now_ms);

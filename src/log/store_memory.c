@@ -617,6 +617,7 @@ static const struct tm_store_ops memory_ops = {
     .name = "memory",
     .close = m_close,
     .session_create = m_session_create,
+    .session_create_queued = m_session_create, /* in memory at once: nothing to wait for */
     .session_get = m_session_get,
     .session_touch = m_session_touch,
     .session_delete = m_session_delete,

@@ -1158,31 +1158,62 @@ static op *op_new(enum op_kind k)
     return o;
 }
 
-static int q_session_create(tm_store *st, const tm_session_rec *rec)
+static op *session_create_op(const tm_session_rec *rec)
 {
-    sqstore *q = (sqstore *)st;
     op *o = op_new(OP_SESSION_CREATE);
     if (!o)
-        return TIDEMARK_ENOMEM;
+        return NULL;
     o->srec.id = tm_strdup(rec->id);
     o->srec.protocol_version = tm_strdup(rec->protocol_version);
     o->srec.client = tm_strdup(rec->client);
     o->srec.created_ms = rec->created_ms;
     o->srec.last_seen_ms = rec->last_seen_ms;
-    int rc = run_sync(q, o, 0);
-    if (rc == 0) {
-        tm_writer_touch_note(q->writer, rec->id, rec->last_seen_ms);
-        ssess *ss = calloc(1, sizeof *ss);
-        if (ss) {
-            ss->next_r = 1;
-            pthread_mutex_lock(&q->c_mu);
-            free(tm_map_get(q->sessions, rec->id));
-            if (tm_map_put(q->sessions, rec->id, ss) != 0)
-                free(ss);
-            pthread_mutex_unlock(&q->c_mu);
-        }
+    return o;
+}
+
+/* The cache's view of a new session (its stream counter). */
+static void session_created(sqstore *q, const tm_session_rec *rec)
+{
+    tm_writer_touch_note(q->writer, rec->id, rec->last_seen_ms);
+    ssess *ss = calloc(1, sizeof *ss);
+    if (ss) {
+        ss->next_r = 1;
+        pthread_mutex_lock(&q->c_mu);
+        free(tm_map_get(q->sessions, rec->id));
+        if (tm_map_put(q->sessions, rec->id, ss) != 0)
+            free(ss);
+        pthread_mutex_unlock(&q->c_mu);
     }
+}
+
+static int q_session_create(tm_store *st, const tm_session_rec *rec)
+{
+    sqstore *q = (sqstore *)st;
+    op *o = session_create_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    int rc = run_sync(q, o, 0);
+    if (rc == 0)
+        session_created(q, rec);
     return rc;
+}
+
+/* Queued behind nothing it must wait for: the ops queued after it (its
+ * streams and records) are in its batch or a later one. */
+static int q_session_create_queued(tm_store *st, const tm_session_rec *rec)
+{
+    sqstore *q = (sqstore *)st;
+    pthread_mutex_lock(&q->c_mu);
+    int refused = refusing(q);
+    pthread_mutex_unlock(&q->c_mu);
+    if (refused)
+        return TIDEMARK_EIO;
+    op *o = session_create_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    session_created(q, rec);
+    enqueue(q, o);
+    return 0;
 }
 
 /* The attributes of a session as one JSON object (text, keys sorted), or
@@ -2125,6 +2156,7 @@ static const struct tm_store_ops sqlite_ops = {
     .session_get = q_session_get,
     .session_touch = q_session_touch,
     .session_delete = q_session_delete,
+    .session_create_queued = q_session_create_queued,
     .stream_open = q_stream_open,
     .close_stream = q_close_stream,
     .read = q_read,

@@ -137,8 +137,12 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
             tm_reply_json(j->req, j->modern ? tm_modern_status(one) : 200,
                           j->batch ? json_incref(j->responses) : json_incref(one));
     }
-    if (j->sse && j->lazy) { /* it waits for durability: never on an I/O thread */
-        if (srv->pool && tm_pool_submit(srv->pool, answer_lazy, j) == 0)
+    /* The answer waits for durability: never on an I/O thread, unless the
+     * store has nothing to wait for (memory); on a worker already (the
+     * call's own, mostly) it is answered right here. */
+    if (j->sse && j->lazy) {
+        int here = tm_pool_is_worker(srv->pool) || !tm_store_queued(srv->store);
+        if (!here && srv->pool && tm_pool_submit(srv->pool, answer_lazy, j) == 0)
             return;
         tm_modern_answer(j, j->final);
     }

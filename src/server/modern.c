@@ -153,7 +153,7 @@ static tm_sess *context_new(const char *id, const tm_msg *m, const char *princip
 /* A store session for a call or a listener (marked modern: a 2025 request
  * naming it gets 404). */
 static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m,
-                         const char *principal)
+                         const char *principal, int queued)
 {
     json_t *client = client_of(m, principal);
     char *txt = client ? json_dumps(client, JSON_COMPACT) : NULL;
@@ -161,7 +161,9 @@ static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m
     int64_t now = tm_wall_ms();
     tm_session_rec rec = {.id = (char *)id, .protocol_version = TM_MODERN_VERSION, .client = txt,
                           .created_ms = now, .last_seen_ms = now};
-    int rc = txt ? tm_store_session_create(srv->store, &rec) : TIDEMARK_ENOMEM;
+    int rc = !txt ? TIDEMARK_ENOMEM
+             : queued ? tm_store_session_create_queued(srv->store, &rec)
+                      : tm_store_session_create(srv->store, &rec);
     free(txt);
     return rc;
 }
@@ -483,7 +485,9 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     }
     if (k && keyed_replay(srv, r, sid, m))
         return 1;
-    rc = store_session(srv, sid, m, principal);
+    /* A random id's session need not be durable before its record is
+     * queued behind it: created without waiting where the store can. */
+    rc = store_session(srv, sid, m, principal, !k && tm_store_can_queue_session_create(srv->store));
     if (rc == TIDEMARK_EEXIST && k)
         rc = 0; /* an earlier request under the key made it */
     if (rc) {
@@ -592,7 +596,7 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     char id[TM_SESSION_ID_LEN + 1], g[TM_STREAM_MAX];
     int rc = new_id(id);
     if (rc == 0)
-        rc = store_session(srv, id, m, principal);
+        rc = store_session(srv, id, m, principal, 0);
     if (rc == 0)
         rc = tm_store_stream_open(srv->store, id, "g", g);
     json_t *h = honoured(f);
@@ -767,6 +771,11 @@ void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     }
     if (strcmp(m->method, "server/discover") == 0)
         return reply(srv, r, m->method, discover(srv, m));
+    /* A key-less call's setup waits for nothing where the store queues its
+     * session: it runs here, as a 2025 call's does (else on a worker). */
+    if (tm_is_call(m) && !json_object_get(meta_of(m), IDEM_KEY) &&
+        tm_store_can_queue_session_create(srv->store))
+        return modern_call(srv, r, pm, ctx->principal);
     if (strcmp(m->method, "subscriptions/listen") == 0 || tm_is_call(m))
         return later(srv, r, pm, ctx); /* they write durably before answering */
     char id[TM_SESSION_ID_LEN + 1];
