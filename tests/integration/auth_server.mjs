@@ -195,6 +195,21 @@ async function table() {
   t.check("A with its own requestState -> the result", /state-ok/.test(as2.response?.result?.content?.[0]?.text ?? ""),
     JSON.stringify(as2.msgs));
 
+  // principals: tasks (2026-07-28, the tasks extension)
+  const TASKS = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+  const tc = await modern(url, 15, "tools/call", { name: "slow_compute", arguments: { seconds: 0.1, label: "a" } },
+    { headers: bearer(tokA), capabilities: TASKS });
+  const taskId = tc.response?.result?.taskId;
+  const tget = (id, tok) => modern(url, "tg-" + tok.slice(-6), "tasks/get", { taskId: id },
+    { headers: { ...bearer(tok), "mcp-name": id }, capabilities: TASKS });
+  const tA = await tget(taskId, tokA), tB = await tget(taskId, tokBw);
+  const tNone = await tget("0".repeat(32), tokBw);
+  t.check("B with A's task id -> not found, exactly as a task that does not exist; A sees it",
+    !!taskId && tA.response?.result?.taskId === taskId && tB.response?.error?.code === tNone.response?.error?.code &&
+    tB.response?.error?.code === -32602 && reasonOf(tB.response) === reasonOf(tNone.response) &&
+    tB.response?.error?.message === tNone.response?.error?.message,
+    JSON.stringify([tc.response, tA.response, tB.response, tNone.response]));
+
   // results that differ by principal are private
   const rd = await modern(url, 14, "resources/read", { uri: "test://static-text" }, { headers: bearer(tokA) });
   t.check("2026-07-28 resources/read with authorization: cacheScope private",
