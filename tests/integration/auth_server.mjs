@@ -215,8 +215,22 @@ async function table() {
   t.check("2026-07-28 resources/read with authorization: cacheScope private",
     rd.response?.result?.cacheScope === "private", JSON.stringify(rd.msgs));
 
-  // the issuer down
+  // key rotation: the issuer comes back signing with a new key (kid rs2);
+  // the server takes the new kid without a restart, and the old one still
   await as.stop();
+  const asRot = await startAuthzServer({ port: asPort, resource, keys: ["rs2", "rs1", "es1"] });
+  cleanups.push(() => asRot.stop().catch(() => {}));
+  const rot = await asRot.token({ client: "rs", scope: "mcp:tools" });
+  const rotEnd = Date.now() + 10000;
+  do { m = await modernCall(url, 17, "echo", { text: "rot" }, { headers: bearer(rot) }); }
+  while (m.status !== 200 && Date.now() < rotEnd);
+  t.check("a token signed with a new kid after rotation is accepted without a restart; the old kid still is",
+    JSON.parse(Buffer.from(rot.split(".")[0], "base64url")).kid === "rs2" && m.status === 200 &&
+    (await modernCall(url, 18, "echo", { text: "old" }, { headers: bearer(tokA) })).status === 200,
+    JSON.stringify(m.msgs));
+
+  // the issuer down
+  await asRot.stop();
   const now = Math.floor(Date.now() / 1000);
   const unknown = jwt({ iss: as.issuer, aud: resource, sub: "x", exp: now + 60, scope: "mcp:tools" }, { key: "rs7" });
   const end = Date.now() + 5000;
