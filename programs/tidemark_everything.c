@@ -94,6 +94,27 @@ static int t_logging(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
 
 /* Tells every session subscribed to uri (default test://watched-resource),
  * on every node of a shared store, that the resource changed. */
+/* effect_refused: a tool on the atomic path whose effect is refused when
+ * it commits (as a constraint would refuse it): the call must be answered
+ * effect_failed, in both eras, never the result its handler returned. */
+static int refuse_effect(tidemark_txn_t *txn, void *ud)
+{
+    (void)txn;
+    (void)ud;
+    return TIDEMARK_EINVAL;
+}
+
+static int t_effect_refused(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
+{
+    (void)args;
+    (void)ud;
+    int rc = tidemark_call_set_effect(call, refuse_effect, NULL, NULL);
+    if (rc)
+        return rc;
+    *result = tidemark_result_text("this answer must never reach the client");
+    return 0;
+}
+
 static int t_update_resource(tidemark_call_t *c, json_t *a, json_t **r, void *ud)
 {
     (void)c;
@@ -821,6 +842,16 @@ int main(int argc, char **argv)
     };
     if (tidemark_server_add_tool(srv, &update) != 0) {
         fprintf(stderr, "cannot register tool update_resource\n");
+        return 1;
+    }
+    const tidemark_tool_t refused = {
+        .name = "effect_refused",
+        .description = "Its atomic effect is refused at commit: answered effect_failed",
+        .fn = t_effect_refused,
+        .hints = TIDEMARK_TOOL_ATOMIC,
+    };
+    if (tidemark_server_add_tool(srv, &refused) != 0) {
+        fprintf(stderr, "cannot register tool effect_refused\n");
         return 1;
     }
 

@@ -20,6 +20,7 @@ void tm_job_free(tm_job *j)
         tm_sess_unref(j->sess);
     json_decref(j->responses);
     json_decref(j->final);
+    free(j->final_bytes);
     json_decref(j->root);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -52,6 +53,22 @@ static int run_effect(void *ud, tm_txn *txn)
 
 /* Append a call's response to its job's stream (caller holds j->mu).
  * Returns 1 when the call now belongs to the append (freed by its callback). */
+/* A modern call's held POST is answered with the bytes its response was
+ * stored as (taken from *bytes), or, when an effect rode along, with what
+ * the record holds once committed: the fallback if the effect failed. */
+static void keep_final(tm_job *j, const tidemark_call_t *c, char **bytes, size_t len, int effect)
+{
+    if (effect && c) {
+        j->final_effect = 1;
+        snprintf(j->final_key, sizeof j->final_key, "%s", c->reqkey);
+        return;
+    }
+    free(j->final_bytes);
+    j->final_bytes = *bytes;
+    j->final_len = len;
+    *bytes = NULL;
+}
+
 static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int last)
 {
     tidemark_server_t *srv = j->srv;
@@ -82,6 +99,8 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         r.fallback_len = flen;
     }
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
+    if (rc == 0 && j->lazy && response == j->final) /* modern: answered with what is stored */
+        keep_final(j, c, &bytes, len, r.effect != NULL);
     if (rc) {
         TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));

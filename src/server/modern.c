@@ -315,6 +315,26 @@ void tm_modern_attach(tm_job *j)
                        NULL);
 }
 
+/* The committed answer of a call whose response rode with an effect: the
+ * record's (the result, or the fallback when the effect failed). */
+static void answer_committed(tm_job *j, tm_http_req *r)
+{
+    tm_request_rec rec;
+    int rc = tm_store_request_get(j->srv->store, j->sess->id, j->final_key, &rec);
+    json_t *resp = rc == 0 && rec.state == TM_REQ_COMPLETED && rec.response
+                       ? json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL)
+                       : NULL;
+    if (resp)
+        tm_http_reply(r, tm_modern_status(resp), "application/json", rec.response,
+                      rec.response_len);
+    else
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
+                       "the committed answer could not be read back", NULL);
+    json_decref(resp);
+    if (rc == 0)
+        tm_request_rec_clear(&rec);
+}
+
 void tm_modern_answer(tm_job *j, const json_t *resp)
 {
     tm_http_req *r = j->lazy;
@@ -324,6 +344,10 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
         tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
     else if (rc)
         tm_reply_store_error(r, rc);
+    else if (j->final_effect)
+        answer_committed(j, r);
+    else if (j->final_bytes)
+        tm_http_reply(r, tm_modern_status(resp), "application/json", j->final_bytes, j->final_len);
     else
         tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
     if (j->ephemeral && rc == 0)

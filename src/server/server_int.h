@@ -72,6 +72,11 @@ typedef struct tm_job {
                                 the stream once the call sends a notification) */
     int ephemeral;           /* modern: delete the store session once answered */
     json_t *final;           /* modern, lazy: the call's response */
+    char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
+    size_t final_len;
+    int final_effect;        /* it rode with an effect: what was committed (the result, or
+                                the fallback if the effect failed) is read back */
+    char final_key[TM_REQ_KEY_MAX]; /* ... from this record */
 } tm_job;
 
 struct tidemark_call {

@@ -288,6 +288,22 @@ async function crash(dir) {
   }
 }
 
+// A call whose atomic effect is refused at commit: the answer is what was
+// committed (effect_failed), never the result the handler returned; the
+// same as the 2025 era's stream says, and the same again under a key.
+async function effectRefused(url) {
+  const r = await call(url, "effect_refused");
+  t.check("effect refused at commit: answered effect_failed, not the handler's result",
+    errCode(r) === -32603 && r.msg?.error?.data?.reason === "effect_failed" && !r.msg?.result,
+    JSON.stringify(r.msgs));
+  const meta = { "dev.tidemark/idempotency-key": "eff-" + Date.now() };
+  const k1 = await call(url, "effect_refused", {}, { meta });
+  const k2 = await call(url, "effect_refused", {}, { meta });
+  t.check("... under an idempotency key too, and its re-issue gets the same committed answer",
+    k1.msg?.error?.data?.reason === "effect_failed" && k2.msg?.error?.data?.reason === "effect_failed",
+    JSON.stringify([k1.msgs, k2.msgs]));
+}
+
 const main = async () => {
   const mem = await startServer(bin, ["--store", "memory"]);
   const short = await startServer(bin, ["--store", "memory", "--request-state-ttl-ms", "300",
@@ -295,6 +311,7 @@ const main = async () => {
   try {
     await eras(mem.url);
     await errors(mem.url);
+    await effectRefused(mem.url);
     await mrtr(mem.url, short.url);
     await crash(process.argv[3]);
     await listenerTtl(short.url);
