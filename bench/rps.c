@@ -318,6 +318,38 @@ static int report(const opts *o, conn *cs)
     return errors || calls == 0;
 }
 
+static void free_conns(conn *cs, int n)
+{
+    for (int i = 0; cs && i < n; i++) {
+        free(cs[i].lat);
+        if (cs[i].fd > 0)
+            close(cs[i].fd);
+    }
+    free(cs);
+}
+
+/* Connect every connection (and open its session in the 2025 era). */
+static int open_conns(const opts *o, conn *cs)
+{
+    for (int i = 0; i < o->conns; i++) {
+        cs[i].o = o;
+        cs[i].fd = -1;
+        cs[i].lat = malloc(MAX_LAT * sizeof(double));
+        if (!cs[i].lat || (cs[i].fd = dial(o)) < 0 || (!o->modern && legacy_session(&cs[i]))) {
+            fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o->host,
+                    o->port);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void nap(double s)
+{
+    struct timespec t = {(time_t)s, (long)((s - (long)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -328,29 +360,27 @@ int main(int argc, char **argv)
     }
     conn *cs = calloc((size_t)o.conns, sizeof *cs);
     pthread_t *th = calloc((size_t)o.conns, sizeof *th);
-    if (!cs || !th)
-        return 1;
-    for (int i = 0; i < o.conns; i++) {
-        cs[i].o = &o;
-        cs[i].lat = malloc(MAX_LAT * sizeof(double));
-        if (!cs[i].lat || (cs[i].fd = dial(&o)) < 0 || (!o.modern && legacy_session(&cs[i]))) {
-            fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o.host, o.port);
-            return 1;
+    int started = 0, rc = 1;
+    if (!cs || !th || open_conns(&o, cs))
+        goto out;
+    for (; started < o.conns; started++)
+        if (pthread_create(&th[started], NULL, run_conn, &cs[started]) != 0) {
+            fprintf(stderr, "tidemark-rps: cannot start thread %d\n", started);
+            break;
         }
+    if (started == o.conns) {
+        nap(o.warmup);
+        atomic_store(&g_measure, 1);
+        nap(o.seconds);
+        atomic_store(&g_measure, 0);
     }
-    for (int i = 0; i < o.conns; i++)
-        if (pthread_create(&th[i], NULL, run_conn, &cs[i]) != 0) {
-            fprintf(stderr, "tidemark-rps: cannot start thread %d\n", i);
-            return 1;
-        }
-    struct timespec w = {(time_t)o.warmup, (long)((o.warmup - (long)o.warmup) * 1e9)};
-    nanosleep(&w, NULL);
-    atomic_store(&g_measure, 1);
-    struct timespec m = {(time_t)o.seconds, (long)((o.seconds - (long)o.seconds) * 1e9)};
-    nanosleep(&m, NULL);
-    atomic_store(&g_measure, 0);
     atomic_store(&g_stop, 1);
-    for (int i = 0; i < o.conns; i++)
+    for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
-    return report(&o, cs);
+    if (started == o.conns)
+        rc = report(&o, cs);
+out:
+    free_conns(cs, o.conns);
+    free(th);
+    return rc;
 }

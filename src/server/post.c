@@ -314,7 +314,19 @@ static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r, po
 
 /* Record every call as started before the stream's first event, so no
  * emitted stream is ever left without an owner after a crash. */
-static int begin_records(tidemark_server_t *srv, tm_job *j, post_msgs *pm)
+/* The text a call's record keeps: the POST's body itself when it is that
+ * one message (it parsed, so it holds no raw NUL), else the message
+ * serialized again (a batch). Saves a serialization per call. */
+static char *record_text(tm_http_req *r, const post_msgs *pm, size_t i)
+{
+    size_t len = 0;
+    const char *body = pm->batch ? NULL : tm_http_req_body(r, &len);
+    if (body && len && memchr(body, '\0', len) == NULL)
+        return strndup(body, len);
+    return tm_jsonrpc_dump(pm->m[i].raw, NULL);
+}
+
+static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     for (size_t i = 0; i < pm->n; i++) {
         if (!tm_is_call(&pm->m[i]))
@@ -323,7 +335,7 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, post_msgs *pm)
         int rc = tm_request_key(&pm->m[i], key);
         if (rc)
             return rc;
-        char *message = tm_jsonrpc_dump(pm->m[i].raw, NULL);
+        char *message = record_text(r, pm, i);
         const char *tool = json_string_value(json_object_get(pm->m[i].params, "name"));
         tm_request_rec rec = {.session = j->sess->id, .key = key,
                               .tool = (char *)(tool ? tool : ""), .stream = j->stream,
@@ -351,7 +363,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
     tm_sess *sess = j->sess;
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
     if (rc == 0)
-        rc = begin_records(srv, j, pm);
+        rc = begin_records(srv, j, r, pm);
     if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
