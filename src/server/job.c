@@ -55,12 +55,13 @@ static int run_effect(void *ud, tm_txn *txn)
  * Returns 1 when the call now belongs to the append (freed by its callback). */
 /* A modern call's held POST is answered with the bytes its response was
  * stored as (taken from *bytes), or, when an effect rode along, with what
- * the record holds once committed: the fallback if the effect failed. */
-static void keep_final(tm_job *j, const tidemark_call_t *c, char **bytes, size_t len, int effect)
+ * the record (key) holds once committed: the fallback if the effect failed.
+ * Called before the append: its callback may free the call at once. */
+static void keep_final(tm_job *j, const char *key, char **bytes, size_t len, int effect)
 {
-    if (effect && c) {
+    if (effect) {
         j->final_effect = 1;
-        snprintf(j->final_key, sizeof j->final_key, "%s", c->reqkey);
+        snprintf(j->final_key, sizeof j->final_key, "%s", key);
         return;
     }
     free(j->final_bytes);
@@ -98,9 +99,13 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         r.fallback = fallback;
         r.fallback_len = flen;
     }
+    char *kept = NULL; /* modern: the POST is answered with what is stored */
+    if (bytes && j->lazy && response == j->final) {
+        kept = r.effect ? NULL : strdup(bytes);
+        if (r.effect || kept)
+            keep_final(j, c ? c->reqkey : "", &kept, len, r.effect != NULL);
+    }
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
-    if (rc == 0 && j->lazy && response == j->final) /* modern: answered with what is stored */
-        keep_final(j, c, &bytes, len, r.effect != NULL);
     if (rc) {
         TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));
