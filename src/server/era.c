@@ -253,8 +253,8 @@ static json_t *param_check(const tm_msg *m, tm_hdr_fn hdr, void *ud, const char 
         return same_text(m, hdr, ud, name, 1, json_is_true(val) ? "true" : "false",
                          json_is_true(val) ? 4 : 5);
     double d = json_is_real(val) ? json_real_value(val) : 0;
-    if (!json_is_integer(val) && !(json_is_real(val) && d == (double)(json_int_t)d &&
-                                   d > -9.2e18 && d < 9.2e18))
+    if (!json_is_integer(val) && !(json_is_real(val) && d > -9.2e18 && d < 9.2e18 &&
+                                   d == (double)(json_int_t)d)) /* range first: no UB cast */
         return NULL; /* not a primitive the annotation may name */
     json_int_t want = json_is_integer(val) ? json_integer_value(val) : (json_int_t)d;
     char *v = NULL;
