@@ -3,7 +3,8 @@
 # official conformance suite 0.2, one at a time, against tidemark-everything
 # (memory), and tasks.mjs: create / get / cancel / input / TTL / re-issue on
 # memory, SQLite and two Redis nodes, kill -9 of a task's node on SQLite and
-# Redis.
+# Redis; tasks_sdk_v2.mjs: that kill -9 on SQLite through the official
+# TypeScript SDK v2 client.
 if(NODE_EXECUTABLE)
   foreach(s tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
             tasks-request-state-removal tasks-mrtr-input tasks-request-headers
@@ -21,4 +22,10 @@ if(NODE_EXECUTABLE)
               $<TARGET_FILE:tidemark-everything> ${k})
     set_tests_properties(tasks_${k} PROPERTIES TIMEOUT 90 LABELS "tasks;modern")
   endforeach()
+  # The official TypeScript SDK v2 client (peers/) follows a ledger_append
+  # task across kill -9 and restart of a SQLite server.
+  add_test(NAME tasks_sdk_v2
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_sdk_v2.mjs
+            $<TARGET_FILE:tidemark-everything> ${TIDEMARK_PEERS})
+  set_tests_properties(tasks_sdk_v2 PROPERTIES TIMEOUT 90 LABELS "tasks;modern")
 endif()
