@@ -5,6 +5,7 @@
  *
  *   tidemark-rps --url http://127.0.0.1:PORT/mcp [--era legacy|modern]
  *                [--conns N] [--seconds S] [--warmup S]
+ *                [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]
  *
  * legacy: every connection first makes its own 2025-11-25 session
  * (initialize + notifications/initialized) and calls inside it; modern: no
@@ -12,7 +13,23 @@
  * counts only when its answer holds the echoed text; anything else is an
  * error and makes the exit status 1.
  *
- * Prints one line: era, conns, calls, calls/s, p50/p99/max latency in ms.
+ * The tasks extension (io.modelcontextprotocol/tasks; both methods imply
+ * --era modern and declare the extension in clientCapabilities):
+ *   --method tasks/get   tasks/get of one completed task back to back
+ *                        (Mcp-Name: the taskId); a get counts when it answers
+ *                        that task, completed. Without --task-id the first
+ *                        connection makes the task first (as --method task).
+ *   --method task        one operation = tools/call slow_compute {seconds: 0}
+ *                        (must answer resultType "task"), then tasks/get on
+ *                        the same connection until a terminal status,
+ *                        --poll-ms apart (default 0: back to back; the
+ *                        server suggests pollIntervalMs 500); the latency
+ *                        is from sending the call to the first terminal get,
+ *                        which must be completed. Also prints how many
+ *                        CreateTaskResults were already completed and the
+ *                        gets per task.
+ *
+ * Prints one line: era, method, conns, calls, calls/s, p50/p99/max latency in ms.
  * HTTP/1.1 over plain sockets: Content-Length and chunked bodies (an SSE
  * answer is a chunked body the server ends after the result).
  */
@@ -36,10 +53,16 @@
 #define MAX_LAT (1u << 20)
 #define BUF (64 * 1024)
 
+#define TASK_ID_MAX 65
+#define TASKS_CAPS "{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}"
+
+enum { M_ECHO, M_TASKS_GET, M_TASK };
+
 typedef struct opts {
     char host[256], port[16], path[512];
-    int modern, conns;
-    double seconds, warmup;
+    int modern, conns, method;
+    double seconds, warmup, poll_ms;
+    char task_id[TASK_ID_MAX];
 } opts;
 
 typedef struct conn {
@@ -49,6 +72,7 @@ typedef struct conn {
     char buf[BUF];
     size_t have;
     long calls, errors;
+    long done_at_create, gets; /* --method task */
     double *lat;
     size_t nlat;
 } conn;
@@ -237,12 +261,124 @@ static int one_call(conn *c, long id)
     return st == 200 && strstr(body, want) ? 0 : 1;
 }
 
+static void nap(double s)
+{
+    struct timespec t = {(time_t)s, (long)((s - (long)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+#define MODERN_HDR(m) "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: " m "\r\n"
+
+/* The 2026-07-28 _meta with these client capabilities. */
+static void modern_meta(char *out, size_t cap, const char *caps)
+{
+    snprintf(out, cap,
+             ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+             "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"tidemark-rps\",\"version\":\"1\"},"
+             "\"io.modelcontextprotocol/clientCapabilities\":%s}",
+             caps);
+}
+
+/* The first "key":"value" of body (compact JSON) into out; 0 when found.
+ * The first is the task's own: the Task object puts taskId and status at
+ * its top level, and slow_compute's result has neither. */
+static int json_str(const char *body, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(body, pat), *e = NULL;
+    if (p)
+        e = strchr(p += strlen(pat), '"');
+    if (!e || (size_t)(e - p) >= cap)
+        return -1;
+    memcpy(out, p, (size_t)(e - p));
+    out[e - p] = 0;
+    return 0;
+}
+
+/* tools/call slow_compute {seconds: 0} declaring the tasks extension: the
+ * taskId of its CreateTaskResult; *done when that already says completed. */
+static int task_create(conn *c, long id, char *task_id, int *done)
+{
+    char meta[512], json[1024], body[BUF], status[32];
+    int st;
+    modern_meta(meta, sizeof meta, TASKS_CAPS);
+    snprintf(json, sizeof json,
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"slow_compute\",\"arguments\":{\"seconds\":0,\"label\":\"rps-%ld\"}%s}}",
+             id, id, meta);
+    if (post(c, MODERN_HDR("tools/call") "Mcp-Name: slow_compute\r\n", json, &st, body, sizeof body))
+        return -1;
+    if (st != 200 || !strstr(body, "\"resultType\":\"task\"") ||
+        json_str(body, "taskId", task_id, TASK_ID_MAX) || json_str(body, "status", status, sizeof status))
+        return 1;
+    *done = strcmp(status, "completed") == 0;
+    return 0;
+}
+
+/* tasks/get of task_id: its status, empty when the answer is not that task. */
+static int task_get(conn *c, long id, const char *task_id, char *status, size_t cap)
+{
+    char meta[512], json[1024], hdr[256], body[BUF], got[TASK_ID_MAX];
+    int st;
+    modern_meta(meta, sizeof meta, TASKS_CAPS);
+    snprintf(json, sizeof json,
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tasks/get\",\"params\":"
+             "{\"taskId\":\"%s\"%s}}",
+             id, task_id, meta);
+    snprintf(hdr, sizeof hdr, MODERN_HDR("tasks/get") "Mcp-Name: %s\r\n", task_id);
+    if (post(c, hdr, json, &st, body, sizeof body))
+        return -1;
+    status[0] = 0;
+    if (st == 200 && json_str(body, "taskId", got, sizeof got) == 0 && strcmp(got, task_id) == 0)
+        json_str(body, "status", status, cap);
+    return 0;
+}
+
+static int terminal(const char *status)
+{
+    return !strcmp(status, "completed") || !strcmp(status, "failed") || !strcmp(status, "cancelled");
+}
+
+/* --method task: create, then get until terminal (0: it completed); counts
+ * the gets and whether the creation already said completed. */
+static int task_cycle(conn *c, long id, char *task_id, long *gets, int *done)
+{
+    char status[32];
+    int rc = task_create(c, id, task_id, done);
+    while (rc == 0) {
+        if ((rc = task_get(c, id, task_id, status, sizeof status)) != 0)
+            break;
+        ++*gets;
+        if (!status[0] || terminal(status))
+            return strcmp(status, "completed") != 0;
+        if (atomic_load(&g_stop))
+            return 1;
+        if (c->o->poll_ms > 0)
+            nap(c->o->poll_ms / 1e3);
+    }
+    return rc;
+}
+
+/* One measured operation of the chosen method. */
+static int one_op(conn *c, long id, long *gets, int *done)
+{
+    char task_id[TASK_ID_MAX], status[32];
+    if (c->o->method == M_TASK)
+        return task_cycle(c, id, task_id, gets, done);
+    if (c->o->method != M_TASKS_GET)
+        return one_call(c, id);
+    int rc = task_get(c, id, c->o->task_id, status, sizeof status);
+    return rc ? rc : strcmp(status, "completed") != 0;
+}
+
 static void *run_conn(void *arg)
 {
     conn *c = arg;
     for (long id = 1; !atomic_load(&g_stop); id++) {
         double t0 = now_s();
-        int rc = one_call(c, id);
+        long gets = 0;
+        int done = 0, rc = one_op(c, id, &gets, &done);
         if (rc < 0) { /* the connection broke: count it, reconnect */
             c->errors++;
             close(c->fd);
@@ -253,6 +389,8 @@ static void *run_conn(void *arg)
         }
         if (!atomic_load(&g_measure))
             continue;
+        c->gets += gets;
+        c->done_at_create += done;
         if (rc)
             c->errors++;
         else
@@ -269,10 +407,25 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static const char *const method_names[] = {"tools/call", "tasks/get", "task"};
+
+/* --method: the tasks ones are 2026-07-28 only. */
+static int parse_method(const char *m, opts *o)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(m, method_names[i]) == 0) {
+            o->method = i;
+            return 0;
+        }
+    return -1;
+}
+
 static int parse_opts(int argc, char **argv, opts *o)
 {
     static const struct option lo[] = {{"url", 1, 0, 'u'}, {"era", 1, 0, 'e'}, {"conns", 1, 0, 'c'},
-                                       {"seconds", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {0, 0, 0, 0}};
+                                       {"seconds", 1, 0, 's'}, {"warmup", 1, 0, 'w'},
+                                       {"method", 1, 0, 'm'}, {"task-id", 1, 0, 't'},
+                                       {"poll-ms", 1, 0, 'p'}, {0, 0, 0, 0}};
     *o = (opts){.conns = 1, .seconds = 5, .warmup = 1};
     const char *url = NULL;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -286,21 +439,31 @@ static int parse_opts(int argc, char **argv, opts *o)
             o->seconds = atof(optarg);
         else if (ch == 'w')
             o->warmup = atof(optarg);
+        else if (ch == 'm' && parse_method(optarg, o) == 0)
+            continue;
+        else if (ch == 't' && strlen(optarg) < sizeof o->task_id)
+            snprintf(o->task_id, sizeof o->task_id, "%s", optarg);
+        else if (ch == 'p')
+            o->poll_ms = atof(optarg);
         else
             return -1;
     }
     if (!url || parse_url(url, o) || o->conns < 1 || o->conns > MAX_CONNS || o->seconds <= 0)
         return -1;
+    if (o->method != M_ECHO)
+        o->modern = 1;
     return 0;
 }
 
 static int report(const opts *o, conn *cs)
 {
-    long calls = 0, errors = 0;
+    long calls = 0, errors = 0, gets = 0, done = 0;
     size_t n = 0;
     for (int i = 0; i < o->conns; i++) {
         calls += cs[i].calls;
         errors += cs[i].errors;
+        gets += cs[i].gets;
+        done += cs[i].done_at_create;
         n += cs[i].nlat;
     }
     double *all = malloc((n + 1) * sizeof *all);
@@ -311,9 +474,17 @@ static int report(const opts *o, conn *cs)
         for (size_t j = 0; j < cs[i].nlat; j++)
             all[k++] = cs[i].lat[j];
     qsort(all, n, sizeof *all, cmp_d);
-    printf("era=%s conns=%d calls=%ld rps=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f errors=%ld\n",
-           o->modern ? "modern" : "legacy", o->conns, calls, (double)calls / o->seconds,
-           n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0, n ? all[n - 1] : 0, errors);
+    printf("era=%s method=%s conns=%d calls=%ld rps=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f "
+           "errors=%ld",
+           o->modern ? "modern" : "legacy", method_names[o->method], o->conns, calls,
+           (double)calls / o->seconds, n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0,
+           n ? all[n - 1] : 0, errors);
+    if (o->method == M_TASK)
+        printf(" done_at_create=%ld gets_per_task=%.2f poll_ms=%g", done,
+               calls + errors ? (double)gets / (double)(calls + errors) : 0, o->poll_ms);
+    if (o->method == M_TASKS_GET)
+        printf(" task=%s", o->task_id);
+    printf("\n");
     free(all);
     return errors || calls == 0;
 }
@@ -344,10 +515,17 @@ static int open_conns(const opts *o, conn *cs)
     return 0;
 }
 
-static void nap(double s)
+/* --method tasks/get without --task-id: one completed task to read first. */
+static int prepare_task(opts *o, conn *c)
 {
-    struct timespec t = {(time_t)s, (long)((s - (long)s) * 1e9)};
-    nanosleep(&t, NULL);
+    long gets = 0;
+    int done = 0;
+    if (o->method != M_TASKS_GET || o->task_id[0])
+        return 0;
+    if (task_cycle(c, 0, o->task_id, &gets, &done) == 0)
+        return 0;
+    fprintf(stderr, "tidemark-rps: could not make a completed task at %s:%s\n", o->host, o->port);
+    return -1;
 }
 
 int main(int argc, char **argv)
@@ -355,13 +533,14 @@ int main(int argc, char **argv)
     opts o;
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: tidemark-rps --url http://HOST:PORT/PATH [--era legacy|modern] "
-                        "[--conns N] [--seconds S] [--warmup S]\n");
+                        "[--conns N] [--seconds S] [--warmup S]\n"
+                        "       [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]\n");
         return 2;
     }
     conn *cs = calloc((size_t)o.conns, sizeof *cs);
     pthread_t *th = calloc((size_t)o.conns, sizeof *th);
     int started = 0, rc = 1;
-    if (!cs || !th || open_conns(&o, cs))
+    if (!cs || !th || open_conns(&o, cs) || prepare_task(&o, &cs[0]))
         goto out;
     for (; started < o.conns; started++)
         if (pthread_create(&th[started], NULL, run_conn, &cs[started]) != 0) {

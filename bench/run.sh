@@ -44,6 +44,12 @@ if ! bash "$root/bench/requests.sh" "$build" | tee -a "$tmp"; then
     echo "bench/run.sh: bench/requests.sh failed; no results written" >&2
     exit 1
 fi
+# The tasks extension (bench/tasks.sh): create -> terminal, tasks/get on one
+# node (SQLite) and three (Redis behind HAProxy).
+if ! bash "$root/bench/tasks.sh" "$build" | tee -a "$tmp"; then
+    echo "bench/run.sh: bench/tasks.sh failed; no results written" >&2
+    exit 1
+fi
 mv "$tmp" "$out"
 cp "$out" "$results/latest.txt"
 echo "results: ${out#$root/} (and bench/results/latest.txt)"

@@ -29,3 +29,12 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-everything> ${TIDEMARK_PEERS})
   set_tests_properties(tasks_sdk_v2 PROPERTIES TIMEOUT 90 LABELS "tasks;modern")
 endif()
+# The tasks benchmark runs (create -> terminal, tasks/get on one SQLite node
+# and on three Redis nodes behind HAProxy, every answer checked): a smoke run
+# of bench/tasks.sh, numbers not judged.
+add_test(NAME bench_tasks_smoke
+  COMMAND bash ${CMAKE_SOURCE_DIR}/bench/tasks.sh ${CMAKE_BINARY_DIR} 1 0.5)
+set_tests_properties(bench_tasks_smoke PROPERTIES TIMEOUT 120 LABELS bench)
+if(NODE_EXECUTABLE)
+  set_tests_properties(bench_tasks_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
+endif()
