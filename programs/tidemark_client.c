@@ -46,7 +46,14 @@ static void usage(FILE *f)
             "\n"
             "Commands:\n"
             "  tools                      list the tools\n"
-            "  call NAME [key=value...]   call a tool (values that parse as JSON are JSON)\n"
+            "  call [--task] NAME [key=value...]\n"
+            "                             call a tool (values that parse as JSON are JSON);\n"
+            "                             --task (modern): declare the tasks extension, so the\n"
+            "                             server may run the call as a task: its id is kept\n"
+            "                             in --state before anything else, tasks/get is polled\n"
+            "                             to the end (input requests answered as --elicit\n"
+            "                             says), and a killed client's resume polls it on\n"
+            "                             and applies its result once\n"
             "  resources                  list resources and resource templates\n"
             "  read URI                   read a resource\n"
             "  prompts                    list prompts\n"
@@ -59,6 +66,8 @@ static void usage(FILE *f)
             "  resume                     finish the requests a killed, stopped or timed-out\n"
             "                             client left outstanding (needs --state)\n"
             "  end                        end the session (DELETE)\n"
+            "  cancel-task TASK_ID        ask the server to cancel a task (tasks/cancel); a\n"
+            "                             client following it ends with task_cancelled\n"
             "  effects                    print the recorded effects (--record-effects; needs\n"
             "                             --state)\n"
             "  state                      print the state file: session, cursors, dispatch log,\n"
@@ -91,6 +100,7 @@ static void usage(FILE *f)
             "                             modern a call gets a fresh key unless given one\n"
             "  --no-idempotency-key       modern: send the call without a key (a cut call is\n"
             "                             then re-issued only for idempotent or read-only tools)\n"
+            "  --task                     as call --task (for every call of the command)\n"
             "  --elicit ANSWER            decline (default) | accept: how a server's elicitation\n"
             "                             is answered (accept: with the schema's defaults)\n"
             "  --log-level LEVEL          modern: ask for log notifications at LEVEL (debug,\n"
@@ -365,7 +375,7 @@ typedef struct cli_opts {
 
 enum { O_TIMEOUT = 256, O_RETRY_MIN, O_RETRY_MAX, O_HELD, O_VERSION, O_PROTOCOL, O_NO_KEY,
        O_LOG_LEVEL, O_ELICIT, O_TOKEN, O_CLIENT_ID, O_SECRET_FILE, O_CLIENT_ISSUER, O_CIMD, O_CACERT,
-       O_REDIRECT_PORT };
+       O_REDIRECT_PORT, O_TASK };
 
 static int parse_protocol(const char *v, tidemark_client_config_t *cfg)
 {
@@ -447,7 +457,7 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         {"client-issuer", required_argument, 0, O_CLIENT_ISSUER},
         {"client-metadata-url", required_argument, 0, O_CIMD},
         {"cacert", required_argument, 0, O_CACERT},
-        {"redirect-port", required_argument, 0, O_REDIRECT_PORT},
+        {"redirect-port", required_argument, 0, O_REDIRECT_PORT}, {"task", no_argument, 0, O_TASK},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c, code;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -479,6 +489,7 @@ static int parse_options(int argc, char **argv, tidemark_client_config_t *cfg, c
         case O_CLIENT_ISSUER: o->client_issuer = optarg; break;
         case O_CIMD: o->metadata_url = optarg; break;
         case O_CACERT: o->cacert = optarg; break;
+        case O_TASK: cfg->tasks = 1; break;
         case O_REDIRECT_PORT:
             o->redirect_port = atoi(optarg);
             if (o->redirect_port <= 0 || o->redirect_port > 65535) {
@@ -518,6 +529,7 @@ static const command commands[] = {
     {"resume", 0, 0, 1, 0, ""},
     {"end", 0, 0, 0, 0, ""},            {"effects", 0, 0, 1, 1, ""},
     {"state", 0, 0, 1, 1, ""},          {"login", 0, 0, 0, 0, ""},
+    {"cancel-task", 1, 1, 0, 0, "TASK_ID"},
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* listen's arguments: the filter (NULL: the default one) and the seconds
@@ -567,7 +579,8 @@ static const command *command_check(const char *cmd, char **rest, int nrest, con
         k++;
     if (!k->name) {
         fprintf(stderr, PROG ": unknown command '%s' (commands: tools, call, resources, read, "
-                        "prompts, prompt, listen, resume, end, effects, state, login; see --help)\n",
+                        "prompts, prompt, listen, resume, end, effects, state, login, cancel-task; "
+                        "see --help)\n",
                 cmd);
         return NULL;
     }
@@ -781,6 +794,14 @@ static int run_command(tidemark_client_t *c, const char *cmd, char **rest, int n
         return cmd_resume(c, res);
     if (!strcmp(cmd, "end"))
         return cmd_end(c);
+    if (!strcmp(cmd, "cancel-task")) {
+        int rc = tidemark_client_cancel_task(c, rest[0], res);
+        if (rc == TIDEMARK_EINVAL)
+            fprintf(stderr, PROG ": '%s' is not a task id\n", rest[0]);
+        if (rc)
+            print_json(*res);
+        return rc;
+    }
     if (!strcmp(cmd, "login")) {
         /* connect met the 401 and logged in: the tools say the token works */
         fprintf(stderr, PROG ": logged in\n");
@@ -933,6 +954,10 @@ int main(int argc, char **argv)
     }
     char **rest = argv + optind + 2;
     int nrest = argc - optind - 2;
+    if (!strcmp(cmd, "call") && nrest > 0 && !strcmp(rest[0], "--task")) { /* call --task NAME */
+        cfg.tasks = 1;
+        rest++, nrest--;
+    }
     const command *k = command_check(cmd, rest, nrest, &o);
     json_t *args = k ? command_args(&o, cmd, rest, nrest) : NULL;
     if (!args)

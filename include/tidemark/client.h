@@ -229,6 +229,20 @@ typedef struct tidemark_client_config {
     const char *ca_file;           /* PEM file of the CAs https servers (the MCP server and
                                       authorization servers) are verified against; NULL:
                                       the system's. Verification is always on. */
+    /* Added with the tasks extension (io.modelcontextprotocol/tasks). */
+    int tasks;                     /* modern: declare the extension on tools/call. A call
+                                      the server answers with a task (CreateTaskResult) has
+                                      the task id committed to the state first, then polls
+                                      tasks/get at the task's pollIntervalMs (through cuts
+                                      and server restarts, within timeout_ms), answers an
+                                      input_required task's inputRequests (on_request, each
+                                      key once, tasks/update) and returns the task's outcome
+                                      as the call's. That outcome is dispatched once to
+                                      on_event, as the event "task:<taskId>" (stream "",
+                                      seq 0, message the call's JSON-RPC response), in one
+                                      transaction with the end of the outstanding call,
+                                      whatever the persistence mode. A killed client's
+                                      tidemark_client_resume polls the same task. */
 } tidemark_client_config_t;
 
 /* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a
@@ -301,6 +315,12 @@ TIDEMARK_API int tidemark_client_list(tidemark_client_t *c, const char *method, 
  * every request was tried (their own outcomes are in results).
  */
 TIDEMARK_API int tidemark_client_resume(tidemark_client_t *c, json_t **results);
+/* Ask the server to cancel task task_id (tasks/cancel; cancellation is
+ * cooperative: the task may still end otherwise, and a call following it
+ * returns whatever it ends with, task_cancelled when cancelled). OUT err
+ * (optional): the server's error. TIDEMARK_EINVAL for an unusable id. */
+TIDEMARK_API int tidemark_client_cancel_task(tidemark_client_t *c, const char *task_id,
+                                             json_t **err);
 /* Send a notification (params borrowed, may be NULL). */
 TIDEMARK_API int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params);
 /*

@@ -110,6 +110,7 @@ typedef struct rq {
     int listen;                 /* the standalone GET stream */
     int sub;                    /* a modern subscriptions/listen stream */
     int probe;                  /* server/discover finding the era out: never reconnected */
+    int tasks;                  /* a modern tools/call declaring the tasks extension */
     int phase;                  /* c->mu */
     int rc;                     /* final status */
     json_t *result;             /* result, or error object */
@@ -289,6 +290,19 @@ void tm_listen_acknowledged(rq *r, json_t *params);
 /* One request round: sent, driven, settled (request.c). */
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result);
+
+/* tasks.c: a call answered with a task (io.modelcontextprotocol/tasks) */
+/* The task id of a CreateTaskResult ("" when it has none), else NULL. */
+const char *tm_task_created(json_t *result);
+/* After r's drive: when r's result is a CreateTaskResult, record the task
+ * on r's outstanding row, poll it to its end and apply its outcome once
+ * (r->result and the return value become the call's). Else r->rc. */
+int tm_task_started(tidemark_client_t *c, rq *r);
+/* Follow the task id of outstanding row row_id (the first poll after
+ * wait_ms) to its outcome, applied once. *result is replaced by the call's
+ * result or error. Non-final failures leave the row for a resume. */
+int tm_task_follow(tidemark_client_t *c, int64_t row_id, const char *id, long wait_ms,
+                   json_t **result);
 
 /* messages.c */
 /* The answer to a server request (ping, roots/list, on_request). OUT result. */

@@ -22,10 +22,32 @@ static const char *const schema_sql =
     " seq INTEGER NOT NULL, state INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS tmc_dispatch_stream ON tmc_dispatch(stream, seq);"
     "CREATE TABLE IF NOT EXISTS tmc_outstanding(request_id INTEGER PRIMARY KEY, method TEXT,"
-    " params TEXT, sent_ms INTEGER, stream TEXT, idem_key TEXT);"
+    " params TEXT, sent_ms INTEGER, stream TEXT, idem_key TEXT, tasks INTEGER NOT NULL DEFAULT 0,"
+    " task_id TEXT);"
     "CREATE TABLE IF NOT EXISTS tmc_kv(kind TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL,"
     " PRIMARY KEY(kind, k)) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO tmc_meta(k, v) VALUES('next_request_id', 1);";
+
+/* Columns added after the first release: a state file made by an older
+ * client gets them at open (ALTER TABLE refuses a column that is there). */
+static const char *const added_columns[] = {
+    "ALTER TABLE tmc_outstanding ADD COLUMN tasks INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tmc_outstanding ADD COLUMN task_id TEXT",
+    NULL,
+};
+
+static int add_columns(sqlite3 *db)
+{
+    for (int i = 0; added_columns[i]; i++) {
+        char *msg = NULL;
+        int rc = sqlite3_exec(db, added_columns[i], NULL, NULL, &msg);
+        int there = rc == SQLITE_ERROR && msg && strstr(msg, "duplicate column");
+        sqlite3_free(msg);
+        if (rc != SQLITE_OK && !there)
+            return rc;
+    }
+    return SQLITE_OK;
+}
 
 /* The state holds tokens and client secrets: only its owner reads it. */
 static void owner_only(const char *path)
@@ -61,6 +83,8 @@ int tm_cstate_open(const char *path, const char *schema, tm_cstate **out)
         rc = sqlite3_busy_timeout(st->db, 10000);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(st->db, schema_sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = add_columns(st->db);
     if (rc == SQLITE_OK && schema)
         rc = sqlite3_exec(st->db, schema, NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
@@ -308,14 +332,70 @@ int tm_cstate_dispatch_set(tm_cstate *st, const char *event_id, const char *stre
 }
 
 int tm_cstate_outstanding_add(tm_cstate *st, int64_t id, const char *method, const char *params,
-                              const char *idem_key)
+                              const char *idem_key, int tasks)
 {
     char i[32], t[32];
     snprintf(i, sizeof i, "%lld", (long long)id);
     snprintf(t, sizeof t, "%lld", (long long)tm_wall_ms());
-    const char *a[5] = {i, method, params, t, idem_key};
+    const char *a[6] = {i, method, params, t, idem_key, tasks ? "1" : "0"};
     return exec1(st, "INSERT OR REPLACE INTO tmc_outstanding(request_id, method, params, sent_ms, "
-                     "idem_key) VALUES(?1, ?2, ?3, ?4, ?5)", a, 5);
+                     "idem_key, tasks) VALUES(?1, ?2, ?3, ?4, ?5, ?6)", a, 6);
+}
+
+static const char *const task_sql =
+    "UPDATE tmc_outstanding SET task_id = ?2 WHERE request_id = ?1";
+
+int tm_cstate_outstanding_task(tm_cstate *st, int64_t id, const char *task_id)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[2] = {i, task_id};
+    return exec1(st, task_sql, a, 2);
+}
+
+int tm_cstate_outstanding_task_txn(tm_cstate *st, int64_t id, const char *task_id)
+{
+    char i[32];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *a[2] = {i, task_id};
+    return tm_sqlite_exec_args(st->db, task_sql, a, 2);
+}
+
+/* A task's answered input keys are kv rows of kind "task_input", keyed
+ * "<task id> <key>". */
+int tm_cstate_task_input_answered(tm_cstate *st, const char *task_id, const char *key, int *answered)
+{
+    size_t n = strlen(task_id) + strlen(key) + 2;
+    char *k = malloc(n);
+    if (!k)
+        return TIDEMARK_ENOMEM;
+    snprintf(k, n, "%s %s", task_id, key);
+    char *v = NULL;
+    int rc = tm_cstate_kv_get(st, "task_input", k, &v);
+    *answered = rc == 0 && v != NULL;
+    free(v);
+    free(k);
+    return rc;
+}
+
+int tm_cstate_task_input_set(tm_cstate *st, const char *task_id, const char *key)
+{
+    size_t n = strlen(task_id) + strlen(key) + 2;
+    char *k = malloc(n);
+    if (!k)
+        return TIDEMARK_ENOMEM;
+    snprintf(k, n, "%s %s", task_id, key);
+    int rc = tm_cstate_kv_set(st, "task_input", k, "1");
+    free(k);
+    return rc;
+}
+
+int tm_cstate_task_forget_txn(tm_cstate *st, const char *task_id)
+{
+    const char *a[1] = {task_id};
+    return tm_sqlite_exec_args(st->db,
+                               "DELETE FROM tmc_kv WHERE kind = 'task_input' AND "
+                               "substr(k, 1, length(?1) + 1) = ?1 || ' '", a, 1);
 }
 
 int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream)
@@ -355,8 +435,8 @@ int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows)
 {
     pthread_mutex_lock(&st->mu);
     int rc = tm_sqlite_query_json(st->db,
-                                  "SELECT request_id, method, params, stream, idem_key FROM "
-                                  "tmc_outstanding ORDER BY request_id",
+                                  "SELECT request_id, method, params, stream, idem_key, tasks, "
+                                  "task_id FROM tmc_outstanding ORDER BY request_id",
                                   NULL, 0, rows);
     pthread_mutex_unlock(&st->mu);
     return rc;
@@ -398,7 +478,7 @@ int tm_cstate_dump(tm_cstate *st, json_t **out)
                        "SELECT event_id, stream, seq, state FROM tmc_dispatch ORDER BY stream, seq");
     if (!rc)
         rc = dump_part(st, o, "outstanding",
-                       "SELECT request_id, method, stream, idem_key FROM tmc_outstanding "
+                       "SELECT request_id, method, stream, idem_key, task_id FROM tmc_outstanding "
                        "ORDER BY request_id");
     pthread_mutex_unlock(&st->mu);
     if (rc) {

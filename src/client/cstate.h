@@ -74,16 +74,33 @@ int tm_cstate_outstanding_stream_txn(tm_cstate *st, int64_t id, const char *stre
  * crash right after cannot leave it outstanding with nothing left to read. */
 int tm_cstate_outstanding_done_txn(tm_cstate *st, int64_t id);
 
+/* The same inside a transaction (a CreateTaskResult that came as an event). */
+int tm_cstate_outstanding_task_txn(tm_cstate *st, int64_t id, const char *task_id);
+/* A task's answered inputRequests keys are forgotten with its outcome. */
+int tm_cstate_task_forget_txn(tm_cstate *st, const char *task_id);
+
+/* A task's inputRequests keys already answered (outside a transaction):
+ * one key is never put to the application twice, across restarts too.
+ * OUT answered. */
+int tm_cstate_task_input_answered(tm_cstate *st, const char *task_id, const char *key, int *answered);
+int tm_cstate_task_input_set(tm_cstate *st, const char *task_id, const char *key);
+
 /* Read application tables (outside a transaction). OUT rows. */
 int tm_cstate_query(tm_cstate *st, const char *sql, const char *const *args, size_t nargs,
                     json_t **rows);
 
 /* Outstanding requests (outside or inside a transaction). */
+/* tasks: the request declared the tasks extension (a resume declares it
+ * again). */
 int tm_cstate_outstanding_add(tm_cstate *st, int64_t id, const char *method, const char *params,
-                              const char *idem_key);
+                              const char *idem_key, int tasks);
+/* The server made the request a task: its id, before anything else is
+ * done with it (a resume then polls the task instead of re-sending). */
+int tm_cstate_outstanding_task(tm_cstate *st, int64_t id, const char *task_id);
 int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream);
 int tm_cstate_outstanding_done(tm_cstate *st, int64_t id);
-/* OUT rows: array of {request_id, method, params, stream, idem_key}. */
+/* OUT rows: array of {request_id, method, params, stream, idem_key, tasks,
+ * task_id}. */
 int tm_cstate_outstanding_list(tm_cstate *st, json_t **rows);
 
 /* The whole state as JSON (outside a transaction): OUT {session, proven,

@@ -130,6 +130,14 @@ static int persist(tidemark_client_t *c, rq *r, const inev *e, const char *key, 
                            .message = e->msg};
     int64_t done_id = r->recorded && !r->listen && e->msg && answers(e->msg, r->id) ? r->row_id : 0;
     int rc = note_first_event(c, r, e, key);
+    const char *task = done_id && r->tasks
+                           ? tm_task_created(json_object_get(e->msg, "result")) : NULL;
+    if (rc == 0 && task && *task) {
+        /* A CreateTaskResult: the call goes on as the task, recorded with
+         * the event that named it. */
+        rc = tm_cstate_outstanding_task_txn(c->st, r->row_id, task);
+        done_id = 0;
+    }
     if (rc)
         return settle_txn(c, rc);
     if (v == TM_V_SUPPRESS) {

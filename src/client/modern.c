@@ -24,6 +24,23 @@
 
 /* ---- _meta ------------------------------------------------------------------------ */
 
+#define TASKS_EXT "io.modelcontextprotocol/tasks"
+
+/* caps (taken) with the tasks extension declared: a copy when shared. */
+static json_t *with_tasks(json_t *caps)
+{
+    json_t *own = json_deep_copy(caps);
+    json_decref(caps);
+    json_t *ext = json_object_get(own, "extensions");
+    if (own && !json_is_object(ext) && json_object_set_new(own, "extensions", ext = json_object()))
+        ext = NULL;
+    if (!ext || json_object_set_new(ext, TASKS_EXT, json_object()) != 0) {
+        json_decref(own);
+        return NULL;
+    }
+    return own;
+}
+
 int tm_modern_meta(tidemark_client_t *c, rq *r)
 {
     if (!json_object_get(r->msg, "id"))
@@ -44,6 +61,9 @@ int tm_modern_meta(tidemark_client_t *c, rq *r)
     json_t *v = json_string(c->proto ? c->proto : TIDEMARK_CLIENT_MODERN_VERSION);
     pthread_mutex_unlock(&c->mu);
     json_t *caps = tm_client_capabilities(c);
+    const char *method = json_string_value(json_object_get(r->msg, "method"));
+    if (caps && (r->tasks || (method && !strncmp(method, "tasks/", 6))))
+        caps = with_tasks(caps);
     int rc = json_object_set_new(meta, META_VERSION, v) |
              json_object_set_new(meta, META_INFO,
                                  json_pack("{s:s,s:s}", "name", c->name, "version", c->version)) |
@@ -201,6 +221,8 @@ int tm_modern_headers(tidemark_client_t *c, rq *r, tm_hdrs *h)
         name = json_string_value(json_object_get(params, "name"));
     else if (!strcmp(method, "resources/read"))
         name = json_string_value(json_object_get(params, "uri"));
+    else if (!strncmp(method, "tasks/", 6))
+        name = json_string_value(json_object_get(params, "taskId"));
     if (!rc && name)
         rc = hdr_add(h, header_line("Mcp-Name", name));
     if (!rc && !strcmp(method, "tools/call"))

@@ -236,7 +236,8 @@ static int record_call(tidemark_client_t *c, rq *r, json_t *p, json_t **err)
     json_t *meta = json_object_get(p, "_meta");
     int rc = ptxt ? tm_cstate_outstanding_add(
                         c->st, r->id, "tools/call", ptxt,
-                        json_string_value(json_object_get(meta, "dev.tidemark/idempotency-key")))
+                        json_string_value(json_object_get(meta, "dev.tidemark/idempotency-key")),
+                        r->tasks)
                   : TIDEMARK_ENOMEM;
     free(ptxt);
     if (rc)
@@ -253,7 +254,9 @@ static int request_prepare(tidemark_client_t *c, rq *r, const char *method, json
     json_t *p = request_params(params, r->id, r->progress != NULL);
     if (!p)
         return TIDEMARK_ENOMEM;
-    int rc = strcmp(method, "tools/call") == 0 ? record_call(c, r, p, err) : 0;
+    int call = strcmp(method, "tools/call") == 0;
+    r->tasks = call && r->modern && c->cfg.tasks;
+    int rc = call ? record_call(c, r, p, err) : 0;
     if (rc) {
         json_decref(p);
         return rc;
@@ -301,6 +304,8 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
         tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
     rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
     tm_pending_del(c, r);
+    if (rc == 0 && r->recorded)
+        rc = tm_task_started(c, r);
     request_settle(c, r);
     *result = json_incref(r->result);
     tm_rq_free(r);

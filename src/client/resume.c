@@ -58,6 +58,7 @@ static rq *rq_of_row(tidemark_client_t *c, json_t *row)
     if (!r)
         return NULL;
     r->recorded = 1;
+    r->tasks = r->modern && json_integer_value(json_object_get(row, "tasks")) != 0;
     json_t *p = json_loads(params ? params : "{}", JSON_ALLOW_NUL, NULL);
     r->msg = tm_jsonrpc_request(json_integer(id), method ? method : "tools/call",
                                 p ? p : json_object());
@@ -96,12 +97,28 @@ static void resume_start(tidemark_client_t *c, rq *r, const char *stream)
     }
 }
 
+/* A call the server made a task: nothing is re-sent, the task is polled
+ * to its end and its outcome applied once (tasks.c). */
+static int resume_task(tidemark_client_t *c, rq *r, const char *task, json_t *results)
+{
+    json_t *res = NULL;
+    int rc = tm_task_follow(c, r->row_id, task, 0, &res);
+    int arc = json_array_append_new(results, json_pack("{s:I,s:O?}", "id", (json_int_t)r->row_id,
+                                                       rc == 0 ? "result" : "error", res));
+    json_decref(res);
+    tm_rq_free(r);
+    return arc ? TIDEMARK_ENOMEM : 0;
+}
+
 /* Resume one outstanding request (a row of the state); its entry goes to results. */
 static int resume_one(tidemark_client_t *c, json_t *row, json_t *results)
 {
     rq *r = rq_of_row(c, row);
     if (!r)
         return TIDEMARK_ENOMEM;
+    const char *task = json_string_value(json_object_get(row, "task_id"));
+    if (task)
+        return resume_task(c, r, task, results);
     int rc = tm_pending_add(c, r);
     if (rc) {
         tm_rq_free(r);
@@ -110,6 +127,8 @@ static int resume_one(tidemark_client_t *c, json_t *row, json_t *results)
     resume_start(c, r, json_string_value(json_object_get(row, "stream")));
     rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
     tm_pending_del(c, r);
+    if (rc == 0)
+        rc = tm_task_started(c, r); /* re-issued, and answered with its task again */
     json_t *res = json_incref(r->result);
     if (r->modern) /* a round of input: the rest of the rounds, as a request would */
         rc = tm_mrtr_rounds(c, json_string_value(json_object_get(r->msg, "method")),

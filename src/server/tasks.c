@@ -7,6 +7,7 @@
 #include "tasks.h"
 #include "era.h"
 #include "seal.h"
+#include "../base/crash.h"
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/random.h"
@@ -305,6 +306,9 @@ static json_t *create(tidemark_server_t *srv, const tm_msg *m, int64_t ttl_ms,
     free(message);
     if (rc) /* recorded: the next recovery pass (or restart) runs it */
         TM_WARN("task %s: not started now: %s", TM_SID(id), tidemark_strerror(rc));
+    /* Committed, not yet answered: the cut a client cannot tell from a
+     * task never made (its re-issue under the key finds this one). */
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "task_created_before_answer");
     task_view v;
     json_t *e = view_load(srv, m, id, principal, &v);
     if (e)

@@ -220,7 +220,7 @@ static void apply(model *m, tm_cstate *st, char *line, size_t len)
         json_t *p = json_loadb(f[2], fl[2], JSON_ALLOW_NUL, &e);
         char *ptxt = p ? json_dumps(p, JSON_COMPACT) : dupz(f[2]);
         const char *idem = nf > 3 && fl[3] ? f[3] : NULL;
-        int rc = tm_cstate_outstanding_add(st, id, f[1], ptxt, idem);
+        int rc = tm_cstate_outstanding_add(st, id, f[1], ptxt, idem, (int)(id & 1));
         if (rc) {
             json_decref(p);
             free(ptxt);

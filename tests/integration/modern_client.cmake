@@ -14,6 +14,9 @@
 #  - modern_client_tidemark: against tidemark-everything in the modern era:
 #    a client killed mid-call resumes with its saved key, the ledger holds the
 #    entry once; an elicitation round; listen.
+#  - client_tasks: `call --task` (tasks extension): polled to the end, the
+#    outcome applied once; killed at each step and resumed; the server killed
+#    and restarted mid-poll; cancel-task.
 if(NODE_EXECUTABLE)
   add_test(NAME modern_client_conformance
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_conformance.sh ${TIDEMARK_PEERS}
@@ -42,4 +45,9 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_client_tidemark.mjs
             $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-everything>)
   set_tests_properties(modern_client_tidemark PROPERTIES TIMEOUT 90 LABELS "client")
+  add_test(NAME client_tasks
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/client_tasks.mjs
+            $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-client-crashpoints>
+            $<TARGET_FILE:tidemark-everything>)
+  set_tests_properties(client_tasks PROPERTIES TIMEOUT 120 LABELS "client;tasks;modern")
 endif()

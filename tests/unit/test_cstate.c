@@ -201,8 +201,8 @@ static void test_outstanding(void **s)
 {
     (void)s;
     tm_cstate *st = open_mem();
-    assert_int_equal(tm_cstate_outstanding_add(st, 7, "tools/call", "{\"name\":\"a\"}", NULL), 0);
-    assert_int_equal(tm_cstate_outstanding_add(st, 3, "tools/call", "{\"name\":\"b\"}", "k-1"), 0);
+    assert_int_equal(tm_cstate_outstanding_add(st, 7, "tools/call", "{\"name\":\"a\"}", NULL, 0), 0);
+    assert_int_equal(tm_cstate_outstanding_add(st, 3, "tools/call", "{\"name\":\"b\"}", "k-1", 1), 0);
     assert_int_equal(tm_cstate_outstanding_stream(st, 7, "r4"), 0);
     json_t *rows = NULL;
     assert_int_equal(tm_cstate_outstanding_list(st, &rows), 0);
@@ -229,12 +229,70 @@ static void test_outstanding(void **s)
     assert_int_equal(json_array_size(rows), 0);
     json_decref(rows);
     /* A new session forgets what the old one had outstanding. */
-    assert_int_equal(tm_cstate_outstanding_add(st, 9, "tools/call", "{}", NULL), 0);
+    assert_int_equal(tm_cstate_outstanding_add(st, 9, "tools/call", "{}", NULL, 0), 0);
     assert_int_equal(tm_cstate_session_clear(st), 0);
     assert_int_equal(tm_cstate_outstanding_list(st, &rows), 0);
     assert_int_equal(json_array_size(rows), 0);
     json_decref(rows);
     tm_cstate_close(st);
+}
+
+/* A call the server made a task: its id on the row, its answered input
+ * keys, both gone with its outcome. */
+static void test_tasks(void **s)
+{
+    (void)s;
+    tm_cstate *st = open_mem();
+    assert_int_equal(tm_cstate_outstanding_add(st, 4, "tools/call", "{}", "k", 1), 0);
+    assert_int_equal(tm_cstate_outstanding_task(st, 4, "t-1"), 0);
+    json_t *rows = NULL;
+    assert_int_equal(tm_cstate_outstanding_list(st, &rows), 0);
+    assert_string_equal(json_string_value(json_object_get(row_of(rows, 4), "task_id")), "t-1");
+    assert_int_equal(json_integer_value(json_object_get(row_of(rows, 4), "tasks")), 1);
+    json_decref(rows);
+    int answered = 1;
+    assert_int_equal(tm_cstate_task_input_answered(st, "t-1", "q1", &answered), 0);
+    assert_false(answered);
+    assert_int_equal(tm_cstate_task_input_set(st, "t-1", "q1"), 0);
+    assert_int_equal(tm_cstate_task_input_set(st, "t-10", "q1"), 0); /* another task */
+    assert_int_equal(tm_cstate_task_input_answered(st, "t-1", "q1", &answered), 0);
+    assert_true(answered);
+    assert_int_equal(tm_cstate_begin(st), 0);
+    assert_int_equal(tm_cstate_task_forget_txn(st, "t-1"), 0);
+    assert_int_equal(tm_cstate_outstanding_done_txn(st, 4), 0);
+    assert_int_equal(tm_cstate_commit(st), 0);
+    assert_int_equal(tm_cstate_task_input_answered(st, "t-1", "q1", &answered), 0);
+    assert_false(answered);
+    assert_int_equal(tm_cstate_task_input_answered(st, "t-10", "q1", &answered), 0);
+    assert_true(answered); /* a prefix of the other task's id is not it */
+    tm_cstate_close(st);
+}
+
+/* A state file of an older client (no task columns) opens, and gets them. */
+static void test_old_file_migrates(void **s)
+{
+    (void)s;
+    char path[256];
+    temp_path(path, sizeof path);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE tmc_outstanding(request_id INTEGER PRIMARY KEY,"
+                                      " method TEXT, params TEXT, sent_ms INTEGER, stream TEXT,"
+                                      " idem_key TEXT); INSERT INTO tmc_outstanding(request_id,"
+                                      " method, params) VALUES(2, 'tools/call', '{}')",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    tm_cstate *st = NULL;
+    assert_int_equal(tm_cstate_open(path, NULL, &st), 0);
+    assert_int_equal(tm_cstate_outstanding_task(st, 2, "t-2"), 0);
+    json_t *rows = NULL;
+    assert_int_equal(tm_cstate_outstanding_list(st, &rows), 0);
+    assert_string_equal(json_string_value(json_object_get(row_of(rows, 2), "task_id")), "t-2");
+    json_decref(rows);
+    tm_cstate_close(st);
+    assert_int_equal(tm_cstate_open(path, NULL, &st), 0); /* and again: the columns are there */
+    tm_cstate_close(st);
+    remove_path(path);
 }
 
 static void test_dump_and_query(void **s)
@@ -328,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_session),          cmocka_unit_test(test_request_ids),
         cmocka_unit_test(test_proven),           cmocka_unit_test(test_cursors),
         cmocka_unit_test(test_dispatch_log),     cmocka_unit_test(test_outstanding),
+        cmocka_unit_test(test_tasks),            cmocka_unit_test(test_old_file_migrates),
         cmocka_unit_test(test_dump_and_query),   cmocka_unit_test(test_damaged_reads_fail),
         cmocka_unit_test(test_failed_clear_rolls_back), cmocka_unit_test(test_open_failures),
     };
