@@ -45,14 +45,10 @@ FUZZ_JOBS         ?= $(JOBS)
 # test's time or making the run flaky. holes_streams holds 8,000 SSE
 # streams open: under TSan it takes 45-80 s and about one run in two fails
 # to connect (no race reported), so it runs in the other builds only.
-# stdio_server: KNOWN OPEN RACE, excluded until fixed (docs/design.md,
-# "Known limitations"): TSan reports a data race on a jansson reference
-# count (json_incref) between threads of the stdio server (src/server/stdio.c);
-# the test passes in the normal and ASan builds.
 TSAN_STRICT  ?= 1
 TSAN_EXTRA   ?=
 TSAN_SUPP    := $(CURDIR)/tests/tsan.supp
-TSAN_EXCLUDE ?= ^(holes_streams|stdio_server)$$
+TSAN_EXCLUDE ?= ^(holes_streams)$$
 # TSan cannot map its shadow memory under some kernels' ASLR settings; run
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")

@@ -24,7 +24,10 @@
  *   says why, and logged; the next line is read as usual.
  * Threads: the caller's thread reads in_fd; the HTTP client's I/O thread
  * writes out_fd (the writer serialises lines); a watcher thread turns
- * SIGINT/SIGTERM or tidemark_server_stop into the end of the read.
+ * SIGINT/SIGTERM or tidemark_server_stop into the end of the read. No
+ * json_t is shared: a message crosses to the I/O thread as its serialized
+ * body plus a deep copy of its id, and the registry's tool schemas are
+ * read from a copy (tm_registry_copy).
  */
 #include "server_int.h"
 #include "era.h"
@@ -305,7 +308,8 @@ static int name_headers(sb *b, hdrs *h, const char *method, const json_t *params
         return 0;
     int rc = hdrs_add_b64(h, "Mcp-Name", json_string_value(v), json_string_length(v));
     tm_reg_entry e;
-    if (rc || !tool || tm_registry_get(b->srv->reg, TM_REG_TOOL, json_string_value(v), &e) != 0)
+    /* A copy: the registry's value is the server threads' too (see x_new). */
+    if (rc || !tool || tm_registry_copy(b->srv->reg, TM_REG_TOOL, json_string_value(v), &e) != 0)
         return rc;
     rc = params_headers(h, json_object_get(e.desc, "inputSchema"),
                         json_object_get(params, "arguments"), 0);
@@ -357,13 +361,22 @@ static int sb_start(sb *b, xch *x, const tm_hx_req *req)
     return rc;
 }
 
+/* The exchange's id is its own deep copy, not a reference into the read
+ * message: the I/O thread uses and frees it while the reader frees the
+ * message. A value whose reference count two threads change is a data race
+ * (jansson.h's json_incref/json_decref read the count with a plain load, and
+ * the last decref of a child runs unseen inside libjansson). */
 static xch *x_new(sb *b, const json_t *id)
 {
     xch *x = calloc(1, sizeof *x);
     if (!x)
         return NULL;
     x->b = b;
-    x->id = id ? json_incref((json_t *)id) : NULL;
+    x->id = id ? json_deep_copy(id) : NULL;
+    if (id && !x->id) {
+        free(x);
+        return NULL;
+    }
     tm_buf_init(&x->body, TM_STDIO_DEFAULT_MAX);
     return x;
 }

@@ -25,6 +25,11 @@ const require = createRequire(join(resolve(peers), "package.json"));
 const t = checker();
 const textOf = (r) => (r?.content ?? []).map((x) => x.text ?? "").join("");
 const LOG = ["--log-level", "warn"];
+// The SDKs' StdioClientTransport passes only a few safe variables to the
+// server it spawns; the sanitizers' options (make test-tsan's log_path,
+// suppressions and exitcode) must reach it like every other child.
+const SAN_ENV = Object.fromEntries(Object.entries(process.env)
+  .filter(([k]) => /^(TSAN|ASAN|LSAN|UBSAN)_OPTIONS$/.test(k)));
 
 // A raw stdio child: lines in, parsed lines out (every stdout line must be JSON).
 function rawChild(args) {
@@ -171,7 +176,7 @@ async function v1Round() {
   c.setRequestHandler(types.ElicitRequestSchema, async () => ({ action: "accept",
     content: { username: "alice", email: "alice@example.com" } }));
   const tr = new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
-    stderr: "pipe" });
+    env: SAN_ENV, stderr: "pipe" });
   let err = "";
   tr.stderr?.on("data", (d) => { err += d; });
   await c.connect(tr);
@@ -205,7 +210,7 @@ async function v2Round() {
     { capabilities: { elicitation: {} }, versionNegotiation: { mode: { pin: "2026-07-28" } } });
   c.setRequestHandler("elicitation/create", async () => ({ action: "accept", content: { name: "Alice" } }));
   const tr = new StdioClientTransport({ command: bin, args: ["--stdio", ...LOG, "--store", "memory"],
-    stderr: "pipe" });
+    env: SAN_ENV, stderr: "pipe" });
   let err = "";
   tr.stderr?.on("data", (d) => { err += d; });
   await c.connect(tr);
