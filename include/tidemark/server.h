@@ -214,7 +214,10 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
  * A tool handler. args: the call's arguments object (borrowed, never NULL).
  * On success store a CallToolResult object in *result (owned by the library)
  * and return 0. A tool-level failure is a result with "isError": true
- * (tidemark_result_error). Returning a negative code makes a JSON-RPC error.
+ * (tidemark_result_error). Returning a negative code makes a JSON-RPC error;
+ * TIDEMARK_EPEER with a JSON-RPC error object {code, message[, data]} in
+ * *result answers with that error (a gateway passing its upstream's on).
+ * The same holds for resource, prompt and completion handlers.
  */
 typedef int (*tidemark_tool_fn)(tidemark_call_t *call, json_t *args, json_t **result, void *ud);
 
@@ -382,6 +385,11 @@ TIDEMARK_API int tidemark_call_request(tidemark_call_t *call, const char *method
  */
 TIDEMARK_API int tidemark_call_input(tidemark_call_t *call, const char *key, const char *method,
                                      json_t *params, int timeout_ms, json_t **result);
+/* OUT params: what the client said of itself, as initialize params
+ * {protocolVersion, capabilities, clientInfo} (a 2025 session's initialize;
+ * a 2026-07-28 request's _meta), a copy the caller decrefs. A gateway
+ * initializes its upstream with them. */
+TIDEMARK_API int tidemark_call_client_params(const tidemark_call_t *call, json_t **params);
 /* 1 if the client declared the capability ("sampling", "elicitation", "roots"). */
 TIDEMARK_API int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
 /* End the call's SSE connection now (SEP-1699 polling): the client

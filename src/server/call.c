@@ -30,6 +30,22 @@ int tidemark_call_client_has(const tidemark_call_t *c, const char *capability)
     return tm_sess_client_has(c->sess, capability);
 }
 
+int tidemark_call_client_params(const tidemark_call_t *c, json_t **params)
+{
+    if (!c || !params)
+        return TIDEMARK_EINVAL;
+    json_t *p = c->sess->client ? json_deep_copy(c->sess->client) : json_object();
+    if (!p)
+        return TIDEMARK_ENOMEM;
+    (void)json_object_del(p, TM_CLIENT_PRINCIPAL); /* -1 only when absent */
+    if (!json_is_object(json_object_get(p, "capabilities")))
+        json_object_set_new(p, "capabilities", json_object());
+    if (!json_is_string(json_object_get(p, "protocolVersion")))
+        json_object_set_new(p, "protocolVersion", json_string(tidemark_call_protocol_version(c)));
+    *params = p;
+    return 0;
+}
+
 /* The stream the call's messages go to, or NULL (JSON-answered requests). */
 static const char *call_stream(const tidemark_call_t *c)
 {

@@ -92,13 +92,35 @@ static json_t *list(tidemark_call_t *c, tm_reg_kind k, const char *field)
     return tm_jsonrpc_result(c->id, page);
 }
 
-static json_t *handler_failed(tidemark_call_t *c, int rc)
+/* The error a handler chose (TIDEMARK_EPEER with a JSON-RPC error object in
+ * out: a gateway passing its upstream's on): a response with the call's id,
+ * or NULL when out is not such an object. Takes out. */
+static json_t *handler_error(tidemark_call_t *c, json_t *out)
 {
-    if (rc == TIDEMARK_ECANCELED || atomic_load(&c->cancelled))
+    json_t *code = json_object_get(out, "code");
+    json_t *msg = json_object_get(out, "message");
+    json_t *resp = NULL;
+    if (json_is_integer(code) && json_is_string(msg))
+        resp = json_pack("{s:s,s:O,s:O}", "jsonrpc", "2.0", "id", c->id, "error", out);
+    json_decref(out);
+    return resp;
+}
+
+/* A handler returned rc (out: what it left in its OUT parameter; taken). */
+static json_t *handler_failed(tidemark_call_t *c, int rc, json_t *out)
+{
+    if (rc == TIDEMARK_ECANCELED || atomic_load(&c->cancelled)) {
+        json_decref(out);
         return NULL; /* no response after cancellation */
+    }
     json_t *cap = tm_mrtr_missing_capability(c);
-    if (cap)
+    if (cap) {
+        json_decref(out);
         return cap;
+    }
+    json_t *chosen = rc == TIDEMARK_EPEER ? handler_error(c, out) : (json_decref(out), NULL);
+    if (chosen)
+        return chosen;
     json_t *x = json_pack("{s:s}", "error", tidemark_strerror(rc));
     return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Handler failed", "handler_failed", x);
 }
@@ -142,8 +164,7 @@ static json_t *tools_call(tidemark_call_t *c)
         return more;
     }
     if (rc) {
-        json_decref(result);
-        return handler_failed(c, rc);
+        return handler_failed(c, rc, result);
     }
     if (atomic_load(&c->cancelled)) {
         json_decref(result);
@@ -189,8 +210,7 @@ static json_t *resources_read(tidemark_call_t *c)
         return not_found(c, uri);
     }
     if (rc) {
-        json_decref(contents);
-        return handler_failed(c, rc);
+        return handler_failed(c, rc, contents);
     }
     if (!json_is_array(contents)) {
         json_decref(contents);
@@ -283,8 +303,7 @@ static json_t *prompts_get(tidemark_call_t *c)
         return more;
     }
     if (rc) {
-        json_decref(result);
-        return handler_failed(c, rc);
+        return handler_failed(c, rc, result);
     }
     return tm_jsonrpc_result(c->id, json_is_object(result) ? result : json_object());
 }
@@ -301,8 +320,7 @@ static json_t *complete(tidemark_call_t *c)
         int rc = c->srv->complete_fn(c, ref, arg, json_object_get(c->params, "context"), &values,
                                      c->srv->complete_ud);
         if (rc) {
-            json_decref(values);
-            return handler_failed(c, rc);
+            return handler_failed(c, rc, values);
         }
     }
     if (!json_is_array(values)) {

@@ -22,6 +22,10 @@
 //   SDK_CLIENT_STRICT_IDS=1   additionally check Tidemark's event id format
 //                             <16 hex>-r<k>-<seq>, dense seq, and priming events
 //   SDK_CLIENT_VERBOSE=1      log HTTP exchanges and transport errors to stderr
+//   SDK_CLIENT_PROFILE        "tidemark" (default: echo {text}, stream {n, delay_ms})
+//                             or "everything": the official server-everything's
+//                             echo {message} and trigger-long-running-operation
+//                             {duration, steps} (behind tidemark-gateway)
 
 import { sdkImport, sdkRoot, sdkVersion } from './sdk_resolve.mjs';
 
@@ -30,6 +34,29 @@ const STRICT_IDS = process.env.SDK_CLIENT_STRICT_IDS === '1';
 const VERBOSE = process.env.SDK_CLIENT_VERBOSE === '1';
 const RESUME_GAP_MS = Number(process.env.SDK_CLIENT_RESUME_GAP_MS ?? 400);
 const STEP_WAIT_MS = 10000; // per-condition deadline (always bounded by the global one too)
+
+// The two tools the steps use, by server: an echo, and a call that sends
+// progress 1..n (total n) at 50 ms intervals when asked for the slow form.
+const PROFILES = {
+    tidemark: {
+        echo: { name: 'echo', args: t => ({ text: t }), text: t => t },
+        stream: { name: 'stream', args: (n, slow) => (slow ? { n, delay_ms: 50 } : { n }),
+                  text: n => `streamed ${n}`, n: a => a?.n }
+    },
+    everything: {
+        echo: { name: 'echo', args: t => ({ message: t }), text: t => `Echo: ${t}` },
+        stream: { name: 'trigger-long-running-operation',
+                  args: (n, slow) => ({ duration: (slow ? 0.05 : 0.02) * n, steps: n }),
+                  text: (n, a) => `Long running operation completed. Duration: ${a.duration} seconds, Steps: ${n}.`,
+                  n: a => a?.steps }
+    }
+};
+const PROFILE = PROFILES[process.env.SDK_CLIENT_PROFILE ?? 'tidemark'];
+if (!PROFILE) {
+    console.error(`unknown SDK_CLIENT_PROFILE ${process.env.SDK_CLIENT_PROFILE}`);
+    process.exit(2);
+}
+const ECHO = PROFILE.echo, STREAM = PROFILE.stream;
 
 // ---------------------------------------------------------------------------
 // Failure handling and global deadline
@@ -311,7 +338,7 @@ async function step1() {
     assert(typeof sessionId === 'string' && sessionId.length > 0, 'server did not assign an Mcp-Session-Id (needed for resumption)');
     const { tools } = await c1.client.listTools();
     const names = tools.map(t => t.name);
-    for (const want of ['echo', 'stream']) assert(names.includes(want), `tools/list lacks ${fmt(want)}: got ${fmt(names)}`);
+    for (const want of [ECHO.name, STREAM.name]) assert(names.includes(want), `tools/list lacks ${fmt(want)}: got ${fmt(names)}`);
     const server = c1.client.getServerVersion();
     console.log(`PASS 1 initialize: protocol ${protocolVersion}${protocolVersion === LATEST_PROTOCOL_VERSION ? ' (latest)' : ''}, ` +
         `server ${server?.name}/${server?.version}, session ${sessionId}, tools ${fmt(names)}`);
@@ -319,9 +346,9 @@ async function step1() {
 
 async function step2() {
     currentStep = '2 echo';
-    const result = await c1.client.callTool({ name: 'echo', arguments: { text: 'hello tidemark' } });
+    const result = await c1.client.callTool({ name: ECHO.name, arguments: ECHO.args('hello tidemark') });
     const text = textOf(result);
-    assert(text === 'hello tidemark', `echo returned ${fmt(text)}, expected "hello tidemark"`);
+    assert(text === ECHO.text('hello tidemark'), `echo returned ${fmt(text)}, expected ${fmt(ECHO.text('hello tidemark'))}`);
     console.log(`PASS 2 echo: ${fmt(text)}`);
 }
 
@@ -329,7 +356,8 @@ async function step3() {
     currentStep = '3 stream n=5';
     const progress = [];
     const tokens = [];
-    const result = await c1.client.callTool({ name: 'stream', arguments: { n: 5 } }, CallToolResultSchema, {
+    const args5 = STREAM.args(5, false);
+    const result = await c1.client.callTool({ name: STREAM.name, arguments: args5 }, CallToolResultSchema, {
         onprogress: p => progress.push(p),
         onresumptiontoken: t => tokens.push(t)
     });
@@ -338,7 +366,7 @@ async function step3() {
     const totals = progress.map(p => p.total);
     assert(totals.every(t => t === 5), `progress totals ${fmt(totals)}, expected all 5`);
     const text = textOf(result);
-    assert(text === 'streamed 5', `stream result ${fmt(text)}, expected "streamed 5"`);
+    assert(text === STREAM.text(5, args5), `stream result ${fmt(text)}, expected ${fmt(STREAM.text(5, args5))}`);
     assert(new Set(tokens).size === tokens.length, `duplicate SSE event ids: ${fmt(tokens)}`);
     if (STRICT_IDS) {
         const expected = 5 + 1 + (protocolVersion >= '2025-11-25' ? 1 : 0); // progress + result (+ priming)
@@ -352,17 +380,17 @@ async function step4() {
     currentStep = '4 cut+resume';
     const N = 40;
     const CUT_AFTER = 5;
-    const args = { n: N, delay_ms: 50 };
+    const args = STREAM.args(N, true);
 
     // ---- Phase A: start the call on client1, cut after >= CUT_AFTER progress notifications.
     const progressA = [];
     const tokensA = [];
     armedCut = {
-        match: m => m.method === 'tools/call' && m.params?.name === 'stream' && m.params?.arguments?.n === N
+        match: m => m.method === 'tools/call' && m.params?.name === STREAM.name && STREAM.n(m.params?.arguments) === N
     };
     const outcomeA = { done: false };
     c1.client
-        .callTool({ name: 'stream', arguments: args }, CallToolResultSchema, {
+        .callTool({ name: STREAM.name, arguments: args }, CallToolResultSchema, {
             onprogress: p => {
                 progressA.push(p);
                 notify();
@@ -445,7 +473,7 @@ async function step4() {
     // the request; it GETs the endpoint with Last-Event-ID and maps the
     // replayed response onto this new request's id (replayMessageId).
     c2.client
-        .callTool({ name: 'stream', arguments: args }, CallToolResultSchema, {
+        .callTool({ name: STREAM.name, arguments: args }, CallToolResultSchema, {
             resumptionToken: lastToken,
             onresumptiontoken: t => {
                 tokensB.push(t);
@@ -496,7 +524,7 @@ async function step4() {
     const rawProgress = c2.raw.filter(isProgressFor(progressToken)).map(m => m.params.progress);
     assert(sameList(rawProgress, expectB), `raw progress on resumed stream ${fmt(rawProgress)} != ${fmt(expectB)}`);
     const text = textOf(resultB);
-    assert(text === `streamed ${N}`, `resumed result ${fmt(text)}, expected "streamed ${N}"`);
+    assert(text === STREAM.text(N, args), `resumed result ${fmt(text)}, expected ${fmt(STREAM.text(N, args))}`);
     const bad = c2.errors.filter(e => /unknown (token|message ID)|SSE stream disconnected|reconnect/i.test(String(e?.message)));
     assert(bad.length === 0, `client2 reported: ${bad.map(e => e.message).join('; ')}`);
     assert(new Set([...tokensA, ...tokensB]).size === tokensA.length + tokensB.length, 'SSE event ids repeated across the resume');

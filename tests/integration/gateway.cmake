@@ -1,0 +1,43 @@
+# tidemark-gateway (programs/tidemark_gateway.c, src/gateway/gateway.c): a
+# stdio MCP server behind Tidemark's Streamable HTTP.
+#  - gateway_sdk_everything: the official server-everything (npm, stdio)
+#    behind the gateway; the official TypeScript SDK client lists and calls
+#    tools, gets progress, and resumes after its connection is cut, exactly
+#    the missing events once (sdk_client.mjs, profile "everything");
+#  - gateway_check_everything: tidemark-check passes every check against it;
+#  - gateway_conformance_2025 / _2026: tidemark-everything --stdio behind the
+#    gateway passes the official suite (0.1.13 all 32; 0.2 every scenario the
+#    2026-07-28 requirements score, through the gateway's era handling);
+#  - gateway_exactly: ledger_append exactly once through gateway kill -9 and
+#    child kills; a call not safe ends outcome_unknown.
+if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
+  add_test(NAME gateway_sdk_everything
+    COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-gateway> --store memory
+            --stdio "${NODE_EXECUTABLE} ${TM_EVERYTHING_JS} stdio" --
+            env SDK_CLIENT_PROFILE=everything SDK_CLIENT_STRICT_IDS=1 TIDEMARK_PEERS_DIR=${TIDEMARK_PEERS}
+            ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs @URL@)
+  add_test(NAME gateway_check_everything
+    COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-gateway> --store memory
+            --stdio "${NODE_EXECUTABLE} ${TM_EVERYTHING_JS} stdio" --
+            $<TARGET_FILE:tidemark-check> --tool trigger-long-running-operation
+            --args "{\"duration\":2,\"steps\":20}" @URL@)
+  set_tests_properties(gateway_sdk_everything gateway_check_everything
+                       PROPERTIES TIMEOUT 120 LABELS gateway)
+endif()
+if(NODE_EXECUTABLE)
+  add_test(NAME gateway_conformance_2025
+    COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-gateway> --store memory
+            --stdio "$<TARGET_FILE:tidemark-everything> --stdio --store memory" --
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/conformance_server.sh ${TIDEMARK_PEERS} @URL@)
+  add_test(NAME gateway_conformance_2026
+    COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-gateway> --store memory
+            --stdio "$<TARGET_FILE:tidemark-everything> --stdio --store memory" --
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_server_conformance.sh ${TIDEMARK_PEERS}
+            @URL@ requirements)
+  add_test(NAME gateway_exactly
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_exactly.mjs
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client>
+            $<TARGET_FILE:tidemark-everything>)
+  set_tests_properties(gateway_conformance_2025 gateway_conformance_2026 gateway_exactly
+                       PROPERTIES TIMEOUT 240 LABELS gateway)
+endif()
