@@ -5,6 +5,8 @@
 #    tools, gets progress, and resumes after its connection is cut, exactly
 #    the missing events once (sdk_client.mjs, profile "everything");
 #  - gateway_check_everything: tidemark-check passes every check against it;
+#  - gateway_era: a 2026-07-28 client (tidemark-client --protocol modern)
+#    through the gateway to the 2025-only server-everything, and a 2025 one;
 #  - gateway_conformance_2025 / _2026: tidemark-everything --stdio behind the
 #    gateway passes the official suite (0.1.13 all 32; 0.2 every scenario the
 #    2026-07-28 requirements score, through the gateway's era handling);
@@ -21,7 +23,11 @@ if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
             --stdio "${NODE_EXECUTABLE} ${TM_EVERYTHING_JS} stdio" --
             $<TARGET_FILE:tidemark-check> --tool trigger-long-running-operation
             --args "{\"duration\":2,\"steps\":20}" @URL@)
-  set_tests_properties(gateway_sdk_everything gateway_check_everything
+  add_test(NAME gateway_era
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_era.mjs
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> ${NODE_EXECUTABLE}
+            ${TM_EVERYTHING_JS})
+  set_tests_properties(gateway_sdk_everything gateway_check_everything gateway_era
                        PROPERTIES TIMEOUT 120 LABELS gateway)
 endif()
 if(NODE_EXECUTABLE)
