@@ -14,12 +14,10 @@
 //     the client polls: the call completes, the ledger entry once;
 //   - cancel-task from another client: the follower ends task_cancelled.
 //   node client_tasks.mjs CLIENT CLIENT_CRASHPOINTS TIDEMARK_EVERYTHING
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { reaped } from "./reap.mjs";
-import { checker, startServer, stopServer, until } from "./mcp_http.mjs";
+import { checker, cliBrief, spawnCli, startServer, stopServer, until } from "./mcp_http.mjs";
 import { freePort } from "./multinode_env.mjs";
 
 const [client, crashClient, everything] = process.argv.slice(2);
@@ -27,22 +25,8 @@ const t = checker();
 const dir = mkdtempSync(join(tmpdir(), "tm-client-tasks-"));
 const db = "sqlite:" + join(dir, "server.db");
 
-function start(bin, args, env = {}, ms = 40000) {
-  const proc = reaped(spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ...env } }));
-  let out = "", err = "";
-  const timer = setTimeout(() => proc.kill("SIGKILL"), ms);
-  proc.stdout.on("data", (d) => { out += d; });
-  proc.stderr.on("data", (d) => { err += d; });
-  const r = { proc };
-  r.done = new Promise((resolve) => proc.on("close", (code, sig) => {
-    clearTimeout(timer);
-    resolve({ code, sig, out, err, json: json(out) });
-  }));
-  return r;
-}
-const json = (s) => { try { return JSON.parse(s); } catch { return null; } };
-const brief = (r) => `exit ${r.code}${r.sig ? " " + r.sig : ""}; out ${r.out.slice(0, 400)}; err ${r.err.slice(0, 300)}`;
+const start = (bin, args, env = {}) => spawnCli(bin, args, { env, ms: 40000 });
+const brief = cliBrief;
 const M = ["--protocol", "modern"];
 const run = (args, env) => start(client, [...M, ...args], env).done;
 const crashRun = (point, args) =>

@@ -5,27 +5,13 @@
 // (a result, a JSON-RPC error passed on as the child sent it, progress on the
 // call's stream), and a 2025 client of the same gateway is served too.
 //   node gateway_era.mjs GATEWAY CLIENT NODE EVERYTHING_JS
-import { spawn } from "node:child_process";
-import { reaped } from "./reap.mjs";
-import { checker, startServer, stopServer } from "./mcp_http.mjs";
+import { checker, cliBrief, spawnCli, startServer, stopServer } from "./mcp_http.mjs";
 
 const [gateway, client, node, everythingJs] = process.argv.slice(2);
 const t = checker();
 
-function run(args, ms = 60000) {
-  const proc = reaped(spawn(client, args, { stdio: ["ignore", "pipe", "pipe"] }));
-  let out = "", err = "";
-  const timer = setTimeout(() => proc.kill("SIGKILL"), ms);
-  proc.stdout.on("data", (d) => { out += d; });
-  proc.stderr.on("data", (d) => { err += d; });
-  return new Promise((resolve) => proc.on("close", (code) => {
-    clearTimeout(timer);
-    let json = null;
-    try { json = JSON.parse(out); } catch { /* not JSON */ }
-    resolve({ code, out, err, json });
-  }));
-}
-const brief = (r) => `exit ${r.code}; out ${r.out.slice(0, 300)}; err ${r.err.slice(-300)}`;
+const run = (args) => spawnCli(client, args).done;
+const brief = cliBrief;
 
 const gw = await startServer(gateway, ["--store", "memory", "--stdio", `${node} ${everythingJs} stdio`],
   { ms: 30000 });

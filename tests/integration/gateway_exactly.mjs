@@ -12,12 +12,11 @@
 //   3. external_call (not safe), the children killed mid-call: the call ends
 //      -32010 outcome_unknown, not re-sent.
 //   node gateway_exactly.mjs GATEWAY CLIENT TIDEMARK_EVERYTHING
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { reaped } from "./reap.mjs";
-import { checker, startServer, stopServer, until } from "./mcp_http.mjs";
+import { checker, cliBrief, spawnCli, startServer, stopServer, until } from "./mcp_http.mjs";
 import { Cluster, freePort, missingTools } from "./multinode_env.mjs";
 
 const [gateway, client, everything] = process.argv.slice(2);
@@ -29,21 +28,9 @@ if (missingTools().includes("redis-server")) {
 const dir = mkdtempSync(join(tmpdir(), "tm-gw-exactly-"));
 const redis = new Cluster({ bin: everything, nodes: 0 });
 
-function start(args, ms = 60000) {
-  const proc = reaped(spawn(client, args, { stdio: ["ignore", "pipe", "pipe"] }));
-  let out = "", err = "";
-  const timer = setTimeout(() => proc.kill("SIGKILL"), ms);
-  proc.stdout.on("data", (d) => { out += d; });
-  proc.stderr.on("data", (d) => { err += d; });
-  return { proc, done: new Promise((resolve) => proc.on("close", (code, sig) => {
-    clearTimeout(timer);
-    let json = null;
-    try { json = JSON.parse(out); } catch { /* not JSON */ }
-    resolve({ code, sig, out, err, json });
-  })) };
-}
+const start = (args) => spawnCli(client, args);
 const run = (args) => start(args).done;
-const brief = (r) => `exit ${r.code}${r.sig ? " " + r.sig : ""}; out ${r.out.slice(0, 300)}; err ${r.err.slice(-300)}`;
+const brief = cliBrief;
 const L = ["--protocol", "legacy"];
 
 let gw = null, port = 0;

@@ -59,6 +59,28 @@ export function startServer(bin, flags, { env, ms = 15000 } = {}) {
 
 export const stopServer = (s, sig = "SIGTERM") => stopProc(s?.proc, sig);
 
+// Run a command-line program (tidemark-client, say): {proc, done}, done
+// resolving {code, sig, out, err, json} (json: stdout parsed, or null) once
+// it exits; it is killed (SIGKILL) after ms.
+export function spawnCli(bin, args, { env = {}, ms = 60000 } = {}) {
+  const proc = reaped(spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env } }));
+  let out = "", err = "";
+  const timer = setTimeout(() => proc.kill("SIGKILL"), ms);
+  proc.stdout.on("data", (d) => { out += d; });
+  proc.stderr.on("data", (d) => { err += d; });
+  const done = new Promise((resolve) => proc.on("close", (code, sig) => {
+    clearTimeout(timer);
+    let json = null;
+    try { json = JSON.parse(out); } catch { /* not JSON */ }
+    resolve({ code, sig, out, err, json });
+  }));
+  return { proc, done };
+}
+// What a spawnCli run left, for a failed check's detail.
+export const cliBrief = (r) =>
+  `exit ${r.code}${r.sig ? " " + r.sig : ""}; out ${r.out.slice(0, 400)}; err ${r.err.slice(-300)}`;
+
 // Servers for a store kind: "memory", "sqlite" or "redis" (two nodes on one
 // Redis: urls[0] and urls[1] are different nodes, so a retry can land on
 // the other). Returns {urls, stop()} or null when redis is missing.
