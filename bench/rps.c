@@ -6,12 +6,17 @@
  *   tidemark-rps --url http://127.0.0.1:PORT/mcp [--era legacy|modern]
  *                [--conns N] [--seconds S] [--warmup S]
  *                [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]
+ *                [--tool echo|ledger_append]
  *
  * legacy: every connection first makes its own 2025-11-25 session
  * (initialize + notifications/initialized) and calls inside it; modern: no
  * session, every call carries the 2026-07-28 _meta and headers. A call
  * counts only when its answer holds the echoed text; anything else is an
  * error and makes the exit status 1.
+ *
+ * --tool ledger_append (tools/call only): each call is ledger_append with an
+ * entry no other call of any run has ("rps-<pid>-<conn>-<id>": a
+ * non-idempotent, atomic write); it counts when the answer holds the entry.
  *
  * The tasks extension (io.modelcontextprotocol/tasks; both methods imply
  * --era modern and declare the extension in clientCapabilities):
@@ -60,14 +65,14 @@ enum { M_ECHO, M_TASKS_GET, M_TASK };
 
 typedef struct opts {
     char host[256], port[16], path[512];
-    int modern, conns, method;
+    int modern, conns, method, ledger;
     double seconds, warmup, poll_ms;
     char task_id[TASK_ID_MAX];
 } opts;
 
 typedef struct conn {
     const opts *o;
-    int fd;
+    int fd, idx;
     char sid[128];
     char buf[BUF];
     size_t have;
@@ -247,17 +252,22 @@ static int one_call(conn *c, long id)
           "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"tidemark-rps\",\"version\":\"1\"},"
           "\"io.modelcontextprotocol/clientCapabilities\":{}}"
         : "";
-    const char *hdr = c->o->modern
-        ? "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
-        : "MCP-Protocol-Version: 2025-11-25\r\n";
+    const char *hdr = !c->o->modern ? "MCP-Protocol-Version: 2025-11-25\r\n"
+        : c->o->ledger ? "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: ledger_append\r\n"
+                       : "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n";
+    char text[64];
+    if (c->o->ledger)
+        snprintf(text, sizeof text, "rps-%ld-%d-%ld", (long)getpid(), c->idx, id);
+    else
+        snprintf(text, sizeof text, "rps-%ld", id);
     snprintf(json, sizeof json,
-             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
-             "\"arguments\":{\"text\":\"rps-%ld\"}%s}}",
-             id, id, meta);
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
+             "\"arguments\":{\"%s\":\"%s\"}%s}}",
+             id, c->o->ledger ? "ledger_append" : "echo", c->o->ledger ? "entry" : "text", text, meta);
     if (post(c, hdr, json, &st, body, sizeof body))
         return -1;
-    char want[64];
-    snprintf(want, sizeof want, "rps-%ld\"", id);
+    char want[80];
+    snprintf(want, sizeof want, "%s\"", text);
     return st == 200 && strstr(body, want) ? 0 : 1;
 }
 
@@ -425,7 +435,8 @@ static int parse_opts(int argc, char **argv, opts *o)
     static const struct option lo[] = {{"url", 1, 0, 'u'}, {"era", 1, 0, 'e'}, {"conns", 1, 0, 'c'},
                                        {"seconds", 1, 0, 's'}, {"warmup", 1, 0, 'w'},
                                        {"method", 1, 0, 'm'}, {"task-id", 1, 0, 't'},
-                                       {"poll-ms", 1, 0, 'p'}, {0, 0, 0, 0}};
+                                       {"poll-ms", 1, 0, 'p'}, {"tool", 1, 0, 'T'},
+                                       {0, 0, 0, 0}};
     *o = (opts){.conns = 1, .seconds = 5, .warmup = 1};
     const char *url = NULL;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -445,6 +456,8 @@ static int parse_opts(int argc, char **argv, opts *o)
             snprintf(o->task_id, sizeof o->task_id, "%s", optarg);
         else if (ch == 'p')
             o->poll_ms = atof(optarg);
+        else if (ch == 'T' && (!strcmp(optarg, "echo") || !strcmp(optarg, "ledger_append")))
+            o->ledger = strcmp(optarg, "ledger_append") == 0;
         else
             return -1;
     }
@@ -452,6 +465,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         return -1;
     if (o->method != M_ECHO)
         o->modern = 1;
+    if (o->ledger && o->method != M_ECHO)
+        return -1;
     return 0;
 }
 
@@ -484,6 +499,8 @@ static int report(const opts *o, conn *cs)
                calls + errors ? (double)gets / (double)(calls + errors) : 0, o->poll_ms);
     if (o->method == M_TASKS_GET)
         printf(" task=%s", o->task_id);
+    if (o->ledger)
+        printf(" tool=ledger_append");
     printf("\n");
     free(all);
     return errors || calls == 0;
@@ -505,6 +522,7 @@ static int open_conns(const opts *o, conn *cs)
     for (int i = 0; i < o->conns; i++) {
         cs[i].o = o;
         cs[i].fd = -1;
+        cs[i].idx = i;
         cs[i].lat = malloc(MAX_LAT * sizeof(double));
         if (!cs[i].lat || (cs[i].fd = dial(o)) < 0 || (!o->modern && legacy_session(&cs[i]))) {
             fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o->host,
@@ -534,7 +552,8 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: tidemark-rps --url http://HOST:PORT/PATH [--era legacy|modern] "
                         "[--conns N] [--seconds S] [--warmup S]\n"
-                        "       [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]\n");
+                        "       [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]\n"
+                        "       [--tool echo|ledger_append]\n");
         return 2;
     }
     conn *cs = calloc((size_t)o.conns, sizeof *cs);

@@ -50,6 +50,12 @@ if ! bash "$root/bench/tasks.sh" "$build" | tee -a "$tmp"; then
     echo "bench/run.sh: bench/tasks.sh failed; no results written" >&2
     exit 1
 fi
+# HTTP side by side (bench/http.sh): a floor server, the TypeScript SDK and
+# tidemark on memory / SQLite / Redis; the raw SQLite loop; 10,000 streams.
+if ! bash "$root/bench/http.sh" "$build" | tee -a "$tmp"; then
+    echo "bench/run.sh: bench/http.sh failed; no results written" >&2
+    exit 1
+fi
 mv "$tmp" "$out"
 cp "$out" "$results/latest.txt"
 echo "results: ${out#$root/} (and bench/results/latest.txt)"

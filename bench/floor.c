@@ -1,0 +1,197 @@
+/*
+ * tidemark-floor - the floor for bench/http.sh: what the kernel, loopback and
+ * the load generator allow on this machine. An epoll HTTP/1.1 server, one
+ * thread per core (all on one listening socket, EPOLLEXCLUSIVE), that answers
+ * every POST on a keep-alive connection at once, with no MCP behind it:
+ *   - a notification ("method":"notifications/...") -> 202, empty body;
+ *   - anything else -> 200 text/event-stream, chunked, one `data:` event
+ *     holding a JSON-RPC result whose text is the request's first string
+ *     argument ("arguments":{"text":"..."} or {"entry":"..."}), copied, so
+ *     tidemark-rps (bench/rps.c) takes it as the echo or ledger answer.
+ * Every answer carries the same Mcp-Session-Id; the JSON-RPC id is not read.
+ *
+ *   tidemark-floor [--port N] [--threads N]     (0 / one per core)
+ *
+ * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BUF (64 * 1024)
+
+typedef struct fconn {
+    int fd;
+    size_t have;
+    char buf[BUF];
+} fconn;
+
+static int g_listen;
+
+/* The first string value inside "arguments":{...} of body, at most cap-1 bytes. */
+static void first_arg(const char *body, char *out, size_t cap)
+{
+    const char *p = strstr(body, "\"arguments\":{\""), *v, *e = NULL;
+    out[0] = 0;
+    if (p && (v = strstr(p + 14, "\":\"")))
+        e = strchr(v += 3, '"');
+    if (e && (size_t)(e - v) < cap)
+        snprintf(out, cap, "%.*s", (int)(e - v), v);
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int answer(int fd, const char *body)
+{
+    char arg[512], ev[1024], out[2048];
+    int n;
+    if (strstr(body, "\"method\":\"notifications/")) {
+        n = snprintf(out, sizeof out, "HTTP/1.1 202 Accepted\r\nMcp-Session-Id: floor\r\n"
+                                      "Content-Length: 0\r\n\r\n");
+        return send_all(fd, out, (size_t)n);
+    }
+    first_arg(body, arg, sizeof arg);
+    int e = snprintf(ev, sizeof ev,
+                     "event: message\ndata: {\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"%s\"}]},"
+                     "\"jsonrpc\":\"2.0\",\"id\":1}\n\n",
+                     arg);
+    n = snprintf(out, sizeof out,
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                 "Mcp-Session-Id: floor\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n",
+                 (unsigned)e, ev);
+    return send_all(fd, out, (size_t)n);
+}
+
+/* Answer every complete request in c->buf; -1 when the connection is done. */
+static int serve(fconn *c)
+{
+    for (;;) {
+        char *end = strstr(c->buf, "\r\n\r\n");
+        if (!end)
+            return c->have < BUF - 1 ? 0 : -1;
+        const char *cl = strcasestr(c->buf, "\r\ncontent-length:");
+        size_t hlen = (size_t)(end - c->buf) + 4;
+        size_t blen = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+        if (hlen + blen >= BUF)
+            return -1;
+        if (c->have < hlen + blen)
+            return 0;
+        char save = c->buf[hlen + blen];
+        c->buf[hlen + blen] = 0;
+        int rc = answer(c->fd, c->buf + hlen);
+        c->buf[hlen + blen] = save;
+        memmove(c->buf, c->buf + hlen + blen, c->have - hlen - blen);
+        c->have -= hlen + blen;
+        c->buf[c->have] = 0;
+        if (rc)
+            return -1;
+    }
+}
+
+static void accept_one(int ep)
+{
+    int fd = accept(g_listen, NULL, NULL), one = 1;
+    if (fd < 0)
+        return;
+    fconn *c = malloc(sizeof *c);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (!c || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) {
+        free(c);
+        close(fd);
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->fd = fd;
+    c->have = 0;
+    c->buf[0] = 0;
+}
+
+static void readable(fconn *c)
+{
+    ssize_t r = recv(c->fd, c->buf + c->have, BUF - 1 - c->have, 0);
+    if (r > 0) {
+        c->have += (size_t)r;
+        c->buf[c->have] = 0;
+        if (serve(c) == 0)
+            return;
+    } else if (r < 0 && errno == EAGAIN) {
+        return;
+    }
+    close(c->fd);
+    free(c);
+}
+
+static void *loop(void *arg)
+{
+    (void)arg;
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL}, evs[64];
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, g_listen, &ev))
+        return NULL;
+    for (;;) {
+        int n = epoll_wait(ep, evs, 64, -1);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr)
+                readable(evs[i].data.ptr);
+            else
+                accept_one(ep);
+        }
+    }
+    return NULL;
+}
+
+static int listen_on(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    int one = 1;
+    g_listen = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    setsockopt(g_listen, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (g_listen < 0 || bind(g_listen, (struct sockaddr *)&a, sizeof a) || listen(g_listen, 4096) ||
+        getsockname(g_listen, (struct sockaddr *)&a, &al))
+        return -1;
+    printf("listening on http://127.0.0.1:%d/mcp\n", ntohs(a.sin_port));
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int port = 0, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--port") == 0)
+            port = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
+    }
+    if (threads <= 0)
+        threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads <= 0 || threads > 256 || listen_on(port)) {
+        perror("tidemark-floor");
+        return 1;
+    }
+    pthread_t th[256];
+    for (int i = 1; i < threads; i++)
+        pthread_create(&th[i], NULL, loop, NULL);
+    loop(NULL);
+    return 1;
+}
