@@ -192,8 +192,37 @@ static int64_t ttl_for(tidemark_server_t *srv, int64_t ttl)
     return cap > 0 && ttl > cap ? cap : ttl;
 }
 
-/* The task's store session, its "task" attribute, stream "r1", record "t":
- * every write durable before the caller answers. */
+/* The task's "task" attribute, a stream and its record "t" in the task's
+ * store session: every write durable before the caller answers. Run again
+ * on a creation a crash cut short (task_finish_creation): the attribute is
+ * written again, a new stream opened, and a record already there is
+ * TIDEMARK_EEXIST. */
+static int task_rest(tidemark_server_t *srv, const tm_msg *m, const char *id, int64_t ttl,
+                     const char *principal)
+{
+    int64_t now = tm_wall_ms();
+    json_t *t = json_pack("{s:I,s:I,s:I,s:s}", "c", (json_int_t)now, "ttl", (json_int_t)ttl,
+                          "poll", (json_int_t)POLL_MS, "p", principal);
+    char *ttxt = t ? json_dumps(t, JSON_COMPACT) : NULL;
+    json_decref(t);
+    int rc = ttxt ? tm_store_session_set_attr(srv->store, id, "task", ttxt) : TIDEMARK_ENOMEM;
+    free(ttxt);
+    char stream[TM_STREAM_MAX];
+    if (rc == 0)
+        rc = tm_store_stream_open(srv->store, id, NULL, stream);
+    char *message = rc == 0 ? tm_jsonrpc_dump(m->raw, NULL) : NULL;
+    const char *tool = json_string_value(json_object_get(m->params, "name"));
+    tm_request_rec r = {.session = (char *)id, .key = TM_TASK_RECORD,
+                        .tool = (char *)(tool ? tool : ""), .stream = stream, .message = message};
+    if (rc == 0)
+        rc = message ? tm_store_request_begin(srv->store, &r, 1) : TIDEMARK_ENOMEM;
+    free(message);
+    return rc;
+}
+
+/* The task's store session, then the rest (task_rest). The writes are
+ * several: a crash between them leaves a session without its record, which
+ * the re-issue under the key finishes (reissued). */
 static int task_store(tidemark_server_t *srv, const tm_msg *m, const char *id, int64_t ttl,
                       const char *principal)
 {
@@ -209,25 +238,9 @@ static int task_store(tidemark_server_t *srv, const tm_msg *m, const char *id, i
                           .created_ms = now, .last_seen_ms = now};
     int rc = ctxt ? tm_store_session_create(srv->store, &rec) : TIDEMARK_ENOMEM;
     free(ctxt);
-    if (rc)
-        return rc;
-    json_t *t = json_pack("{s:I,s:I,s:I,s:s}", "c", (json_int_t)now, "ttl", (json_int_t)ttl,
-                          "poll", (json_int_t)POLL_MS, "p", principal);
-    char *ttxt = t ? json_dumps(t, JSON_COMPACT) : NULL;
-    json_decref(t);
-    rc = ttxt ? tm_store_session_set_attr(srv->store, id, "task", ttxt) : TIDEMARK_ENOMEM;
-    free(ttxt);
-    char stream[TM_STREAM_MAX];
     if (rc == 0)
-        rc = tm_store_stream_open(srv->store, id, NULL, stream);
-    char *message = rc == 0 ? tm_jsonrpc_dump(m->raw, NULL) : NULL;
-    const char *tool = json_string_value(json_object_get(m->params, "name"));
-    tm_request_rec r = {.session = (char *)id, .key = TM_TASK_RECORD,
-                        .tool = (char *)(tool ? tool : ""), .stream = stream, .message = message};
-    if (rc == 0)
-        rc = message ? tm_store_request_begin(srv->store, &r, 1) : TIDEMARK_ENOMEM;
-    free(message);
-    return rc;
+        TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "task_session_created");
+    return rc ? rc : task_rest(srv, m, id, ttl, principal);
 }
 
 /* Same method and params, _meta aside (a re-issued creation). */
@@ -245,12 +258,31 @@ static int same_request(const char *message, const json_t *now)
     return same;
 }
 
+static json_t *start_and_answer(tidemark_server_t *srv, const tm_msg *m, const char *id,
+                                const char *principal);
+
+/* A creation under this key that a crash cut short (its session, no
+ * record): finished now, as the one the client was never answered for. */
+static json_t *finish_creation(tidemark_server_t *srv, const tm_msg *m, const char *id,
+                               int64_t ttl, const char *principal)
+{
+    int rc = task_rest(srv, m, id, ttl, principal);
+    if (rc == TIDEMARK_EEXIST)
+        return NULL; /* finished meanwhile by its own creator: read it again */
+    if (rc)
+        return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The task could not be recorded",
+                                rc == TIDEMARK_EIO ? "store_unavailable" : "store_failed", NULL);
+    TM_INFO("task %s: its creation was cut short; finished on its re-issue", TM_SID(id));
+    return start_and_answer(srv, m, id, principal);
+}
+
 /* The task under this key exists: answer with it (the same taskId). */
-static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id,
+static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id, int64_t ttl,
                         const char *principal)
 {
     task_view v;
     json_t *e = NULL;
+    int finished = 0;
     for (int i = 0; i < 100; i++) { /* its creation may still be under way elsewhere */
         e = view_load(srv, m, id, principal, &v);
         if (!e && v.have_rec)
@@ -261,6 +293,15 @@ static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id,
         e = not_found(m, "task_not_found");
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
+        if (i == 99 && !finished) { /* 2 s without its record: its creator died mid-way */
+            finished = 1;
+            json_t *done = finish_creation(srv, m, id, ttl, principal);
+            if (done) {
+                json_decref(e);
+                return done;
+            }
+            i = 90; /* finished by its creator after all: a few more reads */
+        }
     }
     if (!v.have_rec)
         return e;
@@ -297,12 +338,19 @@ static json_t *create(tidemark_server_t *srv, const tm_msg *m, int64_t ttl_ms,
     if (rc == 0)
         rc = task_store(srv, m, id, ttl_for(srv, ttl_ms), principal);
     if (rc == TIDEMARK_EEXIST && json_is_string(k))
-        return reissued(srv, m, id, principal);
+        return reissued(srv, m, id, ttl_for(srv, ttl_ms), principal);
     if (rc)
         return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The task could not be recorded",
                                 rc == TIDEMARK_EIO ? "store_unavailable" : "store_failed", NULL);
+    return start_and_answer(srv, m, id, principal);
+}
+
+/* A recorded task started here and answered: CreateTaskResult. */
+static json_t *start_and_answer(tidemark_server_t *srv, const tm_msg *m, const char *id,
+                                const char *principal)
+{
     char *message = tm_jsonrpc_dump(m->raw, NULL);
-    rc = message ? tm_task_start(srv, id, message, 0) : TIDEMARK_ENOMEM;
+    int rc = message ? tm_task_start(srv, id, message, 0) : TIDEMARK_ENOMEM;
     free(message);
     if (rc) /* recorded: the next recovery pass (or restart) runs it */
         TM_WARN("task %s: not started now: %s", TM_SID(id), tidemark_strerror(rc));

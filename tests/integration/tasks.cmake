@@ -38,3 +38,11 @@ set_tests_properties(bench_tasks_smoke PROPERTIES TIMEOUT 120 LABELS bench)
 if(NODE_EXECUTABLE)
   set_tests_properties(bench_tasks_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
 endif()
+# A task creation cut between its store writes (crash point
+# task_session_created): finished by the re-issue under its key.
+if(NODE_EXECUTABLE)
+  add_test(NAME tasks_cut_creation
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_cut_creation.mjs
+            $<TARGET_FILE:tidemark-server-crashpoints>)
+  set_tests_properties(tasks_cut_creation PROPERTIES TIMEOUT 60 LABELS "tasks;modern")
+endif()
