@@ -362,14 +362,14 @@ int tm_cstate_outstanding_task_txn(tm_cstate *st, int64_t id, const char *task_i
 }
 
 /* A task's answered input keys are kv rows of kind "task_input", keyed
- * "<task id> <key>". */
+ * "<task id>\x1f<key>" (a task id holds no control character). */
 int tm_cstate_task_input_answered(tm_cstate *st, const char *task_id, const char *key, int *answered)
 {
     size_t n = strlen(task_id) + strlen(key) + 2;
     char *k = malloc(n);
     if (!k)
         return TIDEMARK_ENOMEM;
-    snprintf(k, n, "%s %s", task_id, key);
+    snprintf(k, n, "%s\x1f%s", task_id, key);
     char *v = NULL;
     int rc = tm_cstate_kv_get(st, "task_input", k, &v);
     *answered = rc == 0 && v != NULL;
@@ -384,7 +384,7 @@ int tm_cstate_task_input_set(tm_cstate *st, const char *task_id, const char *key
     char *k = malloc(n);
     if (!k)
         return TIDEMARK_ENOMEM;
-    snprintf(k, n, "%s %s", task_id, key);
+    snprintf(k, n, "%s\x1f%s", task_id, key);
     int rc = tm_cstate_kv_set(st, "task_input", k, "1");
     free(k);
     return rc;
@@ -395,7 +395,7 @@ int tm_cstate_task_forget_txn(tm_cstate *st, const char *task_id)
     const char *a[1] = {task_id};
     return tm_sqlite_exec_args(st->db,
                                "DELETE FROM tmc_kv WHERE kind = 'task_input' AND "
-                               "substr(k, 1, length(?1) + 1) = ?1 || ' '", a, 1);
+                               "substr(k, 1, length(?1) + 1) = ?1 || char(31)", a, 1);
 }
 
 int tm_cstate_outstanding_stream(tm_cstate *st, int64_t id, const char *stream)

@@ -424,7 +424,11 @@ static void x_http_error(tidemark_client_t *c, rq *r, long status)
     pthread_mutex_lock(&c->mu);
     tm_rq_finish_locked(r, TIDEMARK_EPEER, err);
     pthread_mutex_unlock(&c->mu);
-    r->final = !r->is_get; /* the request itself was refused; a refused resume may be retried */
+    /* A 4xx refused the request itself: final. A 5xx may come from a proxy
+     * with no server behind it, or from a server that recorded nothing: the
+     * call stays outstanding, and a resume sends it again (under its key or
+     * id, so it runs once). A refused resume (GET) may be retried anyway. */
+    r->final = !r->is_get && status < 500;
 }
 
 /* A resume answered with a body that is not an event stream: whatever it

@@ -97,22 +97,17 @@ static int task_request(tidemark_client_t *c, const char *method, const char *id
     return rc;
 }
 
-/* Whether a failed request of the tasks extension may simply be tried again: it never
- * got an answer, or the server said it is busy or its store is down. A
- * tasks/get repeats nothing. */
+/* Whether a failed request of the tasks extension may simply be tried
+ * again: anything but the server saying the task is gone (not found,
+ * expired) or the request itself is wrong (-32602 otherwise, -32600,
+ * -32601). A tasks/get repeats nothing, and ending the call on an error
+ * that may pass (a 500, a store down) would lose a task that may still end. */
 static int transient(int rc, json_t *err)
 {
     if (rc != TIDEMARK_EPEER)
         return rc != TIDEMARK_ECANCELED && rc != TIDEMARK_ENOMEM;
-    static const char *const busy[] = {"store_unavailable", "store_failed", "shutting_down",
-                                       "too_many_requests", "too_many_connections", "overloaded",
-                                       "http_error", NULL};
-    const char *why =
-        json_string_value(json_object_get(json_object_get(err, "data"), "reason"));
-    for (int i = 0; why && busy[i]; i++)
-        if (!strcmp(why, busy[i]))
-            return 1;
-    return 0;
+    json_int_t code = json_integer_value(json_object_get(err, "code"));
+    return code != -32602 && code != -32600 && code != -32601;
 }
 
 /* Answer the inputRequests of an input_required task not answered before
@@ -279,6 +274,11 @@ int tm_task_follow(tidemark_client_t *c, int64_t row_id, const char *id, long wa
 {
     json_decref(*result);
     *result = NULL;
+    if (!id_ok(id)) { /* a state file written by hand, or damaged */
+        tm_client_error(result, TM_RPC_INTERNAL_ERROR, "state_error",
+                        "the saved task id cannot be used", NULL);
+        return TIDEMARK_EIO;
+    }
     json_t *task = NULL, *out = NULL;
     int rc = poll_task(c, id, wait_ms, tm_now_ms() + c->cfg.timeout_ms, &task, &out);
     if (rc == 0) {
@@ -323,11 +323,11 @@ int tm_task_started(tidemark_client_t *c, rq *r)
     if (tm_cstate_outstanding_task(c->st, r->row_id, id) != 0) {
         /* The call stays outstanding without its task: a resume re-issues
          * it under the same idempotency key, which names the same task. */
+        json_t *data = json_pack("{s:s}", "taskId", id); /* id lives in r->result */
         json_decref(r->result);
         r->result = NULL;
         tm_client_error(&r->result, TM_RPC_INTERNAL_ERROR, "state_error",
-                        "the task's id cannot be recorded in the client state",
-                        json_pack("{s:s}", "taskId", id));
+                        "the task's id cannot be recorded in the client state", data);
         return r->rc = TIDEMARK_EIO;
     }
     TM_CLIENT_CRASH_POINT("task_recorded");

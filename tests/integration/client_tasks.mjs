@@ -15,6 +15,7 @@
 //   - cancel-task from another client: the follower ends task_cancelled.
 //   node client_tasks.mjs CLIENT CLIENT_CRASHPOINTS TIDEMARK_EVERYTHING
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checker, cliBrief, spawnCli, startServer, stopServer, until } from "./mcp_http.mjs";
@@ -117,6 +118,35 @@ async function serverRestart(srv, port) {
   return srv;
 }
 
+// Killed before the task id was saved, then a resume answered 503 (a proxy
+// with every server down): the call stays outstanding; the resume once the
+// server is back finishes it, once. (Before: the 503 ended the call.)
+async function refusedWhileDown(srv, port) {
+  const u = srv.url, state = join(dir, "down.db"), entry = "down-1";
+  const k = await crashRun("task_before_record", ["--state", state, "--record-effects", u, "call",
+    "--task", "ledger_append", `entry=${entry}`]);
+  t.check("503: the client dies before saving the task id", k.sig === "SIGKILL" || k.code === 137, brief(k));
+  await stopServer(srv);
+  const down = createServer((req, res) => {
+    req.resume();
+    res.writeHead(503, { "content-type": "text/plain", "retry-after": "1" });
+    res.end("no server is available");
+  });
+  await new Promise((ok) => down.listen(port, "127.0.0.1", ok));
+  const r = await run(["--state", state, "--record-effects", "--json", u, "resume"]);
+  await new Promise((ok) => down.close(ok));
+  const st = await stateOf(state, u);
+  t.check("503 to the resume: the call stays outstanding", r.code !== 0 && st?.outstanding?.length === 1,
+    brief(r) + JSON.stringify(st?.outstanding));
+  srv = await startServer(everything, ["--store", db, "--listen", `127.0.0.1:${port}`]);
+  const again = await run(["--state", state, "--record-effects", "--json", u, "resume"]);
+  t.check("the server back: the resume finishes it",
+    again.code === 0 && again.json?.[0]?.result?.content?.[0]?.text === "appended", brief(again));
+  await appliedOnce("after a 503", state, u);
+  t.check("after a 503: the ledger holds the entry once", (await ledger(u, entry)) === 1);
+  return srv;
+}
+
 async function cancel(u) {
   const state = join(dir, "cancel.db");
   const c = start(client, [...M, "--state", state, "--record-effects", "--json", u, "call", "--task",
@@ -141,6 +171,7 @@ try {
   for (const p of ["task_before_record", "task_recorded", "task_polled", "task_before_commit"])
     await killedAt(p, srv.url);
   srv = await serverRestart(srv, port);
+  srv = await refusedWhileDown(srv, port);
   await cancel(srv.url);
 } catch (e) {
   t.check("no exception", false, e.stack);
