@@ -20,7 +20,10 @@ static const char about[] =
     "\n"
     "Gateway flags:\n"
     "  --stdio \"CMD ARGS...\"   the stdio server to run (split like a shell would,\n"
-    "                         without expansion of commands); required\n"
+    "                         without expansion of commands); or\n"
+    "  --upstream URL         a Streamable HTTP MCP server: its streams are resumed\n"
+    "                         with Last-Event-ID, and one it cannot prove continuous\n"
+    "                         is a typed error to the client, never a silent resume\n"
     "  --safe-tool NAME       a tool whose call may be sent twice: again to a\n"
     "                         restarted child, and re-run after the gateway's own\n"
     "                         crash (repeatable). Other calls cut by a child's death\n"
@@ -36,7 +39,7 @@ static const char about[] =
     "  --call-timeout-ms MS   a call's longest wait for its child (600000)";
 
 typedef struct gw_opts {
-    const char *cmd;
+    const char *cmd, *url;
     const char *safe[MAX_SAFE + 1];
     int nsafe, trust;
     long max_children, idle_ms, call_timeout_ms;
@@ -62,7 +65,7 @@ static int gateway_flag(gw_opts *o, int argc, char **argv, int *i)
         o->trust = 1;
         return 0;
     }
-    if (strcmp(a, "--stdio") && strcmp(a, "--safe-tool") && strcmp(a, "--max-children") &&
+    if (strcmp(a, "--stdio") && strcmp(a, "--upstream") && strcmp(a, "--safe-tool") && strcmp(a, "--max-children") &&
         strcmp(a, "--child-idle-ms") && strcmp(a, "--call-timeout-ms"))
         return 1;
     if (!v) {
@@ -72,6 +75,8 @@ static int gateway_flag(gw_opts *o, int argc, char **argv, int *i)
     (*i)++;
     if (!strcmp(a, "--stdio"))
         o->cmd = v;
+    else if (!strcmp(a, "--upstream"))
+        o->url = v;
     else if (!strcmp(a, "--safe-tool") && o->nsafe < MAX_SAFE)
         o->safe[o->nsafe++] = v;
     else if (!strcmp(a, "--safe-tool"))
@@ -107,14 +112,15 @@ static int run(server_cli *cli, const gw_opts *o, char **child_argv)
     tidemark_server_t *srv;
     if (tidemark_server_new(&cli->cfg, &srv) != 0)
         return 1;
-    tm_gateway_config gc = {.argv = (const char *const *)child_argv, .safe_tools = o->safe,
+    tm_gateway_config gc = {.argv = (const char *const *)child_argv, .url = o->url,
+                            .safe_tools = o->safe,
                             .trust_annotations = o->trust, .max_children = (unsigned)o->max_children,
                             .idle_ms = (int)o->idle_ms, .call_timeout_ms = (int)o->call_timeout_ms};
     tm_gateway *gw = NULL;
     int rc = tm_gateway_new(srv, &gc, &gw);
     if (rc) {
-        fprintf(stderr, PROG ": the stdio server \"%s\" could not be started and listed: %s\n",
-                o->cmd, tidemark_strerror(rc));
+        fprintf(stderr, PROG ": the %s \"%s\" could not be started and listed: %s\n",
+                o->url ? "upstream" : "stdio server", o->url ? o->url : o->cmd, tidemark_strerror(rc));
         tidemark_server_free(srv);
         return 1;
     }
@@ -133,11 +139,13 @@ int main(int argc, char **argv)
     int rc = server_cli_parse(&cli, argc, argv, PROG, about);
     if (rc)
         return rc > 0 ? 0 : 2;
-    if (!o.cmd || cli.stdio) {
+    if (!o.cmd == !o.url || cli.stdio) {
         fprintf(stderr, PROG ": %s\n", cli.stdio ? "--stdio takes the child's command here"
-                                                 : "--stdio \"CMD ARGS...\" is required");
+                                                 : "one of --stdio \"CMD ARGS...\" and --upstream URL");
         return 2;
     }
+    if (o.url)
+        return run(&cli, &o, NULL);
     wordexp_t we;
     if (wordexp(o.cmd, &we, WRDE_NOCMD | WRDE_UNDEF) != 0 || we.we_wordc == 0) {
         fprintf(stderr, PROG ": --stdio \"%s\" is not a command\n", o.cmd);

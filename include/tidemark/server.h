@@ -390,6 +390,10 @@ TIDEMARK_API int tidemark_call_input(tidemark_call_t *call, const char *key, con
  * a 2026-07-28 request's _meta), a copy the caller decrefs. A gateway
  * initializes its upstream with them. */
 TIDEMARK_API int tidemark_call_client_params(const tidemark_call_t *call, json_t **params);
+/* Who made the call: the principal its token named ("iss sub"-like, as the
+ * authorization rules see it), "" without authorization. Same lifetime as
+ * the call. A gateway keeps one principal's upstream apart from another's. */
+TIDEMARK_API const char *tidemark_call_principal(const tidemark_call_t *call);
 /* 1 if the client declared the capability ("sampling", "elicitation", "roots"). */
 TIDEMARK_API int tidemark_call_client_has(const tidemark_call_t *call, const char *capability);
 /* End the call's SSE connection now (SEP-1699 polling): the client

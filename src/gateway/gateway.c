@@ -14,8 +14,7 @@
  * child's requests in flight) before p->mu (one pending request). No lock
  * is held while calling the upstream or the server.
  */
-#include "gateway/gateway.h"
-#include "gateway/upstream.h"
+#include "gateway/gateway_int.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "mcp/jsonrpc.h"
@@ -31,6 +30,7 @@
 #define MODERN_VERSION "2026-07-28"
 #define IDEM_KEY "dev.tidemark/idempotency-key"
 #define LIST_TIMEOUT_MS 30000
+#define PROBE_TIMEOUT_MS 5000 /* a child that ignores what it does not know costs this */
 #define ASK_TIMEOUT_MS 600000 /* a client's answer to sampling / elicitation */
 #define RPC_RESOURCE_NOT_FOUND -32002
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
@@ -39,55 +39,9 @@
 #define META_LOG "io.modelcontextprotocol/logLevel"
 #define MAX_ROUNDS 16
 
-/* One request in flight at a child, waited for by one handler. */
-typedef struct pending {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    json_t *response; /* on_response */
-    int lost;         /* on_lost: its error */
-    json_t *notes;    /* notifications for it, in order */
-    json_t *asks;     /* the child's requests while it runs: [generation, msg] */
-    struct pending *next;
-} pending;
-
-typedef struct child {
-    struct tm_gateway *g;
-    tm_upstream *u;
-    char *key;
-    int busy;          /* handlers using it (g->mu) */
-    int64_t last_used; /* g->mu */
-    pthread_mutex_t mu;
-    pending *flight;   /* ch->mu: newest first */
-    int modern;        /* it answers 2026-07-28 requests too: calls go to it in that era */
-    struct child *next;
-} child;
-
-/* The ud of a registered tool or prompt. */
-typedef struct entry {
-    struct tm_gateway *g;
-    char *name;
-    int safe;
-    struct entry *next;
-} entry;
-
-struct tm_gateway {
-    tidemark_server_t *srv;
-    tm_gateway_config cfg;
-    pthread_mutex_t start_mu, mu;
-    pthread_cond_t cv;      /* the janitor's sleep */
-    child *children;        /* g->mu */
-    unsigned n;             /* g->mu */
-    child *catalog;
-    entry *entries;         /* g->mu: kept until free (a removed tool's call may run) */
-    json_t *tools;          /* names registered (janitor and new only) */
-    int relist, stopping;   /* g->mu */
-    pthread_t janitor;
-    int janitor_on;
-};
-
 /* ---- pending requests ------------------------------------------------------------ */
 
-static int pending_init(pending *p)
+int tm_gw_pending_init(pending *p)
 {
     memset(p, 0, sizeof *p);
     p->notes = json_array();
@@ -106,7 +60,7 @@ static int pending_init(pending *p)
     return 0;
 }
 
-static void pending_destroy(pending *p)
+void tm_gw_pending_destroy(pending *p)
 {
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -115,16 +69,20 @@ static void pending_destroy(pending *p)
     json_decref(p->asks);
 }
 
-static void push(pending *p, json_t *into, json_t *v)
+enum { NOTES, ASKS };
+
+/* Queue v (taken) on p's notes or asks: the array is read under p->mu, as
+ * tm_gw_take swaps it. */
+static void push(pending *p, int which, json_t *v)
 {
     pthread_mutex_lock(&p->mu);
-    if (json_array_append_new(into, v) != 0)
+    if (json_array_append_new(which == NOTES ? p->notes : p->asks, v) != 0)
         TM_WARN("gateway: a message of the child was dropped (out of memory)");
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
-static void track(child *ch, pending *p)
+void tm_gw_track(child *ch, pending *p)
 {
     pthread_mutex_lock(&ch->mu);
     p->next = ch->flight;
@@ -132,7 +90,7 @@ static void track(child *ch, pending *p)
     pthread_mutex_unlock(&ch->mu);
 }
 
-static void untrack(child *ch, pending *p)
+void tm_gw_untrack(child *ch, pending *p)
 {
     pthread_mutex_lock(&ch->mu);
     for (pending **pp = &ch->flight; *pp; pp = &(*pp)->next)
@@ -179,7 +137,7 @@ static void on_lost(void *ud, void *tag, const json_t *request, int err)
 }
 
 /* A notification of no request: what changed at the child. */
-static void child_changed(tm_gateway *g, json_t *msg)
+void tm_gw_changed(tm_gateway *g, json_t *msg)
 {
     const char *m = json_string_value(json_object_get(msg, "method"));
     if (m && !strcmp(m, "notifications/resources/updated")) {
@@ -202,22 +160,22 @@ static void on_notification(void *ud, void *tag, json_t *msg)
     child *ch = ud;
     const char *m = json_string_value(json_object_get(msg, "method"));
     if (tag) {
-        push(tag, ((pending *)tag)->notes, json_incref(msg));
+        push(tag, NOTES, json_incref(msg));
         return;
     }
     if (!m || strstr(m, "list_changed") || !strcmp(m, "notifications/resources/updated")) {
-        child_changed(ch->g, msg);
+        tm_gw_changed(ch->g, msg);
         return;
     }
     pthread_mutex_lock(&ch->mu);
     if (ch->flight)
-        push(ch->flight, ch->flight->notes, json_incref(msg));
+        push(ch->flight, NOTES, json_incref(msg));
     pthread_mutex_unlock(&ch->mu);
 }
 
 static void answer_error(child *ch, unsigned gen, json_t *id, const char *reason, const char *msg)
 {
-    json_t *r = tm_jsonrpc_error(json_incref(id), TM_RPC_INTERNAL_ERROR, msg, reason, NULL);
+    json_t *r = tm_jsonrpc_error(id, TM_RPC_INTERNAL_ERROR, msg, reason, NULL);
     if (!r || tm_upstream_answer(ch->u, gen, r) != 0)
         TM_DEBUG("gateway: an answer to child %s was not delivered", ch->key);
     json_decref(r);
@@ -231,7 +189,7 @@ static void on_request(void *ud, unsigned gen, json_t *msg)
     const char *m = json_string_value(json_object_get(msg, "method"));
     json_t *id = json_object_get(msg, "id");
     if (m && !strcmp(m, "ping")) {
-        json_t *r = tm_jsonrpc_result(json_incref(id), json_object());
+        json_t *r = tm_jsonrpc_result(id, json_object());
         if (!r || tm_upstream_answer(ch->u, gen, r) != 0)
             TM_DEBUG("gateway: a ping of child %s was not answered", ch->key);
         json_decref(r);
@@ -240,7 +198,7 @@ static void on_request(void *ud, unsigned gen, json_t *msg)
     pthread_mutex_lock(&ch->mu);
     pending *p = ch->flight;
     if (p)
-        push(p, p->asks, json_pack("[I,O]", (json_int_t)gen, msg));
+        push(p, ASKS, json_pack("[I,O]", (json_int_t)gen, msg));
     pthread_mutex_unlock(&ch->mu);
     if (!p)
         answer_error(ch, gen, id, "no_call_in_flight",
@@ -254,6 +212,7 @@ static void child_free(child *ch)
     if (!ch)
         return;
     tm_upstream_free(ch->u);
+    tm_gw_remote_stop(ch);
     pthread_mutex_destroy(&ch->mu);
     free(ch->key);
     free(ch);
@@ -270,6 +229,17 @@ static int child_start(tm_gateway *g, const char *key, json_t *params, child **o
         return TIDEMARK_ENOMEM;
     }
     ch->g = g;
+    if (g->cfg.url) {
+        int rrc = tm_gw_remote_start(ch, g->cfg.url, params, g->cfg.call_timeout_ms);
+        if (!rrc) {
+            *out = ch;
+            return 0;
+        }
+        pthread_mutex_destroy(&ch->mu);
+        free(ch->key);
+        free(ch);
+        return rrc;
+    }
     tm_upstream_config uc = {.argv = g->cfg.argv, .init_params = params};
     uc.cb = (tm_upstream_callbacks){.on_ready = on_ready, .on_response = on_response,
                                     .on_notification = on_notification, .on_request = on_request,
@@ -345,7 +315,7 @@ static int key_of(tidemark_call_t *call, char **key, json_t **params)
          * the 2025 protocol whatever the client does (the era bridge). */
         json_object_set_new(*params, "protocolVersion", json_string(LEGACY_VERSION));
         char *caps = json_dumps(json_object_get(*params, "capabilities"), JSON_COMPACT | JSON_SORT_KEYS);
-        if (caps && asprintf(&k, "m:%s", caps) < 0)
+        if (caps && asprintf(&k, "m:%s\n%s", tidemark_call_principal(call), caps) < 0)
             k = NULL;
         free(caps);
     } else if (asprintf(&k, "s:%s", tidemark_call_session(call)) < 0) {
@@ -372,7 +342,7 @@ static void probe(child *ch, json_t *params)
     json_t *init = NULL, *p = json_pack("{s:s}", "level", "debug"), *res = NULL;
     if (tm_upstream_init_result(ch->u, &init) == 0 &&
         json_object_get(json_object_get(init, "capabilities"), "logging") && p &&
-        ask(ch, NULL, "logging/setLevel", p, TM_UPSTREAM_RESEND, LIST_TIMEOUT_MS, &res) != 0)
+        ask(ch, NULL, "logging/setLevel", p, TM_UPSTREAM_RESEND, PROBE_TIMEOUT_MS, &res) != 0)
         TM_WARN("gateway: child %s refused logging/setLevel", ch->key);
     json_decref(res);
     json_decref(p);
@@ -381,7 +351,7 @@ static void probe(child *ch, json_t *params)
     p = json_pack("{s:{s:s,s:O,s:O}}", "_meta", META_VERSION, MODERN_VERSION, META_INFO,
                   json_object_get(params, "clientInfo"), META_CAPS,
                   json_object_get(params, "capabilities"));
-    ch->modern = p && ask(ch, NULL, "server/discover", p, TM_UPSTREAM_RESEND, LIST_TIMEOUT_MS,
+    ch->modern = p && ask(ch, NULL, "server/discover", p, TM_UPSTREAM_RESEND, PROBE_TIMEOUT_MS,
                           &res) == 0;
     json_decref(res);
     json_decref(p);
@@ -401,7 +371,8 @@ static int child_new(tm_gateway *g, const char *key, json_t *params, child **out
     int rc = child_start(g, key, params, out);
     if (rc)
         return rc;
-    probe(*out, params);
+    if ((*out)->u)
+        probe(*out, params);
     pthread_mutex_lock(&g->mu);
     (*out)->busy = 1;
     (*out)->last_used = tm_now_ms();
@@ -464,11 +435,20 @@ static void relay_note(tidemark_call_t *call, json_t *msg)
 
 /* The child's request [gen, msg] put to the client; the answer back to the
  * child. TIDEMARK_EINPUT: a 2026-07-28 call must first return for it. */
-static int relay_ask(child *ch, tidemark_call_t *call, json_t *ask)
+static int relay_ask(child *ch, tidemark_call_t *call, json_t *ask, unsigned flags)
 {
     unsigned gen = (unsigned)json_integer_value(json_array_get(ask, 0));
     json_t *msg = json_array_get(ask, 1), *id = json_object_get(msg, "id"), *res = NULL;
     const char *m = json_string_value(json_object_get(msg, "method"));
+    const char *v = tidemark_call_protocol_version(call);
+    if (!(flags & TM_UPSTREAM_RESEND) && v && !strcmp(v, MODERN_VERSION)) {
+        /* A 2026-07-28 client answers by retrying the call, which runs the
+         * child's tool again: only a tool safe to run twice may ask. */
+        answer_error(ch, gen, id, "input_not_repeatable",
+                     "the gateway cannot put this request to a 2026-07-28 client: the tool "
+                     "is not safe to run again");
+        return 0;
+    }
     int rc = m ? tidemark_call_request(call, m, json_object_get(msg, "params"), ASK_TIMEOUT_MS, &res)
                : TIDEMARK_EINVAL;
     if (rc == TIDEMARK_EINPUT) {
@@ -477,7 +457,7 @@ static int relay_ask(child *ch, tidemark_call_t *call, json_t *ask)
     }
     json_t *r = NULL;
     if (rc == 0)
-        r = tm_jsonrpc_result(json_incref(id), res ? res : json_object());
+        r = tm_jsonrpc_result(id, res ? res : json_object());
     else if (rc == TIDEMARK_EPEER && json_is_object(res))
         r = json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "error", res);
     else {
@@ -492,10 +472,11 @@ static int relay_ask(child *ch, tidemark_call_t *call, json_t *ask)
 }
 
 /* Take what arrived for p (OUT notes, asks) and whether it is over. */
-static int take(pending *p, int64_t until, json_t **notes, json_t **asks)
+int tm_gw_take(pending *p, int64_t until, json_t **notes, json_t **asks)
 {
     pthread_mutex_lock(&p->mu);
-    while (!p->response && !p->lost && !json_array_size(p->notes) && !json_array_size(p->asks)) {
+    while (!p->response && !p->lost && !json_array_size(p->notes) && !json_array_size(p->asks) &&
+           !p->boxes) {
         int64_t now = tm_now_ms();
         if (now >= until)
             break;
@@ -513,7 +494,7 @@ static int take(pending *p, int64_t until, json_t **notes, json_t **asks)
 }
 
 /* Run what arrived for the call; a code when the call must stop. */
-static int relay(child *ch, tidemark_call_t *call, json_t *notes, json_t *asks)
+int tm_gw_relay(child *ch, tidemark_call_t *call, json_t *notes, json_t *asks, unsigned flags)
 {
     size_t i;
     json_t *v;
@@ -525,7 +506,7 @@ static int relay(child *ch, tidemark_call_t *call, json_t *notes, json_t *asks)
                          json_object_get(json_array_get(v, 1), "id"), "no_call_in_flight",
                          "the request the child asked for is over");
         else
-            rc = relay_ask(ch, call, v);
+            rc = relay_ask(ch, call, v, flags);
     }
     json_decref(notes);
     json_decref(asks);
@@ -533,13 +514,13 @@ static int relay(child *ch, tidemark_call_t *call, json_t *notes, json_t *asks)
 }
 
 /* Wait for p at ch, relaying for call (NULL: nobody to relay to). */
-static int wait_for(child *ch, pending *p, tidemark_call_t *call, int64_t deadline)
+static int wait_for(child *ch, pending *p, tidemark_call_t *call, int64_t deadline, unsigned flags)
 {
     for (;;) {
         json_t *notes, *asks;
         int64_t step = tm_now_ms() + 100;
-        int over = take(p, step < deadline ? step : deadline, &notes, &asks);
-        int rc = relay(ch, call, notes, asks);
+        int over = tm_gw_take(p, step < deadline ? step : deadline, &notes, &asks);
+        int rc = tm_gw_relay(ch, call, notes, asks, flags);
         if (over)
             return 0;
         if (!rc && call && tidemark_call_cancelled(call))
@@ -568,19 +549,22 @@ static int ask(child *ch, tidemark_call_t *call, const char *method, json_t *par
                int timeout_ms, json_t **out)
 {
     pending p;
-    int rc = pending_init(&p);
+    int rc = tm_gw_pending_init(&p);
     json_t *req = rc ? NULL : tm_jsonrpc_request(json_integer(1), method, json_incref(params));
     if (!req) {
         if (!rc)
-            pending_destroy(&p);
+            tm_gw_pending_destroy(&p);
         return TIDEMARK_ENOMEM;
     }
-    track(ch, &p);
+    tm_gw_track(ch, &p);
     rc = tm_upstream_request(ch->u, req, flags, &p);
     json_decref(req);
     if (!rc)
-        rc = wait_for(ch, &p, call, tm_now_ms() + timeout_ms);
-    untrack(ch, &p);
+        rc = wait_for(ch, &p, call, tm_now_ms() + timeout_ms, flags);
+    tm_gw_untrack(ch, &p);
+    json_t *notes, *asks; /* what came after the last look: nobody to relay it to */
+    (void)tm_gw_take(&p, 0, &notes, &asks);
+    (void)tm_gw_relay(ch, NULL, notes, asks, flags);
     if (!rc && p.lost) {
         *out = lost_error(p.lost);
         rc = TIDEMARK_EPEER;
@@ -592,11 +576,9 @@ static int ask(child *ch, tidemark_call_t *call, const char *method, json_t *par
         *out = lost_error(rc);
         rc = TIDEMARK_EPEER;
     }
-    pending_destroy(&p);
+    tm_gw_pending_destroy(&p);
     return rc;
 }
-
-static json_t *gw_error(const char *reason, const char *message);
 
 /* params for the n-th round of a 2026-07-28 request at a child: the
  * client's _meta (as initialize params had it), the call's key (one per
@@ -698,11 +680,13 @@ static int modern_ask(child *ch, tidemark_call_t *call, const char *method, json
             return rc;
         }
     }
-    *out = gw_error("input_rounds_exceeded", "The stdio server asked for input too many times");
+    json_decref(responses);
+    json_decref(state);
+    *out = tm_gw_error("input_rounds_exceeded", "The stdio server asked for input too many times");
     return TIDEMARK_EPEER;
 }
 
-static json_t *gw_error(const char *reason, const char *message)
+json_t *tm_gw_error(const char *reason, const char *message)
 {
     return json_pack("{s:i,s:s,s:{s:s}}", "code", TM_RPC_INTERNAL_ERROR, "message", message,
                      "data", "reason", reason);
@@ -717,15 +701,16 @@ static int forward(tm_gateway *g, tidemark_call_t *call, const char *method, jso
     int rc = child_for(g, call, &ch);
     if (rc) {
         *out = rc == TIDEMARK_EBUSY
-                   ? gw_error("gateway_busy", "Every stdio server of the gateway is busy")
-                   : gw_error("upstream_unavailable", "The stdio server cannot be started");
+                   ? tm_gw_error("gateway_busy", "Every stdio server of the gateway is busy")
+                   : tm_gw_error("upstream_unavailable", "The stdio server cannot be started");
         return TIDEMARK_EPEER;
     }
-    rc = ch->modern ? modern_ask(ch, call, method, params, flags, g->cfg.call_timeout_ms, out)
+    rc = ch->hc ? tm_gw_remote_ask(ch, call, method, params, out)
+         : ch->modern ? modern_ask(ch, call, method, params, flags, g->cfg.call_timeout_ms, out)
                     : ask(ch, call, method, params, flags, g->cfg.call_timeout_ms, out);
     release(g, ch);
     if (rc == TIDEMARK_ETIMEDOUT) {
-        *out = gw_error("upstream_timeout", "The stdio server did not answer in time");
+        *out = tm_gw_error("upstream_timeout", "The stdio server did not answer in time");
         rc = TIDEMARK_EPEER;
     }
     return rc;
@@ -810,6 +795,10 @@ static int list_all(tm_gateway *g, const char *method, const char *field, json_t
 {
     json_t *all = json_array(), *cursor = NULL;
     int rc = all ? 0 : TIDEMARK_ENOMEM;
+    if (g->catalog->hc) {
+        json_decref(all);
+        return tm_gw_remote_list(g->catalog, method, field, items);
+    }
     for (int page = 0; !rc && page < 1000; page++) {
         json_t *p = cursor ? json_pack("{s:O}", "cursor", cursor) : json_object(), *res = NULL;
         rc = p ? ask(g->catalog, NULL, method, p, TM_UPSTREAM_RESEND, LIST_TIMEOUT_MS, &res)
@@ -817,8 +806,8 @@ static int list_all(tm_gateway *g, const char *method, const char *field, json_t
         json_decref(p);
         json_decref(cursor);
         cursor = NULL;
-        if (!rc && json_array_extend(all, json_is_array(json_object_get(res, field))
-                                              ? json_object_get(res, field) : json_array()) != 0)
+        json_t *page_items = json_object_get(res, field);
+        if (!rc && json_is_array(page_items) && json_array_extend(all, page_items) != 0)
             rc = TIDEMARK_ENOMEM;
         if (!rc && json_is_string(json_object_get(res, "nextCursor")))
             cursor = json_incref(json_object_get(res, "nextCursor"));
@@ -834,8 +823,18 @@ static int list_all(tm_gateway *g, const char *method, const char *field, json_t
     return rc;
 }
 
+/* The entry of name (listed again: the same one, its safety updated), or a
+ * new one. */
 static entry *entry_new(tm_gateway *g, const char *name, int safe)
 {
+    pthread_mutex_lock(&g->mu);
+    for (entry *o = g->entries; o; o = o->next)
+        if (!strcmp(o->name, name)) {
+            o->safe = safe;
+            pthread_mutex_unlock(&g->mu);
+            return o;
+        }
+    pthread_mutex_unlock(&g->mu);
     entry *e = calloc(1, sizeof *e);
     if (!e || !(e->name = strdup(name))) {
         free(e);
@@ -892,10 +891,13 @@ static int add_tool(tm_gateway *g, json_t *t)
                             .description = json_string_value(json_object_get(t, "description")),
                             .input_schema = in, .output_schema = out, .hints = hints_of(ann, safe),
                             .fn = gw_tool, .ud = e};
-    (void)tidemark_server_remove_tool(g->srv, name); /* a list again: replaced */
-    int rc = e ? tidemark_server_add_tool(g->srv, &tool) : TIDEMARK_ENOMEM;
+    int rc = e ? tidemark_server_add_tool(g->srv, &tool) : TIDEMARK_ENOMEM; /* replaces */
     free(in);
     free(out);
+    if (rc == TIDEMARK_EINVAL) { /* one bad definition: that tool left out, not the others */
+        TM_WARN("gateway: the child's tool %s is left out (its definition is refused)", name);
+        return 0;
+    }
     if (!rc && json_array_append_new(g->tools, json_string(name)) != 0)
         rc = TIDEMARK_ENOMEM;
     return rc;
@@ -977,9 +979,11 @@ static int add_prompts(tm_gateway *g)
 /* Register what the catalog child offers, by its capabilities. */
 static int add_catalog(tm_gateway *g)
 {
-    json_t *init = NULL;
-    int rc = tm_upstream_init_result(g->catalog->u, &init);
-    json_t *caps = json_object_get(init, "capabilities");
+    json_t *init = NULL, *caps = NULL;
+    int rc = g->catalog->hc ? tm_gw_remote_caps(g->catalog, &caps)
+                            : tm_upstream_init_result(g->catalog->u, &init);
+    if (init)
+        caps = json_incref(json_object_get(init, "capabilities"));
     if (!rc && json_object_get(caps, "tools"))
         rc = add_tools(g);
     if (!rc && json_object_get(caps, "resources"))
@@ -990,6 +994,7 @@ static int add_catalog(tm_gateway *g)
         rc = add_prompts(g);
     if (!rc && json_object_get(caps, "completions"))
         rc = tidemark_server_set_completion(g->srv, gw_complete, g);
+    json_decref(caps);
     json_decref(init);
     return rc;
 }
@@ -1010,8 +1015,8 @@ static void *janitor_main(void *arg)
         if (idle)
             TM_INFO("gateway: child %s idle: stopped", idle->key);
         child_free(idle);
-        if (relist && add_tools(g) != 0)
-            TM_WARN("gateway: the child's tools could not be listed again");
+        if (relist && add_catalog(g) != 0)
+            TM_WARN("gateway: what the child offers could not be listed again");
         pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
@@ -1056,7 +1061,7 @@ static int gateway_alloc(tidemark_server_t *srv, const tm_gateway_config *cfg, t
 
 int tm_gateway_new(tidemark_server_t *srv, const tm_gateway_config *cfg, tm_gateway **out)
 {
-    if (!srv || !cfg || !cfg->argv || !cfg->argv[0] || !out)
+    if (!srv || !cfg || !out || (!cfg->url && (!cfg->argv || !cfg->argv[0])))
         return TIDEMARK_EINVAL;
     tm_gateway *g;
     int rc = gateway_alloc(srv, cfg, &g);

@@ -34,7 +34,8 @@
 typedef struct tm_gateway tm_gateway;
 
 typedef struct tm_gateway_config {
-    const char *const *argv;       /* the stdio server's command, NULL-ended */
+    const char *const *argv;       /* the stdio server's command, NULL-ended; or */
+    const char *url;               /* a Streamable HTTP MCP server's endpoint (remote.c) */
     const char *const *safe_tools; /* NULL-ended tool names safe to send twice; may be NULL */
     int trust_annotations;         /* the child's readOnlyHint / idempotentHint count as safe */
     unsigned max_children;         /* 0: 64 */

@@ -62,6 +62,10 @@ struct tm_upstream {
     spawn_ctx *ctx;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* Callbacks naming a tag that are due or running outside u->mu (a
+     * response, a progress notification, a lost request): u->mu. A cancel
+     * waits for them, so no callback for a tag comes after its cancel. */
+    unsigned tag_cbs;
     enum ustate state;
     unsigned gen;
     int child_dead, down_pending, stop;
@@ -186,6 +190,15 @@ static void deadline_after(struct timespec *ts, int ms)
 
 /* ---- messages from the child (its reader thread) --------------------------- */
 
+/* A tag's callback is over (see tag_cbs). */
+static void tag_cb_done(tm_upstream *u)
+{
+    pthread_mutex_lock(&u->mu);
+    u->tag_cbs--;
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+}
+
 /* u->mu held on entry, released on return. */
 static void on_child_response(tm_upstream *u, const tm_msg *m)
 {
@@ -207,6 +220,7 @@ static void on_child_response(tm_upstream *u, const tm_msg *m)
         return;
     }
     entry_unlink(u, e);
+    u->tag_cbs++;
     pthread_mutex_unlock(&u->mu);
     json_t *resp = json_copy(m->raw);
     if (!resp || json_object_set(resp, "id", json_object_get(e->request, "id")) != 0) {
@@ -218,6 +232,7 @@ static void on_child_response(tm_upstream *u, const tm_msg *m)
     }
     json_decref(resp);
     entry_free(e);
+    tag_cb_done(u);
 }
 
 /* A notifications/progress with one of our tokens: the client's token back.
@@ -240,6 +255,7 @@ static json_t *progress_for_client(tm_upstream *u, const tm_msg *m, void **tag)
         return NULL;
     }
     *tag = e->tag;
+    u->tag_cbs++; /* on_child_notification calls for it */
     return out;
 }
 
@@ -264,6 +280,8 @@ static void on_child_notification(tm_upstream *u, const tm_msg *m)
     if (u->cfg.cb.on_notification)
         u->cfg.cb.on_notification(u->cfg.cb.ud, tag, out ? out : m->raw);
     json_decref(out);
+    if (tag)
+        tag_cb_done(u);
 }
 
 /* u->mu held on entry, released on return. */
@@ -500,6 +518,7 @@ static void report_lost(tm_upstream *u, entry *lost, int err)
         if (u->cfg.cb.on_lost)
             u->cfg.cb.on_lost(u->cfg.cb.ud, lost->tag, lost->request, err);
         entry_free(lost);
+        tag_cb_done(u);
         lost = next;
     }
 }
@@ -516,6 +535,7 @@ static entry *settle(tm_upstream *u, int all, int restarting)
             entry_unlink(u, e); /* the lost list keeps the order of the requests */
             *end = e;
             end = &e->next;
+            u->tag_cbs++; /* its on_lost is due (report_lost) */
         } else if (e->sent) {
             e->sent = 0;
             e->resends++;
@@ -851,6 +871,10 @@ int tm_upstream_cancel(tm_upstream *u, void *tag, const char *reason)
     }
     pthread_rwlock_unlock(&u->child_lock);
     entry_free(e);
+    pthread_mutex_lock(&u->mu);
+    while (u->tag_cbs > 0) /* one may be for tag: it ends before we return */
+        pthread_cond_wait(&u->cv, &u->mu);
+    pthread_mutex_unlock(&u->mu);
     return rc;
 }
 

@@ -106,8 +106,10 @@ int tm_upstream_start(const tm_upstream_config *cfg, tm_upstream **out);
  * child is killed and the request is resent or lost. */
 int tm_upstream_request(tm_upstream *u, const json_t *request, unsigned flags, void *tag);
 /* The client cancelled tag: notifications/cancelled goes to the child with
- * its id; no callback for tag comes after this. TIDEMARK_ENOTFOUND if not in
- * flight. reason may be NULL. */
+ * its id; no callback for tag comes after this returns (it waits for one
+ * already under way, so it must not be called from a callback).
+ * TIDEMARK_ENOTFOUND if not in flight (its response or loss may have been
+ * reported already). reason may be NULL. */
 int tm_upstream_cancel(tm_upstream *u, void *tag, const char *reason);
 /* A client notification for the child (roots/list_changed, ...), as is.
  * TIDEMARK_ECLOSED when no child is ready (it is not queued). */

@@ -30,6 +30,11 @@ int tidemark_call_client_has(const tidemark_call_t *c, const char *capability)
     return tm_sess_client_has(c->sess, capability);
 }
 
+const char *tidemark_call_principal(const tidemark_call_t *c)
+{
+    return c && c->sess ? c->sess->principal : "";
+}
+
 int tidemark_call_client_params(const tidemark_call_t *c, json_t **params)
 {
     if (!c || !params)

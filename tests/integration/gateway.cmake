@@ -10,6 +10,10 @@
 #  - gateway_conformance_2025 / _2026: tidemark-everything --stdio behind the
 #    gateway passes the official suite (0.1.13 all 32; 0.2 every scenario the
 #    2026-07-28 requirements score, through the gateway's era handling);
+#  - gateway_upstream: --upstream in front of the TypeScript SDK server
+#    (sdk_server.mjs): the SDK client's cut and resume exactly once,
+#    tidemark-check, an elicitation relayed, a modern client, the upstream
+#    killed mid-call (a typed error);
 #  - gateway_exactly: ledger_append exactly once through gateway kill -9 and
 #    child kills; a call not safe ends outcome_unknown.
 if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
@@ -40,10 +44,15 @@ if(NODE_EXECUTABLE)
             --stdio "$<TARGET_FILE:tidemark-everything> --stdio --store memory" --
             ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_server_conformance.sh ${TIDEMARK_PEERS}
             @URL@ requirements)
+  add_test(NAME gateway_upstream
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_upstream.mjs
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-check>
+            ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_server.mjs
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs)
   add_test(NAME gateway_exactly
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_exactly.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client>
             $<TARGET_FILE:tidemark-everything>)
-  set_tests_properties(gateway_conformance_2025 gateway_conformance_2026 gateway_exactly
+  set_tests_properties(gateway_conformance_2025 gateway_conformance_2026 gateway_exactly gateway_upstream
                        PROPERTIES TIMEOUT 240 LABELS gateway)
 endif()
