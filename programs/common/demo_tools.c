@@ -194,6 +194,7 @@ int demo_tools_register(tidemark_server_t *srv)
                         "\"close_after\":{\"type\":\"integer\",\"minimum\":1}},\"required\":[\"n\"]}",
         .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
         .fn = tool_stream,
+        .task = TIDEMARK_TASK_OPTIONAL, /* idempotent: a task cut by a crash runs again */
     };
     const tidemark_tool_t ledger_append = {
         .name = "ledger_append",
