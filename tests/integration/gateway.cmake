@@ -14,6 +14,8 @@
 #    (sdk_server.mjs): the SDK client's cut and resume exactly once,
 #    tidemark-check, an elicitation relayed, a modern client, the upstream
 #    killed mid-call (a typed error);
+#  - gateway_auth: tidemark-server's authorization (oidc-provider), limits
+#    and health endpoints on the gateway;
 #  - gateway_exactly: ledger_append exactly once through gateway kill -9 and
 #    child kills; a call not safe ends outcome_unknown.
 if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
@@ -49,10 +51,15 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-check>
             ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_server.mjs
             ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs)
+  add_test(NAME gateway_auth
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_auth.mjs
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client>
+            $<TARGET_FILE:tidemark-everything>)
   add_test(NAME gateway_exactly
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_exactly.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client>
             $<TARGET_FILE:tidemark-everything>)
   set_tests_properties(gateway_conformance_2025 gateway_conformance_2026 gateway_exactly gateway_upstream
+                       gateway_auth
                        PROPERTIES TIMEOUT 240 LABELS gateway)
 endif()
