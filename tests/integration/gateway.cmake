@@ -5,6 +5,8 @@
 #    tools, gets progress, and resumes after its connection is cut, exactly
 #    the missing events once (sdk_client.mjs, profile "everything");
 #  - gateway_check_everything: tidemark-check passes every check against it;
+#  - gateway_cluster: two gateways on one Redis behind HAProxy serve one
+#    session from either, and the SDK client's cut resumes through it;
 #  - gateway_era: a 2026-07-28 client (tidemark-client --protocol modern)
 #    through the gateway to the 2025-only server-everything, and a 2025 one;
 #  - gateway_conformance_2025 / _2026: tidemark-everything --stdio behind the
@@ -33,7 +35,11 @@ if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_era.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> ${NODE_EXECUTABLE}
             ${TM_EVERYTHING_JS})
-  set_tests_properties(gateway_sdk_everything gateway_check_everything gateway_era
+  add_test(NAME gateway_cluster
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_cluster.mjs
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> ${NODE_EXECUTABLE}
+            ${TM_EVERYTHING_JS} ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs)
+  set_tests_properties(gateway_sdk_everything gateway_check_everything gateway_era gateway_cluster
                        PROPERTIES TIMEOUT 120 LABELS gateway)
 endif()
 if(NODE_EXECUTABLE)
