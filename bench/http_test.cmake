@@ -8,3 +8,11 @@ set_tests_properties(bench_http_smoke PROPERTIES TIMEOUT 90 LABELS bench)
 if(NODE_EXECUTABLE)
   set_tests_properties(bench_http_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
 endif()
+# The gateways side by side (bench/gateway.sh): tidemark-gateway and
+# supergateway in front of server-everything; a smoke run, numbers not judged.
+add_test(NAME bench_gateway_smoke
+  COMMAND bash ${CMAKE_SOURCE_DIR}/bench/gateway.sh ${CMAKE_BINARY_DIR} 1 0.5)
+set_tests_properties(bench_gateway_smoke PROPERTIES TIMEOUT 150 LABELS bench)
+if(NODE_EXECUTABLE)
+  set_tests_properties(bench_gateway_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
+endif()

@@ -6,13 +6,16 @@
  *   tidemark-rps --url http://127.0.0.1:PORT/mcp [--era legacy|modern]
  *                [--conns N] [--seconds S] [--warmup S]
  *                [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]
- *                [--tool echo|ledger_append]
+ *                [--tool echo|ledger_append] [--echo-arg NAME]
  *
  * legacy: every connection first makes its own 2025-11-25 session
  * (initialize + notifications/initialized) and calls inside it; modern: no
  * session, every call carries the 2026-07-28 _meta and headers. A call
  * counts only when its answer holds the echoed text; anything else is an
  * error and makes the exit status 1.
+ *
+ * --echo-arg NAME: the echo tool's argument (default text; the official
+ * server-everything's echo takes message and answers "Echo: <message>").
  *
  * --tool ledger_append (tools/call only): each call is ledger_append with an
  * entry no other call of any run has ("rps-<pid>-<conn>-<id>": a
@@ -66,6 +69,7 @@ enum { M_ECHO, M_TASKS_GET, M_TASK };
 typedef struct opts {
     char host[256], port[16], path[512];
     int modern, conns, method, ledger;
+    char echo_arg[32];          /* the echo tool's argument ("text"; server-everything: "message") */
     double seconds, warmup, poll_ms;
     char task_id[TASK_ID_MAX];
 } opts;
@@ -263,7 +267,8 @@ static int one_call(conn *c, long id)
     snprintf(json, sizeof json,
              "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
              "\"arguments\":{\"%s\":\"%s\"}%s}}",
-             id, c->o->ledger ? "ledger_append" : "echo", c->o->ledger ? "entry" : "text", text, meta);
+             id, c->o->ledger ? "ledger_append" : "echo", c->o->ledger ? "entry" : c->o->echo_arg, text,
+             meta);
     if (post(c, hdr, json, &st, body, sizeof body))
         return -1;
     char want[80];
@@ -436,8 +441,9 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"seconds", 1, 0, 's'}, {"warmup", 1, 0, 'w'},
                                        {"method", 1, 0, 'm'}, {"task-id", 1, 0, 't'},
                                        {"poll-ms", 1, 0, 'p'}, {"tool", 1, 0, 'T'},
+                                       {"echo-arg", 1, 0, 'A'},
                                        {0, 0, 0, 0}};
-    *o = (opts){.conns = 1, .seconds = 5, .warmup = 1};
+    *o = (opts){.conns = 1, .seconds = 5, .warmup = 1, .echo_arg = "text"};
     const char *url = NULL;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (ch == 'u')
@@ -456,6 +462,8 @@ static int parse_opts(int argc, char **argv, opts *o)
             snprintf(o->task_id, sizeof o->task_id, "%s", optarg);
         else if (ch == 'p')
             o->poll_ms = atof(optarg);
+        else if (ch == 'A' && strlen(optarg) < sizeof o->echo_arg && !strpbrk(optarg, "\"\\"))
+            snprintf(o->echo_arg, sizeof o->echo_arg, "%s", optarg);
         else if (ch == 'T' && (!strcmp(optarg, "echo") || !strcmp(optarg, "ledger_append")))
             o->ledger = strcmp(optarg, "ledger_append") == 0;
         else
@@ -553,7 +561,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tidemark-rps --url http://HOST:PORT/PATH [--era legacy|modern] "
                         "[--conns N] [--seconds S] [--warmup S]\n"
                         "       [--method tools/call|tasks/get|task] [--task-id ID] [--poll-ms MS]\n"
-                        "       [--tool echo|ledger_append]\n");
+                        "       [--tool echo|ledger_append] [--echo-arg NAME]\n");
         return 2;
     }
     conn *cs = calloc((size_t)o.conns, sizeof *cs);

@@ -56,6 +56,12 @@ if ! bash "$root/bench/http.sh" "$build" | tee -a "$tmp"; then
     echo "bench/run.sh: bench/http.sh failed; no results written" >&2
     exit 1
 fi
+# Gateways side by side (bench/gateway.sh): server-everything behind
+# tidemark-gateway and behind supergateway; rps and the cut-and-resume run.
+if ! bash "$root/bench/gateway.sh" "$build" | tee -a "$tmp"; then
+    echo "bench/run.sh: bench/gateway.sh failed; no results written" >&2
+    exit 1
+fi
 mv "$tmp" "$out"
 cp "$out" "$results/latest.txt"
 echo "results: ${out#$root/} (and bench/results/latest.txt)"
