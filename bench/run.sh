@@ -39,29 +39,21 @@ if ! "$bin" --dir "$build" "$@" | tee -a "$tmp"; then
     echo "bench/run.sh: tidemark-bench failed; no results written" >&2
     exit 1
 fi
-# The request path (bench/requests.sh): both eras on memory and SQLite.
-if ! bash "$root/bench/requests.sh" "$build" | tee -a "$tmp"; then
-    echo "bench/run.sh: bench/requests.sh failed; no results written" >&2
-    exit 1
-fi
-# The tasks extension (bench/tasks.sh): create -> terminal, tasks/get on one
-# node (SQLite) and three (Redis behind HAProxy).
-if ! bash "$root/bench/tasks.sh" "$build" | tee -a "$tmp"; then
-    echo "bench/run.sh: bench/tasks.sh failed; no results written" >&2
-    exit 1
-fi
-# HTTP side by side (bench/http.sh): a floor server, the TypeScript SDK and
-# tidemark on memory / SQLite / Redis; the raw SQLite loop; 10,000 streams.
-if ! bash "$root/bench/http.sh" "$build" | tee -a "$tmp"; then
-    echo "bench/run.sh: bench/http.sh failed; no results written" >&2
-    exit 1
-fi
-# Gateways side by side (bench/gateway.sh): server-everything behind
-# tidemark-gateway and behind supergateway; rps and the cut-and-resume run.
-if ! bash "$root/bench/gateway.sh" "$build" | tee -a "$tmp"; then
-    echo "bench/run.sh: bench/gateway.sh failed; no results written" >&2
-    exit 1
-fi
+# Then the scripts, in order (each into the same report):
+#   requests.sh  the request path: both eras on memory and SQLite;
+#   tasks.sh     the tasks extension: create -> terminal, tasks/get on one
+#                node (SQLite) and three (Redis behind HAProxy);
+#   http.sh      HTTP side by side: a floor server, the TypeScript SDK and
+#                tidemark on memory / SQLite / Redis; the raw SQLite loop;
+#                10,000 streams;
+#   gateway.sh   server-everything behind tidemark-gateway and behind
+#                supergateway: rps and the cut-and-resume run.
+for script in requests tasks http gateway; do
+    if ! bash "$root/bench/$script.sh" "$build" | tee -a "$tmp"; then
+        echo "bench/run.sh: bench/$script.sh failed; no results written" >&2
+        exit 1
+    fi
+done
 mv "$tmp" "$out"
 cp "$out" "$results/latest.txt"
 echo "results: ${out#$root/} (and bench/results/latest.txt)"
