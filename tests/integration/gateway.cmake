@@ -56,7 +56,7 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_upstream.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> $<TARGET_FILE:tidemark-check>
             ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_server.mjs
-            ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs)
+            ${CMAKE_CURRENT_SOURCE_DIR}/integration/sdk_client.mjs $<TARGET_FILE:tm-proxy>)
   add_test(NAME gateway_auth
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_auth.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client>

@@ -7,15 +7,45 @@
 //   - tidemark-check passes every check against the gateway;
 //   - the upstream's elicitation reaches the gateway's client and its answer
 //     goes back; a 2026-07-28 client is served from the 2025 upstream;
-//   - the upstream killed mid-call: a typed error, never a silent answer.
-//   node gateway_upstream.mjs GATEWAY CLIENT CHECK NODE SDK_SERVER_JS SDK_CLIENT_JS
+//   - the upstream killed mid-call: a typed error, never a silent answer;
+//   - a fault-injecting proxy (tm-proxy) between the gateway and the
+//     upstream cuts every upstream response after 2000-3000 bytes: the
+//     gateway resumes upstream with Last-Event-ID, and its client gets the
+//     40 progress notifications once each, in order, and the one result.
+//   node gateway_upstream.mjs GATEWAY CLIENT CHECK NODE SDK_SERVER_JS SDK_CLIENT_JS PROXY
 import { spawn } from "node:child_process";
 import { reaped } from "./reap.mjs";
+import { readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { checker, cliBrief, spawnCli, startServer, stopServer, until } from "./mcp_http.mjs";
+import { freePort, waitTcp } from "./multinode_env.mjs";
 
-const [gateway, client, check, node, sdkServer, sdkClient] = process.argv.slice(2);
+const [gateway, client, check, node, sdkServer, sdkClient, proxy] = process.argv.slice(2);
 const t = checker();
-let up = null, gw = null;
+let up = null, gw = null, px = null;
+const log = join(tmpdir(), `tm-gw-proxy-${process.pid}.log`);
+
+// The gateway -> upstream responses cut by tm-proxy (every one longer than
+// 2000 bytes, somewhere in 2000-3000): the upstream stream is resumed.
+async function upstreamCut() {
+  up = await startSdkServer();
+  const port = await freePort();
+  px = { proc: spawnCli(proxy, ["--listen", `127.0.0.1:${port}`, "--target", new URL(up.url).host,
+    "--seed", "1", "--mode", "cut", "--rate", "1", "--min-offset", "2000", "--max-offset", "3000",
+    "--log", log], { ms: 120000 }).proc };
+  await waitTcp(port);
+  gw = await startServer(gateway, ["--store", "memory", "--upstream", `http://127.0.0.1:${port}/mcp`],
+    { ms: 30000 });
+  const r = await spawnCli(client, ["--protocol", "legacy", "--json", gw.url, "call", "stream", "n=40",
+    "delay_ms=20"]).done;
+  const seen = [...r.err.matchAll(/progress (\d+)\/40/g)].map((m) => Number(m[1]));
+  const faults = (readFileSync(log, "utf8").match(/^fault /gm) ?? []).length;
+  t.check("upstream responses were cut by the proxy", faults >= 2, `${faults} faults`);
+  t.check("through the cuts: progress 1..40 once each, in order, and the result",
+    r.code === 0 && r.json?.content?.[0]?.text === "streamed 40" && seen.length === 40 &&
+      seen.every((v, i) => v === i + 1), `${JSON.stringify(seen)}; ` + cliBrief(r));
+}
 
 // sdk_server.mjs prints its URL once it listens (a port of its own).
 function startSdkServer() {
@@ -57,10 +87,15 @@ try {
   r = await slow.done;
   t.check("the upstream killed mid-call: a typed error, not a result",
     r.code !== 0 && typeof r.json?.data?.reason === "string" && !/streamed/.test(r.out), cliBrief(r));
+  await stopServer(gw);
+  gw = null;
+  await upstreamCut();
 } catch (e) {
   t.check("no exception", false, e.stack);
 } finally {
   await stopServer(gw);
   await stopServer(up);
+  await stopServer(px);
+  rmSync(log, { force: true });
 }
 t.done();
