@@ -19,6 +19,7 @@ typedef struct box {
     json_t *params;   /* borrowed from the client library's callback */
     json_t *result;   /* the answer (result, or error object when rc is TIDEMARK_EPEER) */
     int rc;
+    int taken;        /* a handler is answering it: its waiter waits to the end */
     int done;
     struct box *next;
 } box;

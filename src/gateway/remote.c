@@ -85,12 +85,13 @@ static int on_request(const char *method, json_t *params, json_t **result, void 
     if (!p)
         return TIDEMARK_ENOTSUP; /* no call to carry it to a client */
     int64_t until = tm_now_ms() + ANSWER_WAIT_MS;
-    while (!b.done && tm_now_ms() < until) {
-        struct timespec ts = tm_deadline_ms(until - tm_now_ms());
-        if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT)
-            break;
+    while (!b.done && (b.taken || tm_now_ms() < until)) {
+        /* Once a handler took the box it writes to it: wait for that (its
+         * own request to the client has the same bound). */
+        struct timespec ts = tm_deadline_ms(b.taken ? 1000 : until - tm_now_ms());
+        (void)pthread_cond_timedwait(&p->cv, &p->mu, &ts); /* the loop decides */
     }
-    if (!b.done) { /* not answered: out of the queue, the upstream told so */
+    if (!b.done) { /* never taken: out of the queue, the upstream told so */
         for (box **bb = &p->boxes; *bb; bb = &(*bb)->next)
             if (*bb == &b) {
                 *bb = b.next;
@@ -172,6 +173,7 @@ static void serve_boxes(pending *p, tidemark_call_t *call)
     while (p->boxes) {
         box *b = p->boxes;
         p->boxes = b->next;
+        b->taken = 1;
         pthread_mutex_unlock(&p->mu);
         json_t *res = NULL;
         int rc = call ? tidemark_call_request(call, b->method, b->params, ANSWER_WAIT_MS, &res)
