@@ -898,34 +898,39 @@ static int add_tool(tm_gateway *g, json_t *t)
         TM_WARN("gateway: the child's tool %s is left out (its definition is refused)", name);
         return 0;
     }
-    if (!rc && json_array_append_new(g->tools, json_string(name)) != 0)
-        rc = TIDEMARK_ENOMEM;
     return rc;
 }
 
+/* The child's tools registered: a tool listed as before is left as it is
+ * (a call of it may be running, and its definition is being read), a new or
+ * changed one is registered (replacing in place), one gone is removed.
+ * g->tools: name -> the definition as last listed. */
 static int add_tools(tm_gateway *g)
 {
-    json_t *tools = NULL;
-    int rc = list_all(g, "tools/list", "tools", &tools);
-    json_t *before = g->tools;
-    g->tools = rc ? NULL : json_array();
+    json_t *tools = NULL, *now = json_object();
+    int rc = now ? list_all(g, "tools/list", "tools", &tools) : TIDEMARK_ENOMEM;
     size_t i;
     json_t *t;
-    json_array_foreach(tools, i, t) if (!rc) rc = add_tool(g, t);
-    json_array_foreach(before, i, t) {
-        int still = 0;
-        size_t j;
-        json_t *n;
-        json_array_foreach(g->tools, j, n) still |= json_equal(n, t);
-        if (!still && g->tools)
-            (void)tidemark_server_remove_tool(g->srv, json_string_value(t));
+    json_array_foreach(tools, i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (rc || !name)
+            continue;
+        if (!json_equal(json_object_get(g->tools, name), t))
+            rc = add_tool(g, t);
+        if (!rc && json_object_set(now, name, t) != 0)
+            rc = TIDEMARK_ENOMEM;
     }
-    if (!g->tools)
-        g->tools = before;
-    else
-        json_decref(before);
+    const char *name;
+    json_object_foreach(g->tools, name, t) if (!rc && !json_object_get(now, name))
+        (void)tidemark_server_remove_tool(g->srv, name);
     json_decref(tools);
-    return rc;
+    if (rc) {
+        json_decref(now);
+        return rc;
+    }
+    json_decref(g->tools);
+    g->tools = now;
+    return 0;
 }
 
 static int add_resources(tm_gateway *g, const char *method, const char *field, int templates)
@@ -976,8 +981,9 @@ static int add_prompts(tm_gateway *g)
     return rc;
 }
 
-/* Register what the catalog child offers, by its capabilities. */
-static int add_catalog(tm_gateway *g)
+/* Register what the catalog child offers, by its capabilities; first: at
+ * start (completion is set then only: it may not change while serving). */
+static int add_catalog(tm_gateway *g, int first)
 {
     json_t *init = NULL, *caps = NULL;
     int rc = g->catalog->hc ? tm_gw_remote_caps(g->catalog, &caps)
@@ -992,7 +998,7 @@ static int add_catalog(tm_gateway *g)
         rc = add_resources(g, "resources/templates/list", "resourceTemplates", 1);
     if (!rc && json_object_get(caps, "prompts"))
         rc = add_prompts(g);
-    if (!rc && json_object_get(caps, "completions"))
+    if (!rc && first && json_object_get(caps, "completions"))
         rc = tidemark_server_set_completion(g->srv, gw_complete, g);
     json_decref(caps);
     json_decref(init);
@@ -1015,7 +1021,7 @@ static void *janitor_main(void *arg)
         if (idle)
             TM_INFO("gateway: child %s idle: stopped", idle->key);
         child_free(idle);
-        if (relist && add_catalog(g) != 0)
+        if (relist && add_catalog(g, 0) != 0)
             TM_WARN("gateway: what the child offers could not be listed again");
         pthread_mutex_lock(&g->mu);
     }
@@ -1043,7 +1049,7 @@ static int gateway_alloc(tidemark_server_t *srv, const tm_gateway_config *cfg, t
     g->srv = srv;
     g->cfg = *cfg; /* the caller's strings live as long as the gateway */
     settle(&g->cfg);
-    g->tools = json_array();
+    g->tools = json_object();
     if (!g->tools || pthread_mutex_init(&g->mu, NULL) != 0) {
         json_decref(g->tools);
         free(g);
@@ -1076,7 +1082,7 @@ int tm_gateway_new(tidemark_server_t *srv, const tm_gateway_config *cfg, tm_gate
         g->catalog->next = g->children;
         g->children = g->catalog;
         g->n = 1;
-        rc = add_catalog(g);
+        rc = add_catalog(g, 1);
     }
     if (!rc)
         rc = pthread_create(&g->janitor, NULL, janitor_main, g) ? TIDEMARK_ENOMEM : 0;

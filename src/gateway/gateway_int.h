@@ -67,7 +67,7 @@ struct tm_gateway {
     unsigned n;             /* g->mu */
     child *catalog;
     entry *entries;         /* g->mu: kept until free (a removed tool's call may run) */
-    json_t *tools;          /* names registered (janitor and new only) */
+    json_t *tools;          /* name -> the tool as listed (janitor and new only) */
     int relist, stopping;   /* g->mu */
     pthread_t janitor;
     int janitor_on;
