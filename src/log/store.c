@@ -113,6 +113,12 @@ int tm_store_session_delete(tm_store *st, const char *id)
     return st->ops->session_delete(st, id);
 }
 
+int tm_store_session_delete_queued(tm_store *st, const char *id)
+{
+    return st->ops->session_delete_queued ? st->ops->session_delete_queued(st, id)
+                                          : st->ops->session_delete(st, id);
+}
+
 void tm_session_rec_clear(tm_session_rec *rec)
 {
     free(rec->id);

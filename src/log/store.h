@@ -167,6 +167,8 @@ struct tm_store_ops {
     int (*sync_since)(tm_store *st, uint64_t mark);
     /* Optional (NULL: tm_store_session_create_queued is TIDEMARK_ENOTSUP). */
     int (*session_create_queued)(tm_store *st, const tm_session_rec *rec);
+    /* Optional (NULL: tm_store_session_delete_queued waits, as session_delete). */
+    int (*session_delete_queued)(tm_store *st, const char *id);
 };
 
 /* Common header of every backend object. */
@@ -225,6 +227,11 @@ int tm_store_session_get(tm_store *st, const char *id, tm_session_rec *out);
 int tm_store_session_touch(tm_store *st, const char *id, int64_t now_ms);
 /* Delete a session with all its streams. */
 int tm_store_session_delete(tm_store *st, const char *id);
+/* The same without waiting where writes are queued (SQLite): the delete
+ * commits after every write queued before it; its failure is not reported
+ * (for sessions nobody names any more, whose TTL would expire them too).
+ * Elsewhere it is tm_store_session_delete. */
+int tm_store_session_delete_queued(tm_store *st, const char *id);
 void tm_session_rec_clear(tm_session_rec *rec);
 
 /* Open a stream of a session. name "g" opens (or reopens) the standalone

@@ -179,6 +179,9 @@ typedef struct sqstore {
     tm_writer *writer;
     sqlite3 *wdb;
     sqlite3_stmt *ins_event, *upd_stream, *ins_stream, *upd_commits;
+    /* Prepared once too (a per-call prepare cost more than its step):
+     * sessions and records made per call, a session's rows deleted. */
+    sqlite3_stmt *ins_session, *ins_request, *del_rows[5];
     struct sstream *w_touched;      /* streams the batch being committed touched */
     struct stream_update *w_ups;    /* their new bounds, once written */
     size_t w_nups;
@@ -563,6 +566,16 @@ static int step_done(sqstore *q, sqlite3_stmt *st)
     return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
 }
 
+/* step_done for a statement prepared once: reset (and unbound) for its
+ * next use instead of finalized. */
+static int step_kept(sqstore *q, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+}
+
 static int apply_stream_create(sqstore *q, op *o)
 {
     sqlite3_stmt *st = q->ins_stream;
@@ -586,18 +599,21 @@ static int apply_stream_create(sqstore *q, op *o)
     return 0;
 }
 
+/* A session's rows, in the order of q->del_rows (the session's own last:
+ * sqlite3_changes then says whether it existed). */
+static const char *const del_rows_sql[5] = {
+    "DELETE FROM tm_events WHERE sid IN (SELECT sid FROM tm_streams WHERE session = ?1)",
+    "DELETE FROM tm_streams WHERE session = ?1",
+    "DELETE FROM tm_requests WHERE session = ?1",
+    "DELETE FROM tm_session_attrs WHERE session = ?1",
+    "DELETE FROM tm_sessions WHERE id = ?1",
+};
+
 static int delete_session_rows(sqstore *q, const char *id)
 {
-    static const char *const sqls[] = {
-        "DELETE FROM tm_events WHERE sid IN (SELECT sid FROM tm_streams WHERE session = ?1)",
-        "DELETE FROM tm_streams WHERE session = ?1",
-        "DELETE FROM tm_requests WHERE session = ?1",
-        "DELETE FROM tm_session_attrs WHERE session = ?1",
-        "DELETE FROM tm_sessions WHERE id = ?1",
-    };
-    for (size_t i = 0; i < sizeof sqls / sizeof *sqls; i++) {
-        const char *args[1] = {id};
-        int rc = tm_sqlite_exec_args(q->wdb, sqls[i], args, 1);
+    for (size_t i = 0; i < sizeof q->del_rows / sizeof *q->del_rows; i++) {
+        sqlite3_bind_text(q->del_rows[i], 1, id, -1, SQLITE_STATIC);
+        int rc = step_kept(q, q->del_rows[i]);
         if (rc)
             return rc;
     }
@@ -676,17 +692,13 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         o->ss->batch_closed = 0;
         return 0;
     case OP_SESSION_CREATE:
-        if (sqlite3_prepare_v2(q->wdb,
-                               "INSERT INTO tm_sessions(id, version, client, created_ms, "
-                               "last_seen_ms, next_r) VALUES(?1, ?2, ?3, ?4, ?5, 1)",
-                               -1, &st, NULL) != SQLITE_OK)
-            return TIDEMARK_EIO;
+        st = q->ins_session;
         sqlite3_bind_text(st, 1, o->srec.id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, o->srec.protocol_version, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, o->srec.client, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, o->srec.created_ms);
         sqlite3_bind_int64(st, 5, o->srec.last_seen_ms);
-        return step_done(q, st);
+        return step_kept(q, st);
     case OP_SESSION_TOUCH:
         if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET last_seen_ms = ?1 WHERE id = ?2", -1,
                                &st, NULL) != SQLITE_OK)
@@ -696,21 +708,19 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         return step_done(q, st);
     case OP_SESSION_ATTRS:
         return apply_set_attr(q, o);
-    case OP_SESSION_DELETE:
-        return delete_session_rows(q, o->srec.id);
+    case OP_SESSION_DELETE: { /* ENOTFOUND from the write itself: no read first */
+        int rc = delete_session_rows(q, o->srec.id);
+        return rc ? rc : sqlite3_changes(q->wdb) == 0 ? TIDEMARK_ENOTFOUND : 0;
+    }
     case OP_REQ_BEGIN:
-        if (sqlite3_prepare_v2(q->wdb,
-                               "INSERT OR IGNORE INTO tm_requests(session, key, state, tool, stream, "
-                               "message, updated_ms) VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6)",
-                               -1, &st, NULL) != SQLITE_OK)
-            return TIDEMARK_EIO;
+        st = q->ins_request;
         sqlite3_bind_text(st, 1, o->rrec.session, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, o->rrec.key, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, o->rrec.tool, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, o->rrec.stream, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 5, o->rrec.message, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 6, o->ms);
-        if (step_done(q, st) != 0)
+        if (step_kept(q, st) != 0)
             return TIDEMARK_EIO;
         return sqlite3_changes(q->wdb) == 0 ? TIDEMARK_EEXIST : 0;
     case OP_SCHEMA:
@@ -1407,22 +1417,52 @@ static void doom_session_streams(sqstore *q, const char *id, op *o)
     o->ndoomed = d.n;
 }
 
+/* The delete's op, its session's streams out of the cache; NULL, or *rc. */
+static op *session_delete_op(sqstore *q, const char *id, int *rc)
+{
+    op *o = op_new(OP_SESSION_DELETE);
+    if (o && !(o->srec.id = tm_strdup(id))) {
+        op_free(o);
+        o = NULL;
+    }
+    *rc = o ? 0 : TIDEMARK_ENOMEM;
+    if (!o)
+        return NULL;
+    pthread_mutex_lock(&q->c_mu);
+    if (refusing(q))
+        *rc = TIDEMARK_EIO;
+    else
+        doom_session_streams(q, id, o);
+    pthread_mutex_unlock(&q->c_mu);
+    if (*rc) {
+        op_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* TIDEMARK_ENOTFOUND comes from the delete itself (no session row went),
+ * not from a read first: a read on another connection cost more than the
+ * write, and missed a session whose creation was still queued. */
 static int q_session_delete(tm_store *st, const char *id)
 {
     sqstore *q = (sqstore *)st;
-    tm_session_rec rec;
-    int rc = q_session_get(st, id, &rec);
-    if (rc)
-        return rc;
-    tm_session_rec_clear(&rec);
-    op *o = op_new(OP_SESSION_DELETE);
-    if (!o)
-        return TIDEMARK_ENOMEM;
-    o->srec.id = tm_strdup(id);
-    pthread_mutex_lock(&q->c_mu);
-    doom_session_streams(q, id, o);
-    pthread_mutex_unlock(&q->c_mu);
-    return run_sync(q, o, 0);
+    int rc;
+    op *o = session_delete_op(q, id, &rc);
+    return o ? run_sync(q, o, 0) : rc;
+}
+
+/* Queued behind what is queued for the session (FIFO), waited for by no
+ * one: deletes of sessions nobody names any more commit in the batches of
+ * other writes instead of a transaction each. */
+static int q_session_delete_queued(tm_store *st, const char *id)
+{
+    sqstore *q = (sqstore *)st;
+    int rc;
+    op *o = session_delete_op(q, id, &rc);
+    if (o)
+        enqueue(q, o);
+    return rc;
 }
 
 static int q_stream_open(tm_store *st, const char *session, const char *name,
@@ -2087,6 +2127,36 @@ static void free_plain(const char *k, void *v, void *ud)
     free(v);
 }
 
+static void kept_finalize(sqstore *q)
+{
+    sqlite3_finalize(q->ins_session);
+    sqlite3_finalize(q->ins_request);
+    q->ins_session = q->ins_request = NULL;
+    for (size_t i = 0; i < sizeof q->del_rows / sizeof *q->del_rows; i++) {
+        sqlite3_finalize(q->del_rows[i]);
+        q->del_rows[i] = NULL;
+    }
+}
+
+/* The writer's statements for sessions and records (q->ins_session ...). */
+static int prepare_kept(sqstore *q)
+{
+    if (sqlite3_prepare_v3(q->wdb,
+                           "INSERT INTO tm_sessions(id, version, client, created_ms, "
+                           "last_seen_ms, next_r) VALUES(?1, ?2, ?3, ?4, ?5, 1)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_session, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(q->wdb,
+                           "INSERT OR IGNORE INTO tm_requests(session, key, state, tool, stream, "
+                           "message, updated_ms) VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_request, NULL) != SQLITE_OK)
+        return TIDEMARK_EIO;
+    for (size_t i = 0; i < sizeof q->del_rows / sizeof *q->del_rows; i++)
+        if (sqlite3_prepare_v3(q->wdb, del_rows_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                               &q->del_rows[i], NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
+    return 0;
+}
+
 /* Everything q holds; safe on a half-made store. */
 static void q_free(sqstore *q)
 {
@@ -2094,6 +2164,7 @@ static void q_free(sqstore *q)
     sqlite3_finalize(q->upd_stream);
     sqlite3_finalize(q->ins_stream);
     sqlite3_finalize(q->upd_commits);
+    kept_finalize(q);
     sqlite3_close(q->wdb);
     for (int i = 0; i < q->nrfree; i++)
         sqlite3_close(q->rfree[i]);
@@ -2138,6 +2209,7 @@ static void q_close(tm_store *st)
     sqlite3_finalize(q->ins_stream);
     sqlite3_finalize(q->upd_commits);
     q->ins_event = q->upd_stream = q->ins_stream = q->upd_commits = NULL;
+    kept_finalize(q);
     int closed = sqlite3_close(q->wdb) == SQLITE_OK;
     q->wdb = NULL;
     /* Clean: the next open need not check the file. A damaged one stays
@@ -2157,6 +2229,7 @@ static const struct tm_store_ops sqlite_ops = {
     .session_touch = q_session_touch,
     .session_delete = q_session_delete,
     .session_create_queued = q_session_create_queued,
+    .session_delete_queued = q_session_delete_queued,
     .stream_open = q_stream_open,
     .close_stream = q_close_stream,
     .read = q_read,
@@ -2391,7 +2464,7 @@ static int setup_epoch(sqstore *q)
         sqlite3_prepare_v3(q->wdb, "UPDATE tm_meta SET v = ?1 WHERE k = 'commits'", -1,
                            SQLITE_PREPARE_PERSISTENT, &q->upd_commits, NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
-    return 0;
+    return prepare_kept(q);
 }
 
 /* Open the files beside and the database itself, check it, and record a

@@ -71,8 +71,10 @@ void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp
         meta = json_object();
         json_object_set_new(res, "_meta", meta);
     }
-    json_object_set_new(meta, TM_META_SERVER,
-                        json_pack("{s:s,s:s}", "name", srv->name, "version", srv->version));
+    json_t *info = json_object(); /* json_pack would parse its format per call */
+    json_object_set_new(info, "name", json_string(srv->name));
+    json_object_set_new(info, "version", json_string(srv->version));
+    json_object_set_new(meta, TM_META_SERVER, info);
     const char *rt = json_string_value(json_object_get(res, "resultType"));
     if (strcmp(rt, "complete") == 0 && cacheable(method)) {
         if (!json_object_get(res, "ttlMs"))
@@ -126,23 +128,27 @@ static json_t *discover(tidemark_server_t *srv, const tm_msg *m)
 /* ---- the context of a request --------------------------------------------- */
 
 /* The client as _meta describes it, in the shape a 2025 session keeps,
- * with the request's principal (its owner). */
+ * with the request's principal (its owner). Built once per request: the
+ * store's record and the in-memory context are the same object (the
+ * values are _meta's own, shared, not copied). NULL without capabilities
+ * (era.c lets no such request through) or memory. */
 static json_t *client_of(const tm_msg *m, const char *principal)
 {
     json_t *meta = meta_of(m);
-    json_t *c = json_pack("{s:O,s:s}", "capabilities", json_object_get(meta, TM_META_CAPS),
-                          TM_CLIENT_PRINCIPAL, principal);
+    json_t *c = json_object();
     json_t *info = json_object_get(meta, TM_META_INFO);
-    if (info)
-        json_object_set(c, "clientInfo", info);
+    if (!c || json_object_set(c, "capabilities", json_object_get(meta, TM_META_CAPS)) != 0 ||
+        json_object_set_new(c, TM_CLIENT_PRINCIPAL, json_string(principal)) != 0 ||
+        (info && json_object_set(c, "clientInfo", info) != 0)) {
+        json_decref(c);
+        return NULL;
+    }
     return c;
 }
 
-static tm_sess *context_new(const char *id, const tm_msg *m, const char *principal)
+static tm_sess *context_new(const char *id, const tm_msg *m, json_t *client)
 {
-    json_t *client = client_of(m, principal);
     tm_sess *s = client ? tm_sess_new(id, TM_MODERN_VERSION, client) : NULL;
-    json_decref(client);
     if (!s)
         return NULL;
     int lvl = tm_log_level_index(json_string_value(json_object_get(meta_of(m), TM_META_LOG)));
@@ -152,12 +158,9 @@ static tm_sess *context_new(const char *id, const tm_msg *m, const char *princip
 
 /* A store session for a call or a listener (marked modern: a 2025 request
  * naming it gets 404). */
-static int store_session(tidemark_server_t *srv, const char *id, const tm_msg *m,
-                         const char *principal, int queued)
+static int store_session(tidemark_server_t *srv, const char *id, const json_t *client, int queued)
 {
-    json_t *client = client_of(m, principal);
-    char *txt = client ? json_dumps(client, JSON_COMPACT) : NULL;
-    json_decref(client);
+    char *txt = client ? tm_jsonrpc_dump(client, NULL) : NULL; /* json_dumps' bytes, faster */
     int64_t now = tm_wall_ms();
     tm_session_rec rec = {.id = (char *)id, .protocol_version = TM_MODERN_VERSION, .client = txt,
                           .created_ms = now, .last_seen_ms = now};
@@ -229,10 +232,10 @@ void tm_modern_reap(tidemark_server_t *srv, int all)
         }
     }
     pthread_mutex_unlock(&srv->fail_mu);
-    while (due) {
+    while (due) { /* queued, not waited for one by one: they commit in a batch */
         tm_doomed *d = due;
         due = d->next;
-        int rc = all ? 0 : tm_store_session_delete(srv->store, d->id);
+        int rc = all ? 0 : tm_store_session_delete_queued(srv->store, d->id);
         if (rc && rc != TIDEMARK_ENOTFOUND)
             TM_WARN("session %s: not deleted (its TTL will): %s", TM_SID(d->id), tidemark_strerror(rc));
         free(d);
@@ -496,7 +499,8 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
  * *ephemeral. 1 when the POST was answered (a re-issue, an error). Another
  * principal's key derives another id: its own new call, never this one's. */
 static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
-                        const char *principal, char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
+                        const char *principal, const json_t *client,
+                        char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
 {
     json_t *k = json_object_get(meta_of(m), IDEM_KEY);
     *ephemeral = !k;
@@ -511,7 +515,7 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
         return 1;
     /* A random id's session need not be durable before its record is
      * queued behind it: created without waiting where the store can. */
-    rc = store_session(srv, sid, m, principal, !k && tm_store_can_queue_session_create(srv->store));
+    rc = store_session(srv, sid, client, !k && tm_store_can_queue_session_create(srv->store));
     if (rc == TIDEMARK_EEXIST && k)
         rc = 0; /* an earlier request under the key made it */
     if (rc) {
@@ -528,19 +532,18 @@ static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
     char sid[TM_SESSION_ID_LEN + 1];
     int ephemeral = 1;
     int keyed = json_object_get(meta_of(m), IDEM_KEY) != NULL;
+    json_t *client = client_of(m, principal); /* the store's record and the context's */
     if (keyed) /* the replay check and the record's start, as one on this node */
         pthread_mutex_lock(&keyed_mu);
-    if (call_session(srv, r, m, principal, sid, &ephemeral)) {
-        if (keyed)
-            pthread_mutex_unlock(&keyed_mu);
-        return;
-    }
-    tm_sess *sess = context_new(sid, m, principal);
+    int answered = client && call_session(srv, r, m, principal, client, sid, &ephemeral);
+    tm_sess *sess = client && !answered ? context_new(sid, m, client) : NULL;
+    json_decref(client);
     if (!sess) {
         if (keyed)
             pthread_mutex_unlock(&keyed_mu);
-        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
-                              NULL);
+        if (!answered)
+            tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        return;
     }
     hold(srv, sess);
     tm_post_submit(srv, r, sess, pm, TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0));
@@ -619,8 +622,9 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
         return reply(srv, r, m->method, bad);
     char id[TM_SESSION_ID_LEN + 1], g[TM_STREAM_MAX];
     int rc = new_id(id);
+    json_t *client = rc == 0 ? client_of(m, principal) : NULL;
     if (rc == 0)
-        rc = store_session(srv, id, m, principal, 0);
+        rc = client ? store_session(srv, id, client, 0) : TIDEMARK_ENOMEM;
     if (rc == 0)
         rc = tm_store_stream_open(srv->store, id, "g", g);
     json_t *h = honoured(f);
@@ -635,7 +639,8 @@ static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     if (rc == 0)
         rc = listener_attrs(srv, id, m, h);
     json_decref(h);
-    tm_sess *s = rc == 0 ? context_new(id, m, principal) : NULL;
+    tm_sess *s = rc == 0 ? context_new(id, m, client) : NULL;
+    json_decref(client);
     if (s)
         hold(srv, s);
     if (rc == 0)
@@ -803,7 +808,9 @@ void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     if (strcmp(m->method, "subscriptions/listen") == 0 || tm_is_call(m))
         return later(srv, r, pm, ctx); /* they write durably before answering */
     char id[TM_SESSION_ID_LEN + 1];
-    tm_sess *s = new_id(id) == 0 ? context_new(id, m, ctx->principal) : NULL;
+    json_t *client = client_of(m, ctx->principal);
+    tm_sess *s = client && new_id(id) == 0 ? context_new(id, m, client) : NULL;
+    json_decref(client);
     if (!s)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
                               NULL);
