@@ -80,17 +80,6 @@ json_t *tm_jsonrpc_request(json_t *id /* stolen */, const char *method, json_t *
 /* Serialise compactly. OUT len. Caller frees. */
 char *tm_jsonrpc_dump(const json_t *v, size_t *len);
 
-/* Exact fast paths for jansson's load and compact dump on the request path
- * (jsonrpc.c, "fast paths"). Both return NULL where they decline: then the
- * caller uses jansson, whose answer (value or error) stands.
- * tm_json_fast_load: what json_loadb(s, len, JSON_REJECT_DUPLICATES |
- * JSON_ALLOW_NUL | JSON_DECODE_ANY) returns, for the subset it takes.
- * tm_json_fast_dump: what json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY)
- * returns (malloc'd, OUT *len); NULL where that fails too, or nesting is
- * very deep. */
-json_t *tm_json_fast_load(const char *s, size_t len);
-char *tm_json_fast_dump(const json_t *v, size_t *len);
-
 /* The MCP protocol versions this library speaks, newest first, NULL-ended. */
 extern const char *const tm_protocol_versions[];
 /* 1 if v is one of them. */

@@ -762,119 +762,6 @@ static void test_dump_compact(void **state)
     json_decref(v);
 }
 
-/* ---- json_fast.c: the same as jansson, or declined --------------------------- */
-
-#define JFLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY)
-
-/* Fast load takes s only if jansson does, to an equal value (and a dump of
- * equal bytes); where it declines, jansson's answer stands. */
-static void same_as_jansson(const char *s, size_t n)
-{
-    json_t *j = json_loadb(s, n, JFLAGS, NULL);
-    json_t *f = tm_json_fast_load(s, n);
-    if (f && (!j || !json_equal(f, j))) {
-        print_error("fast load took %.*s differently from jansson\n", (int)n, s);
-        fail();
-    }
-    if (j) {
-        char *a = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-        size_t len = 0;
-        char *b = tm_json_fast_dump(j, &len);
-        if (a && (!b || strcmp(a, b) != 0 || len != strlen(a))) {
-            print_error("fast dump of %.*s: \"%s\", jansson: \"%s\"\n", (int)n, s, b ? b : "(null)", a);
-            fail();
-        }
-        if (!a && b)
-            fail();
-        free(a);
-        free(b);
-    }
-    json_decref(j);
-    json_decref(f);
-}
-
-static const char *const corpus[] = {
-    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
-    "\"arguments\":{\"text\":\"rps-7\"},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"
-    "\"2026-07-28\",\"io.modelcontextprotocol/clientInfo\":{\"name\":\"t\",\"version\":\"1\"},"
-    "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
-    " { \"a\" : [ 1 , -2 , 0 , -0 , true , false , null , \"\" , [ ] , { } ] } \n",
-    "{\"a\":1,\"a\":2}", "{\"a\":1}x", "{\"a\":1,}", "[1,]", "[1 2]", "{\"a\" 1}", "{1:2}",
-    "01", "-", "-01", "1.5", "1e3", "1E-3", "-0.0", "123456789012345678", "1234567890123456789",
-    "-9223372036854775808", "9223372036854775808", "99999999999999999999", "\"\\n\"", "\"a\\u0000b\"",
-    "\"\\ud83d\\ude00\"", "\"\\ud800\"", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "\"\xc0\xaf\"",
-    "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xe2\x82\"", "\"\x7f\"", "\"\x1f\"", "\"\t\"",
-    "", " ", "tru", "true", "truex", "nul", "null", "false", "[[[]]]", "{\"\":0}", "\"abc", "[",
-    "{", "}", "{\"a\":{\"b\":{\"c\":[1,{\"d\":\"e\"}]}}}", "\xef\xbb\xbf{}", "{} {}", "\"/\"",
-    "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"]", "{\"k\\u0000\":1}", "{\"x\":\"a\"\x00}",
-};
-
-static void test_fast_json_corpus(void **state)
-{
-    (void)state;
-    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++)
-        same_as_jansson(corpus[i], strlen(corpus[i]));
-    for (size_t i = 0; i < 2; i++) { /* the request path's shapes are taken, not declined */
-        json_t *f = tm_json_fast_load(corpus[i], strlen(corpus[i]));
-        assert_non_null(f);
-        json_decref(f);
-    }
-    same_as_jansson("{\"x\":\"a\"\x00}", 9);
-    same_as_jansson("\"a\x00" "b\"", 5);
-}
-
-/* Random bytes from a small JSON alphabet, and mutations of the corpus. */
-static void test_fast_json_random(void **state)
-{
-    (void)state;
-    static const char alpha[] = "{}[]:,\"\\ 0123-.eEtrufalsn\xc3\xa9\x80\xff\x01" "ab";
-    unsigned seed = 12345;
-    char buf[96];
-    for (int round = 0; round < 60000; round++) {
-        size_t n;
-        seed = seed * 1103515245u + 12345u;
-        if (round % 2) {
-            const char *c = corpus[(seed >> 8) % (sizeof corpus / sizeof corpus[0])];
-            n = strlen(c) < sizeof buf ? strlen(c) : sizeof buf;
-            memcpy(buf, c, n);
-            for (int k = 0; k < 2 && n; k++) {
-                seed = seed * 1103515245u + 12345u;
-                buf[(seed >> 4) % n] = alpha[(seed >> 16) % (sizeof alpha - 1)];
-            }
-        } else {
-            n = (seed >> 8) % 24;
-            for (size_t k = 0; k < n; k++) {
-                seed = seed * 1103515245u + 12345u;
-                buf[k] = alpha[(seed >> 16) % (sizeof alpha - 1)];
-            }
-        }
-        same_as_jansson(buf, n);
-    }
-}
-
-/* Values jansson builds (not only parsed ones) dump the same. */
-static void test_fast_dump_built(void **state)
-{
-    (void)state;
-    json_t *v = json_pack("{s:f,s:f,s:f,s:I,s:I,s:s#,s:[s,o]}", "r", 1.0, "q", 0.1, "big", 1e300,
-                          "min", (json_int_t)INT64_MIN, "max", (json_int_t)INT64_MAX, "nul",
-                          "a\0\x01\x1f\x7f\xe2\x80\xa8", (size_t)8, "arr", "\"q\"", json_object());
-    json_object_set_new(v, "k\0ey", json_true()); /* a key cut at NUL by the plain setter */
-    json_object_setn_new(v, "n\0ul", 4, json_null());
-    char *a = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *b = tm_json_fast_dump(v, NULL);
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_string_equal(a, b);
-    free(a);
-    free(b);
-    json_decref(v);
-    json_t *bad = json_stringn_nocheck("\xff", 1); /* jansson refuses to dump it: so do we */
-    assert_null(json_dumps(bad, JSON_ENCODE_ANY));
-    assert_null(tm_json_fast_dump(bad, NULL));
-    json_decref(bad);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -903,9 +790,6 @@ int main(void)
         cmocka_unit_test(test_result_builder_echoes_id),
         cmocka_unit_test(test_notification_and_request_builders),
         cmocka_unit_test(test_dump_compact),
-        cmocka_unit_test(test_fast_json_corpus),
-        cmocka_unit_test(test_fast_json_random),
-        cmocka_unit_test(test_fast_dump_built),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
