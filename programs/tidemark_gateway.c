@@ -107,6 +107,11 @@ static int take_flags(gw_opts *o, int *argc, char **argv)
     return 0;
 }
 
+static void quiesce(void *gw)
+{
+    tm_gateway_quiesce(gw);
+}
+
 static int run(server_cli *cli, const gw_opts *o, char **child_argv)
 {
     tidemark_server_t *srv;
@@ -124,7 +129,8 @@ static int run(server_cli *cli, const gw_opts *o, char **child_argv)
         tidemark_server_free(srv);
         return 1;
     }
-    rc = server_cli_run(srv, cli); /* returns stopped: no call runs any more */
+    /* The gateway's thread ends before the server stops; the children after. */
+    rc = server_cli_run_hook(srv, cli, quiesce, gw);
     tm_gateway_free(gw);
     tidemark_server_free(srv);
     return rc;

@@ -408,6 +408,12 @@ static void raise_fd_limit(const server_cli *cli)
 
 int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
 {
+    return server_cli_run_hook(srv, cli, NULL, NULL);
+}
+
+int server_cli_run_hook(tidemark_server_t *srv, const server_cli *cli, void (*before_stop)(void *),
+                        void *ud)
+{
     const char *cli_host_for_url = cli->cfg.host ? cli->cfg.host : "127.0.0.1";
     const char *cli_path = cli->cfg.path ? cli->cfg.path : "/mcp";
     sigset_t set;
@@ -430,6 +436,8 @@ int server_cli_run(tidemark_server_t *srv, const server_cli *cli)
     int sig;
     sigwait(&set, &sig);
     tidemark_log("info", "signal %d: stopping", sig);
+    if (before_stop)
+        before_stop(ud);
     tidemark_server_stop(srv);
     return 0;
 }

@@ -27,5 +27,9 @@ typedef struct server_cli {
 int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, const char *about);
 /* Start srv, print the listening URL on stdout, wait for SIGINT/SIGTERM, stop. */
 int server_cli_run(tidemark_server_t *srv, const server_cli *cli);
+/* The same, with before_stop(ud) called once the signal came and before the
+ * server stops (a program's own threads that use the server end there). */
+int server_cli_run_hook(tidemark_server_t *srv, const server_cli *cli, void (*before_stop)(void *),
+                        void *ud);
 
 #endif

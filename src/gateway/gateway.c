@@ -142,8 +142,16 @@ void tm_gw_changed(tm_gateway *g, json_t *msg)
     const char *m = json_string_value(json_object_get(msg, "method"));
     if (m && !strcmp(m, "notifications/resources/updated")) {
         const char *uri = json_string_value(json_object_get(json_object_get(msg, "params"), "uri"));
-        if (uri && tidemark_server_resource_updated(g->srv, uri) != 0)
+        pthread_mutex_lock(&g->mu);
+        int go = uri && !g->stopping; /* the server stops after quiesce: not under it */
+        g->users += go;
+        pthread_mutex_unlock(&g->mu);
+        if (go && tidemark_server_resource_updated(g->srv, uri) != 0)
             TM_WARN("gateway: resources/updated for %s not delivered to every session", uri);
+        pthread_mutex_lock(&g->mu);
+        g->users -= go;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
     } else if (m && strstr(m, "list_changed")) {
         pthread_mutex_lock(&g->mu);
         g->relist = 1;
@@ -1095,16 +1103,26 @@ int tm_gateway_new(tidemark_server_t *srv, const tm_gateway_config *cfg, tm_gate
     return 0;
 }
 
-void tm_gateway_free(tm_gateway *g)
+void tm_gateway_quiesce(tm_gateway *g)
 {
     if (!g)
         return;
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
     pthread_cond_broadcast(&g->cv);
+    while (g->users > 0)
+        pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
     if (g->janitor_on && pthread_join(g->janitor, NULL) != 0)
         TM_WARN("gateway: the janitor could not be joined");
+    g->janitor_on = 0;
+}
+
+void tm_gateway_free(tm_gateway *g)
+{
+    if (!g)
+        return;
+    tm_gateway_quiesce(g);
     while (g->children) {
         child *ch = g->children;
         g->children = ch->next;

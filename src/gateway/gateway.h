@@ -47,6 +47,9 @@ typedef struct tm_gateway_config {
  * (before tidemark_server_start). OUT gw. 0, or the child's start error
  * (upstream.h), TIDEMARK_EPEER when it refused a list, TIDEMARK_ENOMEM. */
 int tm_gateway_new(tidemark_server_t *srv, const tm_gateway_config *cfg, tm_gateway **gw);
+/* Stop the gateway's own thread (the janitor: idle children, relists),
+ * before tidemark_server_stop: it registers into the server. Idempotent. */
+void tm_gateway_quiesce(tm_gateway *gw);
 /* Stop every child (after tidemark_server_stop: no call runs any more). */
 void tm_gateway_free(tm_gateway *gw);
 

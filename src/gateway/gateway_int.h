@@ -69,6 +69,7 @@ struct tm_gateway {
     entry *entries;         /* g->mu: kept until free (a removed tool's call may run) */
     json_t *tools;          /* name -> the tool as listed (janitor and new only) */
     int relist, stopping;   /* g->mu */
+    int users;              /* g->mu: children's threads calling the server now */
     pthread_t janitor;
     int janitor_on;
 };
