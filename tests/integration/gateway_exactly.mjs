@@ -9,8 +9,9 @@
 //      by the gateway's recovery at a new child, the entry exists once;
 //   2. ledger_append, the stdio children killed mid-call: the call is sent
 //      again to the restarted child, the entry exists once;
-//   3. external_call (not safe), the children killed mid-call: the call ends
-//      -32010 outcome_unknown, not re-sent.
+//   3. stream (not named safe: the child's own idempotentHint is not trusted
+//      by default), the children killed while it runs there (its progress
+//      reached the client): the call ends -32010 outcome_unknown, not re-sent.
 //   node gateway_exactly.mjs GATEWAY CLIENT TIDEMARK_EVERYTHING
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -66,13 +67,18 @@ async function gatewayKilled(u) {
 
 async function childKilled(u, tool, entry) {
   const state = join(dir, `c-${entry}.db`);
-  const args = tool === "ledger_append" ? [`entry=${entry}`, "delay_ms=1500"] : ["delay_ms=1500"];
+  const args = tool === "ledger_append" ? [`entry=${entry}`, "delay_ms=1500"] : ["n=40", "delay_ms=100"];
   // The session's child up first (the state keeps the session): the kill
   // below hits the call, not the child's start.
   const warm = await run([...L, "--state", state, "--json", u, "call", "ledger_read", "entry=none"]);
   t.check(`${tool}: the session's child answers`, warm.code === 0, brief(warm));
   const c = start([...L, "--state", state, "--json", u, "call", tool, ...args]);
-  await inFlight(state, u);
+  let err = "";
+  c.proc.stderr.on("data", (d) => { err += d; });
+  if (tool === "stream") // running at the child: its progress came through
+    await until("progress of the call at the child", async () => /progress 2\/40/.test(err), 20000);
+  else
+    await inFlight(state, u);
   const pids = children();
   t.check(`${tool}: the gateway has stdio children to kill`, pids.length >= 2, JSON.stringify(pids));
   for (const pid of pids) try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
@@ -91,7 +97,7 @@ try {
     r.code === 0 && r.json?.content?.[0]?.text === "appended", brief(r));
   const n = await ledger(u, "child-kill");
   t.check("children killed: the ledger holds the entry once", n === 1, `count ${n}`);
-  r = await childKilled(u, "external_call", "ext");
+  r = await childKilled(u, "stream", "ext");
   t.check("stdio children killed mid-call: a call not safe ends outcome_unknown",
     r.code !== 0 && r.json?.code === -32010 && r.json?.data?.reason === "outcome_unknown", brief(r));
   t.check("plain and the others: each entry once", (await ledger(u, "plain")) === 1);
