@@ -17,6 +17,11 @@ if(NODE_EXECUTABLE)
               $<TARGET_FILE:tidemark-server> memory ${sc})
     set_tests_properties(holes_${sc} PROPERTIES TIMEOUT 300)
   endforeach()
+  # 8,000 open streams and a 2 s answer bound: a capacity test, run alone so
+  # other tests' load does not decide it, and not under a sanitizer (its 2-5x
+  # overhead, not the server, broke the bound: 4.9 s in the ASan build while
+  # gateway tests ran beside it; the paths it drives are sanitized by others).
+  set_tests_properties(holes_streams PROPERTIES RUN_SERIAL TRUE LABELS nosan)
   # Subscription limits; on Redis the second request goes to the other node.
   foreach(store memory redis)
     add_test(NAME holes_limits_${store}
