@@ -14,6 +14,7 @@
  *
  * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
  */
+#include "net.h"
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -47,18 +48,6 @@ static void first_arg(const char *body, char *out, size_t cap)
         snprintf(out, cap, "%.*s", (int)(e - v), v);
 }
 
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int answer(int fd, const char *body)
 {
     char arg[512], ev[1024], out[2048];
@@ -66,7 +55,7 @@ static int answer(int fd, const char *body)
     if (strstr(body, "\"method\":\"notifications/")) {
         n = snprintf(out, sizeof out, "HTTP/1.1 202 Accepted\r\nMcp-Session-Id: floor\r\n"
                                       "Content-Length: 0\r\n\r\n");
-        return send_all(fd, out, (size_t)n);
+        return bench_send_all(fd, out, (size_t)n);
     }
     first_arg(body, arg, sizeof arg);
     int e = snprintf(ev, sizeof ev,
@@ -77,7 +66,7 @@ static int answer(int fd, const char *body)
                  "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "Mcp-Session-Id: floor\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n",
                  (unsigned)e, ev);
-    return send_all(fd, out, (size_t)n);
+    return bench_send_all(fd, out, (size_t)n);
 }
 
 /* Answer every complete request in c->buf; -1 when the connection is done. */

@@ -41,6 +41,7 @@
  * HTTP/1.1 over plain sockets: Content-Length and chunked bodies (an SSE
  * answer is a chunked body the server ends after the result).
  */
+#include "net.h"
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -67,7 +68,7 @@
 enum { M_ECHO, M_TASKS_GET, M_TASK };
 
 typedef struct opts {
-    char host[256], port[16], path[512];
+    bench_url u;
     int modern, conns, method, ledger;
     char echo_arg[32];          /* the echo tool's argument ("text"; server-everything: "message") */
     double seconds, warmup, poll_ms;
@@ -87,57 +88,6 @@ typedef struct conn {
 } conn;
 
 static atomic_int g_measure, g_stop;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int parse_url(const char *url, opts *o)
-{
-    if (strncmp(url, "http://", 7) != 0)
-        return -1;
-    const char *h = url + 7, *slash = strchr(h, '/'), *colon = strchr(h, ':');
-    if (!slash)
-        slash = h + strlen(h);
-    if (!colon || colon > slash)
-        return -1;
-    snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - h), h);
-    snprintf(o->port, sizeof o->port, "%.*s", (int)(slash - colon - 1), colon + 1);
-    snprintf(o->path, sizeof o->path, "%s", *slash ? slash : "/");
-    return 0;
-}
-
-static int dial(const opts *o)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(o->host, o->port, &hints, &ai) != 0)
-        return -1;
-    int fd = socket(ai->ai_family, ai->ai_socktype, 0);
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    int one = 1;
-    if (fd >= 0)
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* Read more into c->buf; -1 on EOF or error. */
 static int fill(conn *c)
@@ -226,11 +176,11 @@ static int post(conn *c, const char *headers, const char *json, int *status, cha
                      "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
                      "Accept: application/json, text/event-stream\r\n%s%s%s%s"
                      "Content-Length: %zu\r\n\r\n%s",
-                     c->o->path, c->o->host, c->o->port, c->sid[0] ? "Mcp-Session-Id: " : "", c->sid,
+                     c->o->u.path, c->o->u.host, c->o->u.port, c->sid[0] ? "Mcp-Session-Id: " : "", c->sid,
                      c->sid[0] ? "\r\n" : "", headers ? headers : "", strlen(json), json);
     if (n < 0 || n >= (int)sizeof req)
         return -1;
-    return send_all(c->fd, req, (size_t)n) || read_response(c, status, body, cap) ? -1 : 0;
+    return bench_send_all(c->fd, req, (size_t)n) || read_response(c, status, body, cap) ? -1 : 0;
 }
 
 static int legacy_session(conn *c)
@@ -391,14 +341,14 @@ static void *run_conn(void *arg)
 {
     conn *c = arg;
     for (long id = 1; !atomic_load(&g_stop); id++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         long gets = 0;
         int done = 0, rc = one_op(c, id, &gets, &done);
         if (rc < 0) { /* the connection broke: count it, reconnect */
             c->errors++;
             close(c->fd);
             c->have = 0;
-            if ((c->fd = dial(c->o)) < 0)
+            if ((c->fd = bench_dial(&c->o->u)) < 0)
                 break;
             continue;
         }
@@ -411,7 +361,7 @@ static void *run_conn(void *arg)
         else
             c->calls++;
         if (c->nlat < MAX_LAT)
-            c->lat[c->nlat++] = (now_s() - t0) * 1e3;
+            c->lat[c->nlat++] = (bench_now() - t0) * 1e3;
     }
     return NULL;
 }
@@ -469,7 +419,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         else
             return -1;
     }
-    if (!url || parse_url(url, o) || o->conns < 1 || o->conns > MAX_CONNS || o->seconds <= 0)
+    if (!url || bench_parse_url(url, &o->u) || o->conns < 1 || o->conns > MAX_CONNS || o->seconds <= 0)
         return -1;
     if (o->method != M_ECHO)
         o->modern = 1;
@@ -532,9 +482,9 @@ static int open_conns(const opts *o, conn *cs)
         cs[i].fd = -1;
         cs[i].idx = i;
         cs[i].lat = malloc(MAX_LAT * sizeof(double));
-        if (!cs[i].lat || (cs[i].fd = dial(o)) < 0 || (!o->modern && legacy_session(&cs[i]))) {
-            fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o->host,
-                    o->port);
+        if (!cs[i].lat || (cs[i].fd = bench_dial(&o->u)) < 0 || (!o->modern && legacy_session(&cs[i]))) {
+            fprintf(stderr, "tidemark-rps: cannot connect or open a session at %s:%s\n", o->u.host,
+                    o->u.port);
             return -1;
         }
     }
@@ -550,7 +500,7 @@ static int prepare_task(opts *o, conn *c)
         return 0;
     if (task_cycle(c, 0, o->task_id, &gets, &done) == 0)
         return 0;
-    fprintf(stderr, "tidemark-rps: could not make a completed task at %s:%s\n", o->host, o->port);
+    fprintf(stderr, "tidemark-rps: could not make a completed task at %s:%s\n", o->u.host, o->u.port);
     return -1;
 }
 

@@ -18,6 +18,7 @@
  * after the other, a line each. Exit 1 when a session or stream could not
  * be opened or not all notifications arrived.
  */
+#include "net.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -39,7 +40,8 @@
 #define TAIL 40 /* > strlen(NEEDLE): a needle split across two reads is found */
 
 typedef struct opts {
-    char host[256], port[16], path[512], uri[1024], trigger[128];
+    bench_url u;
+    char uri[1024], trigger[128];
     int n, threads, pid, repeat;
     double timeout;
 } opts;
@@ -56,56 +58,6 @@ typedef struct setup {
     stream *s;
     int first, failed;
 } setup;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int parse_url(const char *url, opts *o)
-{
-    if (strncmp(url, "http://", 7) != 0)
-        return -1;
-    const char *h = url + 7, *slash = strchr(h, '/'), *colon = strchr(h, ':');
-    if (!slash)
-        slash = h + strlen(h);
-    if (!colon || colon > slash)
-        return -1;
-    snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - h), h);
-    snprintf(o->port, sizeof o->port, "%.*s", (int)(slash - colon - 1), colon + 1);
-    snprintf(o->path, sizeof o->path, "%s", *slash ? slash : "/");
-    return 0;
-}
-
-static int dial(const opts *o)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(o->host, o->port, &hints, &ai) != 0)
-        return -1;
-    int fd = socket(ai->ai_family, ai->ai_socktype, 0), one = 1;
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    if (fd >= 0)
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* Read until buf holds the whole response: the status, or -1. The body is
  * Content-Length or chunked (up to its last chunk); with headers_only the
@@ -142,9 +94,9 @@ static int post(const opts *o, int fd, char *sid, const char *json, char *buf, s
                      "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
                      "Accept: application/json, text/event-stream\r\n"
                      "MCP-Protocol-Version: 2025-11-25\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
-                     o->path, o->host, o->port, sid[0] ? "Mcp-Session-Id: " : "", sid,
+                     o->u.path, o->u.host, o->u.port, sid[0] ? "Mcp-Session-Id: " : "", sid,
                      sid[0] ? "\r\n" : "", strlen(json), json);
-    if (n < 0 || n >= (int)sizeof req || send_all(fd, req, (size_t)n))
+    if (n < 0 || n >= (int)sizeof req || bench_send_all(fd, req, (size_t)n))
         return -1;
     int st = read_response(fd, buf, cap, 0);
     const char *h = st > 0 ? strcasestr(buf, "\r\nmcp-session-id:") : NULL;
@@ -169,7 +121,7 @@ static int open_session(const opts *o, int fd, char *sid, char *buf, size_t cap)
 static int open_stream(const opts *o, char *buf, size_t cap)
 {
     char sid[128], json[1200], req[1024];
-    int fd = dial(o);
+    int fd = bench_dial(&o->u);
     if (fd < 0 || open_session(o, fd, sid, buf, cap))
         goto fail;
     snprintf(json, sizeof json,
@@ -180,8 +132,8 @@ static int open_stream(const opts *o, char *buf, size_t cap)
     int n = snprintf(req, sizeof req,
                      "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n"
                      "MCP-Protocol-Version: 2025-11-25\r\nMcp-Session-Id: %s\r\n\r\n",
-                     o->path, o->host, o->port, sid);
-    if (send_all(fd, req, (size_t)n) == 0 && read_response(fd, buf, cap, 1) == 200)
+                     o->u.path, o->u.host, o->u.port, sid);
+    if (bench_send_all(fd, req, (size_t)n) == 0 && read_response(fd, buf, cap, 1) == 200)
         return fd;
 fail:
     if (fd >= 0)
@@ -260,7 +212,7 @@ static void drain(stream *s, double now, int *got)
 static int send_trigger(const opts *o, char *buf, size_t cap, double *t0)
 {
     char sid[128], json[512], req[2048];
-    int fd = dial(o);
+    int fd = bench_dial(&o->u);
     if (fd < 0 || open_session(o, fd, sid, buf, cap)) {
         if (fd >= 0)
             close(fd);
@@ -274,9 +226,9 @@ static int send_trigger(const opts *o, char *buf, size_t cap, double *t0)
                      "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
                      "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n"
                      "Mcp-Session-Id: %s\r\nContent-Length: %zu\r\n\r\n%s",
-                     o->path, o->host, o->port, sid, strlen(json), json);
-    *t0 = now_s();
-    if (send_all(fd, req, (size_t)n) == 0)
+                     o->u.path, o->u.host, o->u.port, sid, strlen(json), json);
+    *t0 = bench_now();
+    if (bench_send_all(fd, req, (size_t)n) == 0)
         return fd;
     close(fd);
     return -1;
@@ -314,16 +266,16 @@ static int fanout(const opts *o, stream *s)
         fcntl(s[i].fd, F_SETFL, O_NONBLOCK);
         epoll_ctl(ep, EPOLL_CTL_ADD, s[i].fd, &ev);
     }
-    double t0 = now_s();
+    double t0 = bench_now();
     int tfd = ep >= 0 ? send_trigger(o, buf, sizeof buf, &t0) : -1;
     if (tfd < 0)
         fprintf(stderr, "tidemark-streams: cannot call %s\n", o->trigger);
     for (int i = 0; i < o->n; i++)
         s[i].got = 0;
     struct epoll_event evs[256];
-    while (tfd >= 0 && got < o->n && now_s() < t0 + o->timeout) {
+    while (tfd >= 0 && got < o->n && bench_now() < t0 + o->timeout) {
         int n = epoll_wait(ep, evs, 256, 100);
-        double now = now_s();
+        double now = bench_now();
         for (int i = 0; i < n; i++)
             drain(&s[evs[i].data.u32], now, &got);
     }
@@ -364,7 +316,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         else
             return -1;
     }
-    if (!url || parse_url(url, o) || o->n < 1 || o->threads < 1 || o->threads > 64)
+    if (!url || bench_parse_url(url, &o->u) || o->n < 1 || o->threads < 1 || o->threads > 64)
         return -1;
     return o->trigger[0] && !o->uri[0] ? -1 : 0;
 }
@@ -382,9 +334,9 @@ int main(int argc, char **argv)
     if (!s)
         return 1;
     long before = rss_kb(o.pid);
-    double t0 = now_s();
+    double t0 = bench_now();
     int failed = open_all(&o, s), rc = failed != 0;
-    double open_s = now_s() - t0;
+    double open_s = bench_now() - t0;
     usleep(300000); /* let the server finish its bookkeeping before reading RSS */
     printf("streams=%d failed=%d open_s=%.1f rss_kb=%ld rss_before_kb=%ld\n", o.n - failed, failed,
            open_s, rss_kb(o.pid), before);
