@@ -32,8 +32,45 @@ void tm_opqueue_push(tm_opqueue *q, tm_qop *o)
     pthread_mutex_unlock(&q->mu);
 }
 
+/* The queue this thread holds, and how deeply. */
+static _Thread_local tm_opqueue *held_q;
+static _Thread_local int held_depth;
+
+void tm_opqueue_hold(tm_opqueue *q)
+{
+    if (held_q == q) {
+        held_depth++;
+        return;
+    }
+    if (held_q) /* another queue's hold is not ours to stack; ignore */
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->holds++;
+    pthread_mutex_unlock(&q->mu);
+    held_q = q;
+    held_depth = 1;
+}
+
+static void unhold(tm_opqueue *q)
+{
+    held_q = NULL;
+    held_depth = 0;
+    pthread_mutex_lock(&q->mu);
+    if (--q->holds == 0 && q->head)
+        pthread_cond_signal(&q->work_cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void tm_opqueue_release(tm_opqueue *q)
+{
+    if (held_q == q && --held_depth == 0)
+        unhold(q);
+}
+
 int tm_opqueue_wait(tm_opqueue *q, tm_qop *o)
 {
+    if (held_q == q)
+        unhold(q); /* its op would wait for the hold: let go first */
     pthread_mutex_lock(&q->mu);
     while (!o->done)
         pthread_cond_wait(&q->done_cv, &q->mu);
@@ -44,7 +81,7 @@ int tm_opqueue_wait(tm_opqueue *q, tm_qop *o)
 tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, int *stop)
 {
     pthread_mutex_lock(&q->mu);
-    while (!q->head && !q->stopping) {
+    while ((!q->head || q->holds > 0) && !q->stopping) {
         if (wake_ms <= 0) {
             pthread_cond_wait(&q->work_cv, &q->mu);
             continue;

@@ -25,6 +25,7 @@ typedef struct tm_opqueue {
     tm_qop *head, *tail;
     uint64_t next_ctr;
     int stopping;
+    int holds;     /* threads holding the writer back (tm_opqueue_hold) */
 } tm_opqueue;
 
 /* Initialise an empty queue. Returns 0 or TIDEMARK_ENOMEM. */
@@ -46,6 +47,14 @@ void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, 
                        void *ud);
 /* The position the next op pushed will get (every later push is at or after it). */
 uint64_t tm_opqueue_mark(tm_opqueue *q);
+/* Hold the writer back while this thread pushes several ops, so that they
+ * commit in one batch (one transaction, one fsync); tm_opqueue_release
+ * lets it go. Nested holds of one thread count as one. Only for a few
+ * microseconds of pushing: every other thread's ops wait too. A wait of
+ * this thread on the queue (tm_opqueue_wait) ends its hold first, so a
+ * hold can never deadlock on its own op. */
+void tm_opqueue_hold(tm_opqueue *q);
+void tm_opqueue_release(tm_opqueue *q);
 /* Tell the writer to stop once the queue is empty. */
 void tm_opqueue_stop(tm_opqueue *q);
 

@@ -262,6 +262,18 @@ int tm_store_sync(tm_store *st)
 
 uint64_t tm_store_mark(tm_store *st) { return st->ops->mark ? st->ops->mark(st) : 0; }
 
+void tm_store_hold(tm_store *st)
+{
+    if (st && st->ops->hold)
+        st->ops->hold(st, 1);
+}
+
+void tm_store_release(tm_store *st)
+{
+    if (st && st->ops->hold)
+        st->ops->hold(st, 0);
+}
+
 int tm_store_sync_since(tm_store *st, uint64_t mark)
 {
     return st->ops->sync_since ? st->ops->sync_since(st, mark) : st->ops->sync(st);

@@ -169,6 +169,8 @@ struct tm_store_ops {
     int (*session_create_queued)(tm_store *st, const tm_session_rec *rec);
     /* Optional (NULL: tm_store_session_delete_queued waits, as session_delete). */
     int (*session_delete_queued)(tm_store *st, const char *id);
+    /* Optional (NULL: nothing to hold): tm_store_hold / tm_store_release. */
+    void (*hold)(tm_store *st, int on);
 };
 
 /* Common header of every backend object. */
@@ -310,6 +312,14 @@ uint64_t tm_store_mark(tm_store *st);
  * the store accepts writes again by now. Take the mark before the writes
  * whose durability matters (before request_begin). */
 int tm_store_sync_since(tm_store *st, uint64_t mark);
+/* Hold the store's writer back while this thread queues the few writes of
+ * one request (a call's stream, record, events and response), so that they
+ * commit in one transaction; tm_store_release lets it go. Nested holds of a
+ * thread count once; a wait of the holding thread on the store (sync, a
+ * waited write) ends the hold first, so it cannot deadlock. For
+ * microseconds of queueing only. No-op on stores without a queue. */
+void tm_store_hold(tm_store *st);
+void tm_store_release(tm_store *st);
 /* Whether the store accepts writes now: 0, or TIDEMARK_EIO while it refuses
  * them: after a failed write (disk full, I/O error) until a probe write
  * succeeds — the SQLite store probes with backoff (100 ms doubling to 5 s)

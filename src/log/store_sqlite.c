@@ -1963,6 +1963,14 @@ static int q_sync_since(tm_store *st, uint64_t mark)
 
 static uint64_t q_mark(tm_store *st) { return tm_writer_mark(((sqstore *)st)->writer); }
 
+static void q_hold(tm_store *st, int on)
+{
+    if (on)
+        tm_writer_hold(((sqstore *)st)->writer);
+    else
+        tm_writer_release(((sqstore *)st)->writer);
+}
+
 static int q_writable(tm_store *st)
 {
     sqstore *q = (sqstore *)st;
@@ -2248,6 +2256,7 @@ static const struct tm_store_ops sqlite_ops = {
     .sync = q_sync,
     .writable = q_writable,
     .mark = q_mark,
+    .hold = q_hold,
     .sync_since = q_sync_since,
 };
 

@@ -92,6 +92,10 @@ int tm_writer_run(tm_writer *w, tm_wop *o)
 
 uint64_t tm_writer_mark(tm_writer *w) { return tm_opqueue_mark(&w->queue); }
 
+void tm_writer_hold(tm_writer *w) { tm_opqueue_hold(&w->queue); }
+
+void tm_writer_release(tm_writer *w) { tm_opqueue_release(&w->queue); }
+
 int tm_writer_refusing(tm_writer *w) { return atomic_load(&w->refusing) ? TIDEMARK_EIO : 0; }
 
 /* ---- settling a batch ------------------------------------------------------------- */

@@ -105,6 +105,10 @@ void tm_writer_push(tm_writer *w, tm_wop *o);
 /* Queue o with q.sync set and wait until it is settled: its status (the
  * caller frees o). */
 int tm_writer_run(tm_writer *w, tm_wop *o);
+/* Hold the writer back while this thread queues a few ops that should
+ * commit together / let it go (tm_opqueue_hold). */
+void tm_writer_hold(tm_writer *w);
+void tm_writer_release(tm_writer *w);
 /* A position in the queue: every op pushed after this call is at or after it. */
 uint64_t tm_writer_mark(tm_writer *w);
 /* Wait until everything queued before this call is settled. TIDEMARK_EIO

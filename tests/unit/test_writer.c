@@ -402,6 +402,49 @@ static void test_writer_batch_max(void **state)
     fake_free(f);
 }
 
+/* Ops pushed under a hold commit in one batch, however slowly they are
+ * pushed to an idle writer; a wait of the holding thread ends its hold
+ * (no deadlock on its own op); holds nest; another thread's hold keeps
+ * the writer back too. Without the hold the first push commits alone. */
+static void test_writer_hold_one_batch(void **state)
+{
+    (void)state;
+    fake *f = fake_new(0, 0, 0);
+    static fop ops[8];
+    mk_append(&ops[0], 1, "r1");
+    tm_writer_push(f->w, &ops[0].w); /* unheld: commits by itself */
+    assert_int_equal(tm_writer_sync(f->w), 0);
+    assert_int_equal(f->commits, 1);
+    tm_writer_hold(f->w);
+    tm_writer_hold(f->w); /* nested: one hold */
+    for (int i = 1; i <= 4; i++) {
+        mk_append(&ops[i], (uint64_t)i + 1, "r1");
+        tm_writer_push(f->w, &ops[i].w);
+        nap_ms(5); /* an idle writer would have taken each alone */
+    }
+    assert_int_equal(f->commits, 1); /* nothing committed while held */
+    tm_writer_release(f->w);
+    nap_ms(10);
+    assert_int_equal(f->commits, 1); /* the outer hold still holds */
+    tm_writer_release(f->w);
+    assert_int_equal(tm_writer_sync(f->w), 0);
+    assert_int_equal(f->commits, 2);
+    assert_int_equal(f->batch[1], 4);
+    /* a sync while holding lets go first: it returns, with the ops committed */
+    tm_writer_hold(f->w);
+    mk_append(&ops[5], 6, "r1");
+    tm_writer_push(f->w, &ops[5].w);
+    assert_int_equal(tm_writer_sync(f->w), 0);
+    assert_int_equal(f->commits, 3);
+    tm_writer_release(f->w); /* no-op: the sync ended the hold */
+    mk_append(&ops[6], 7, "r1");
+    tm_writer_push(f->w, &ops[6].w);
+    assert_int_equal(tm_writer_sync(f->w), 0);
+    assert_int_equal(f->commits, 4);
+    assert_int_equal(atomic_load(&f->callbacks), 7);
+    fake_free(f);
+}
+
 /* A barrier is settled after everything queued before it and never goes to
  * the backend: a sync of an idle writer commits nothing. */
 static void test_writer_barriers(void **state)
@@ -652,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_opqueue_wake_wait_stop),
         cmocka_unit_test(test_writer_batches_while_committing),
         cmocka_unit_test(test_writer_batch_max),
+        cmocka_unit_test(test_writer_hold_one_batch),
         cmocka_unit_test(test_writer_barriers),
         cmocka_unit_test(test_writer_failure_settle),
         cmocka_unit_test(test_writer_reports_to_thread),
