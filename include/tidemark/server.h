@@ -209,6 +209,16 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
 /* Tidemark: the tool's effects go through the atomic path
  * (tidemark_call_set_effect), so re-running it after a crash is safe. */
 #define TIDEMARK_TOOL_ATOMIC       0x100u
+/* Tidemark: the handler never blocks (no sleep, no file or network I/O,
+ * no lock held long, no tidemark_call_request / _input in a 2025 session:
+ * those fail with TIDEMARK_ENOTSUP there) and returns within microseconds.
+ * Together with TIDEMARK_TOOL_IDEMPOTENT, a call of the tool then runs on
+ * the thread that read its POST, with no hand-off to a worker and back, and
+ * everything the call writes (its stream, record, events and result)
+ * commits in one transaction. Without IDEMPOTENT it is not used (a call
+ * that is not idempotent waits for its record to be durable before it
+ * runs, which is a wait). */
+#define TIDEMARK_TOOL_NONBLOCKING  0x200u
 
 /*
  * A tool handler. args: the call's arguments object (borrowed, never NULL).

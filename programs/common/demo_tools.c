@@ -183,7 +183,8 @@ int demo_tools_register(tidemark_server_t *srv)
         .description = "Returns its text argument as text content.",
         .input_schema = "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},"
                         "\"required\":[\"text\"]}",
-        .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
+        /* Pure: it runs on the thread that read the POST (server.h). */
+        .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT | TIDEMARK_TOOL_NONBLOCKING,
         .fn = tool_echo,
     };
     const tidemark_tool_t stream = {

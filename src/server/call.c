@@ -125,6 +125,10 @@ int tidemark_call_input(tidemark_call_t *c, const char *key, const char *method,
     *result = NULL;
     if (c->modern)
         return tm_mrtr_input(c, key, method, params, result);
+    if (c->inline_run) {
+        TM_WARN("tool declared TIDEMARK_TOOL_NONBLOCKING asked the client (%s): refused", method);
+        return TIDEMARK_ENOTSUP;
+    }
     const char *st = call_stream(c);
     if (!st)
         return TIDEMARK_ENOTSUP;

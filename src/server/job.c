@@ -10,9 +10,30 @@
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <gnutls/crypto.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+tm_job *tm_job_alloc(void)
+{
+    tm_job *j = malloc(sizeof *j);
+    if (j) {
+        memset(j, 0, offsetof(tm_job, final_key));
+        j->final_key[0] = '\0';
+    }
+    return j;
+}
+
+tidemark_call_t *tm_call_alloc(void)
+{
+    tidemark_call_t *c = malloc(sizeof *c);
+    if (c) {
+        memset(c, 0, offsetof(tidemark_call_t, idkey));
+        c->idkey[0] = c->reqkey[0] = c->idem[0] = '\0';
+    }
+    return c;
+}
 
 void tm_job_free(tm_job *j)
 {
@@ -219,6 +240,10 @@ int tm_runs_handler(const char *method)
 
 int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
 {
+    if (c->inline_run) { /* a non-blocking, idempotent tool: no hand-off */
+        run_call(c);
+        return 0;
+    }
     if (tm_runs_handler(c->method))
         return tm_sched_submit(srv->sched, c->sess->id, c->addr, run_call, c);
     return tm_pool_submit(srv->pool, run_call, c);

@@ -803,8 +803,12 @@ void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     /* A key-less call's setup waits for nothing where the store queues its
      * session: it runs here, as a 2025 call's does (else on a worker). */
     if (tm_is_call(m) && !json_object_get(meta_of(m), IDEM_KEY) &&
-        tm_store_can_queue_session_create(srv->store))
-        return modern_call(srv, r, pm, ctx->principal);
+        tm_store_can_queue_session_create(srv->store)) {
+        tm_store_hold(srv->store); /* its session in the call's transaction */
+        modern_call(srv, r, pm, ctx->principal);
+        tm_store_release(srv->store);
+        return;
+    }
     if (strcmp(m->method, "subscriptions/listen") == 0 || tm_is_call(m))
         return later(srv, r, pm, ctx); /* they write durably before answering */
     char id[TM_SESSION_ID_LEN + 1];

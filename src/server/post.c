@@ -296,7 +296,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
 
 static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r, post_msgs *pm)
 {
-    tm_job *j = calloc(1, sizeof *j);
+    tm_job *j = tm_job_alloc();
     if (!j)
         return NULL;
     j->srv = srv;
@@ -387,7 +387,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
 
 static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uint64_t mark)
 {
-    tidemark_call_t *c = calloc(1, sizeof *c);
+    tidemark_call_t *c = tm_call_alloc();
     if (!c)
         return NULL;
     c->srv = j->srv;
@@ -405,6 +405,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
     c->modern = j->modern;
+    c->inline_run = j->inline_run;
     return c;
 }
 
@@ -450,8 +451,23 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 
-void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
-                    unsigned flags)
+/* A lone tools/call of a tool declared non-blocking and idempotent runs on
+ * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
+static int runs_inline(tidemark_server_t *srv, const post_msgs *pm)
+{
+    const unsigned need = TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_IDEMPOTENT;
+    if (pm->batch || pm->n != 1 || !tm_is_call(&pm->m[0]))
+        return 0;
+    const char *name = json_string_value(json_object_get(pm->m[0].params, "name"));
+    tm_reg_entry e;
+    if (!name || tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
+        return 0;
+    json_decref(e.desc);
+    return (e.hints & need) == need;
+}
+
+static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+                             post_msgs *pm, unsigned flags)
 {
     tm_job *j = job_new(srv, sess, r, pm);
     if (!j) {
@@ -461,6 +477,7 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
     }
     j->modern = (flags & TM_POST_MODERN) != 0;
     j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
+    j->inline_run = j->sse && runs_inline(srv, pm);
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
     if (rc) { /* modern: nothing runs unrecorded */
@@ -468,6 +485,17 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
         return tm_job_free(j);
     }
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */
+}
+
+/* The POST's writes (stream, records, priming event; an inline call's
+ * events and response too) are queued under one hold of the store's
+ * writer: one transaction, one fsync. */
+void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                    unsigned flags)
+{
+    tm_store_hold(srv->store);
+    post_submit_held(srv, r, sess, pm, flags);
+    tm_store_release(srv->store);
 }
 
 /* Its principal known (ctx): the 2025 path. */

@@ -114,7 +114,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         TM_WARN("recovery: session %s is gone; %zu request(s) dropped", TM_SID(first->session), to - from);
         return;
     }
-    tm_job *j = calloc(1, sizeof *j);
+    tm_job *j = tm_job_alloc();
     if (!j) {
         tm_sess_unref(sess);
         return;
@@ -138,7 +138,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         int known = r->tool && tm_registry_get(srv->reg, TM_REG_TOOL, r->tool, &e) == 0;
         if (known)
             json_decref(e.desc);
-        tidemark_call_t *c = calloc(1, sizeof *c);
+        tidemark_call_t *c = tm_call_alloc();
         /* A key that does not fit could only come from a foreign writer:
          * never finish a record under a truncated key. */
         if (!c || m.kind != TM_MSG_REQUEST || !r->key || strlen(r->key) >= sizeof c->reqkey) {

@@ -71,12 +71,13 @@ typedef struct tm_job {
     tm_http_req *lazy;       /* modern call: not answered yet (JSON at the end, or
                                 the stream once the call sends a notification) */
     int ephemeral;           /* modern: delete the store session once answered */
+    int inline_run;          /* its one call runs here, not on a worker (post.c) */
     json_t *final;           /* modern, lazy: the call's response */
     char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
     size_t final_len;
     int final_effect;        /* it rode with an effect: what was committed (the result, or
                                 the fallback if the effect failed) is read back */
-    char final_key[TM_REQ_KEY_MAX]; /* ... from this record */
+    char final_key[TM_REQ_KEY_MAX]; /* ... from this record (last: see tm_job_alloc) */
 } tm_job;
 
 struct tidemark_call {
@@ -84,8 +85,6 @@ struct tidemark_call {
     tm_sess *sess;
     tm_job *job;
     json_t *id;
-    char idkey[TM_ID_KEY_MAX];
-    char reqkey[TM_REQ_KEY_MAX]; /* record key: idkey, or "k:" + idempotency key */
     unsigned hints;           /* the tool's TIDEMARK_TOOL_* */
     int recorded;             /* a request record exists: completing it is due */
     int recovering;           /* re-run after a crash */
@@ -94,7 +93,6 @@ struct tidemark_call {
     tidemark_effect_fn effect;
     void *effect_ud;
     void (*effect_free)(void *);
-    char idem[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
     const char *method;
     json_t *params;
     json_t *progress_token;
@@ -109,10 +107,17 @@ struct tidemark_call {
      * that is not answered, how many it asked, a capability it needed that
      * the client did not declare. */
     int modern;
+    int inline_run;           /* runs on the thread that read its POST (NONBLOCKING) */
     json_t *answers;
     json_t *asked;
     unsigned nasked;
     const char *missing_cap;
+    /* The keys last, each filled when the call is made: tm_call_alloc zeroes
+     * only what comes before them (3 KB each, zeroed per call cost more
+     * than the rest of its set-up). */
+    char idkey[TM_ID_KEY_MAX];
+    char reqkey[TM_REQ_KEY_MAX]; /* record key: idkey, or "k:" + idempotency key */
+    char idem[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
 };
 
 struct tidemark_server {
@@ -238,6 +243,10 @@ int tm_invalid_code(const tm_msg *m);
  * call (may be NULL) contributes its request record and effect. */
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
 /* job.c: free a job whose calls all completed (tm_job_complete does). */
+/* A zeroed job / call, but for their key buffers, which are left empty
+ * strings (a calloc zeroed ~12 KB per call). NULL when out of memory. */
+tm_job *tm_job_alloc(void);
+tidemark_call_t *tm_call_alloc(void);
 void tm_job_free(tm_job *j);
 /* job.c: method runs an application handler (may block: scheduled fairly). */
 int tm_runs_handler(const char *method);

@@ -209,7 +209,7 @@ static json_t *message_with_answers(const char *message, const json_t *attrs)
 
 static tm_job *job_for(tidemark_server_t *srv, tm_sess *sess, json_t *msg)
 {
-    tm_job *j = calloc(1, sizeof *j);
+    tm_job *j = tm_job_alloc();
     if (!j)
         return NULL;
     j->srv = srv;
@@ -228,7 +228,7 @@ static tidemark_call_t *call_for(tm_job *j, int recovering)
 {
     tm_msg m;
     tm_jsonrpc_classify(j->root, &m);
-    tidemark_call_t *c = m.kind == TM_MSG_REQUEST ? calloc(1, sizeof *c) : NULL;
+    tidemark_call_t *c = m.kind == TM_MSG_REQUEST ? tm_call_alloc() : NULL;
     if (!c)
         return NULL;
     c->srv = j->srv;

@@ -1,0 +1,84 @@
+// inline_calls.mjs - a tool declared non-blocking and idempotent
+// (TIDEMARK_TOOL_NONBLOCKING: echo) runs on the thread that read its POST,
+// and everything one call writes commits in one transaction: on SQLite at
+// power durability, N serial echo calls cost at most N group commits
+// (tidemark_commits_total), in both eras; each answer is whole (2025: the
+// priming event and the result, each with its durable id; 2026-07-28: the
+// JSON result). A blocking tool's call (ledger_append) beside them still
+// runs on a worker and answers. Before the change a call cost two commits
+// (its stream, record and priming event; then its response).
+//   node inline_calls.mjs TIDEMARK_SERVER
+import { checker, startServer, stopServer, initialize, post, messages, toolCall } from "./mcp_http.mjs";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const [bin] = process.argv.slice(2);
+if (!bin) { console.error("usage: inline_calls.mjs TIDEMARK_SERVER"); process.exit(2); }
+const t = checker();
+const N = 40;
+const V = "2026-07-28";
+const META = { "io.modelcontextprotocol/protocolVersion": V,
+  "io.modelcontextprotocol/clientInfo": { name: "inline-calls", version: "1" },
+  "io.modelcontextprotocol/clientCapabilities": {} };
+
+async function commits(url) {
+  const m = await (await fetch(url.replace(/\/mcp$/, "/metrics"))).text();
+  const line = m.split("\n").find((l) => l.startsWith("tidemark_commits_total"));
+  return line ? Number(line.split(/\s+/)[1]) : NaN;
+}
+
+let nextId = 1;
+async function legacyCalls(url, sid) {
+  let whole = 0;
+  for (let i = 0; i < N; i++) {
+    const id = nextId++; // a new request each time (a repeated id is answered from its record)
+    const m = await messages(await post(url, sid, toolCall(id, "echo", { text: "l" + i }),
+      { headers: { "mcp-protocol-version": "2025-11-25" } }));
+    const ids = m.events.filter((e) => e.id).map((e) => e.id);
+    const res = m.msgs.find((x) => x.id === id);
+    if (m.status === 200 && ids.length === 2 && res?.result?.content?.[0]?.text === "l" + i) whole++;
+  }
+  return whole;
+}
+
+async function modernCalls(url) {
+  let whole = 0;
+  for (let i = 0; i < N; i++) {
+    const body = { jsonrpc: "2.0", id: i + 1, method: "tools/call",
+      params: { name: "echo", arguments: { text: "m" + i }, _meta: META } };
+    const res = await fetch(url, { method: "POST", body: JSON.stringify(body), headers: {
+      "content-type": "application/json", accept: "application/json, text/event-stream",
+      "mcp-protocol-version": V, "mcp-method": "tools/call", "mcp-name": "echo" } });
+    const m = await messages(res);
+    if (m.status === 200 && m.msgs[0]?.result?.content?.[0]?.text === "m" + i) whole++;
+  }
+  return whole;
+}
+
+const dir = mkdtempSync(join(tmpdir(), "tidemark-inline-"));
+const s = await startServer(bin, ["--store", "sqlite:" + join(dir, "t.db"), "--durability", "power"]);
+try {
+  const sid = await initialize(s.url);
+  await legacyCalls(s.url, sid); // warm: the session's first touch, caches
+  let before = await commits(s.url);
+  const lw = await legacyCalls(s.url, sid);
+  let used = (await commits(s.url)) - before;
+  t.check(`2025: ${N} echo calls answered whole (priming event + result, durable ids)`, lw === N, `${lw}`);
+  t.check(`2025: ${N} serial echo calls in at most ${N} commits`, used <= N, `${used} commits`);
+  before = await commits(s.url);
+  const mw = await modernCalls(s.url);
+  used = (await commits(s.url)) - before;
+  t.check(`2026-07-28: ${N} echo calls answered`, mw === N, `${mw}`);
+  // + the queued deletes of the calls' ephemeral sessions, batched a second later
+  t.check(`2026-07-28: ${N} serial echo calls in at most ${N + 5} commits`, used <= N + 5,
+    `${used} commits`);
+  const led = await messages(await post(s.url, sid, toolCall(900, "ledger_append", { entry: "inline-x" }),
+    { headers: { "mcp-protocol-version": "2025-11-25" } }));
+  t.check("a blocking tool's call beside them answers (on a worker)",
+    led.msgs.find((x) => x.id === 900)?.result?.structuredContent?.entry === "inline-x");
+} finally {
+  await stopServer(s);
+  rmSync(dir, { recursive: true, force: true });
+}
+t.done();
