@@ -266,6 +266,15 @@ static int make_parent_dirs(const char *path)
     }
 }
 
+/* A JSON-RPC error (id null) the transport sends by itself; extra stolen. */
+static char *error_body(int code, const char *message, const char *reason, json_t *extra)
+{
+    json_t *e = tm_jsonrpc_error(NULL, code, message, reason, extra);
+    char *body = e ? tm_jsonrpc_dump(e, NULL) : NULL;
+    json_decref(e);
+    return body;
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
@@ -310,23 +319,26 @@ int tidemark_server_start(tidemark_server_t *srv)
     }
     if ((rc = start_workers(srv)) != 0)
         goto fail;
-    json_t *busy = tm_jsonrpc_error(NULL, TM_RPC_SERVER_ERROR,
-                                    "Service Unavailable: too many connections",
-                                    "too_many_connections", NULL);
-    char *busy_body = tm_jsonrpc_dump(busy, NULL);
-    json_decref(busy);
+    char *busy_body = error_body(TM_RPC_SERVER_ERROR, "Service Unavailable: too many connections",
+                                 "too_many_connections", NULL);
+    char *headers_body =
+        error_body(TM_RPC_INVALID_REQUEST,
+                   "Request Header Fields Too Large: the request line and headers are over the limit",
+                   "headers_too_large", json_pack("{s:i}", "limit", TM_HTTP_MAX_HEADER_BYTES));
     tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
                          .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
                          .max_connections = srv->cfg.max_connections,
                          .max_per_address = srv->cfg.max_connections_per_address,
                          .request_deadline_ms = srv->cfg.request_deadline_ms,
                          .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
+                         .max_header_bytes = TM_HTTP_MAX_HEADER_BYTES, .headers_body = headers_body,
                          .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
                          .tls_client_ca_file = srv->tls_client_ca};
     atomic_store(&srv->stopping, 0);
     tm_http *h = NULL;
     rc = tm_http_new(&hc, tm_on_http, srv, &h);
     free(busy_body);
+    free(headers_body);
     if (rc)
         goto fail;
     srv->http = h; /* before any thread of it can call back */

@@ -70,6 +70,7 @@ struct tm_http {
     unsigned nconns;
     tm_map *per_addr;  /* address -> unsigned count, while any is open */
     char *busy_body;   /* owned copy of cfg.busy_body */
+    char *headers_body; /* owned copy of cfg.headers_body */
     int listen_fd;     /* ours until libmicrohttpd takes it */
     /* TLS: the PEM files' contents (NULL: plain HTTP; ca NULL: no client
      * certificates asked for) */
@@ -796,6 +797,42 @@ static enum MHD_Result refuse_client(tm_http_req *r, struct MHD_Connection *c)
     return ok;
 }
 
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4 + TM_HTTP_HEADER_COST;
+    return MHD_YES;
+}
+
+/* What the request's line and header fields take of the connection's pool. */
+static size_t header_bytes(struct MHD_Connection *c, const char *url, const char *method)
+{
+    size_t n = strlen(url) + strlen(method) + 16;
+    MHD_get_connection_values(c, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND | MHD_COOKIE_KIND,
+                              add_header_bytes, &n);
+    return n;
+}
+
+/* Headers past max_header_bytes: 431 before the body is read, then close
+ * (the answer still has room in the pool: TM_HTTP_POOL_RESERVE). */
+static enum MHD_Result refuse_headers(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+{
+    const char *body = h->headers_body ? h->headers_body : "";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    r->handled = 1;
+    enum MHD_Result ok =
+        (!*body || MHD_add_response_header(resp, "Content-Type", "application/json")) &&
+                MHD_add_response_header(resp, "Connection", "close")
+            ? MHD_queue_response(c, 431, resp)
+            : MHD_NO;
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
@@ -813,6 +850,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         if (h->tls_ca && !client_cert_ok(c))
             return refuse_client(r, c);
+        if (header_bytes(c, url, method) > h->cfg.max_header_bytes)
+            return refuse_headers(h, r, c);
         if (!(r->framing = framing_of(c)))
             return MHD_YES;
         /* Answer before reading a body whose length is in doubt; the
@@ -860,6 +899,7 @@ static void http_free(tm_http *h)
     tm_map_free(h->hub);
     tm_map_free(h->per_addr);
     free(h->busy_body);
+    free(h->headers_body);
     free(h->tls_cert);
     free(h->tls_key);
     free(h->tls_ca);
@@ -879,8 +919,8 @@ static tm_http *http_new(const tm_http_config *cfg)
     h->cfg = *cfg;
     unsigned *v[] = {&h->cfg.keepalive_ms, &h->cfg.io_threads, &h->cfg.max_connections,
                      &h->cfg.max_per_address, &h->cfg.request_deadline_ms,
-                     &h->cfg.idle_timeout_ms};
-    const unsigned d[] = {15000, 2, 16384, 4096, 30000, 120000};
+                     &h->cfg.idle_timeout_ms, &h->cfg.max_header_bytes};
+    const unsigned d[] = {15000, 2, 16384, 4096, 30000, 120000, TM_HTTP_MAX_HEADER_BYTES};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         if (*v[i] == 0)
             *v[i] = d[i];
@@ -888,11 +928,14 @@ static tm_http *http_new(const tm_http_config *cfg)
     h->per_addr = tm_map_new();
     h->busy_body = cfg->busy_body ? strdup(cfg->busy_body) : NULL;
     h->cfg.busy_body = NULL; /* the caller's copy may go away */
+    h->headers_body = cfg->headers_body ? strdup(cfg->headers_body) : NULL;
+    h->cfg.headers_body = NULL;
     pthread_mutex_init(&h->hub_mu, NULL);
     pthread_mutex_init(&h->conn_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
     tm_cond_init_monotonic(&h->ka_cv);
-    if (!h->hub || !h->per_addr || (cfg->busy_body && !h->busy_body)) {
+    if (!h->hub || !h->per_addr || (cfg->busy_body && !h->busy_body) ||
+        (cfg->headers_body && !h->headers_body)) {
         http_free(h);
         return NULL;
     }
@@ -1021,6 +1064,9 @@ int tm_http_listen(tm_http *h)
                              * connections unanswered: ours get a 503 */
                             MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_connections + 256,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            /* headers, our answer's headers, the send buffer */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            (size_t)h->cfg.max_header_bytes + TM_HTTP_POOL_RESERVE,
                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {

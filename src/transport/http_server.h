@@ -28,6 +28,17 @@ typedef struct tm_http_config {
     unsigned idle_timeout_ms;      /* no request in progress, no stream (0: 120000) */
     const char *busy_body;   /* JSON answered with 503 to a connection over a
                                 limit (then closed); NULL: empty */
+    /* The request line and headers (query arguments and cookies included,
+     * and TM_HTTP_HEADER_COST per field) a request may have (0:
+     * TM_HTTP_MAX_HEADER_BYTES);
+     * larger gets 431 with headers_body, then the connection closes. Each
+     * connection has a libmicrohttpd pool of this + TM_HTTP_POOL_RESERVE
+     * (the answer's headers and its send buffer), allocated while it is
+     * open: with 10,000 SSE streams the pool is most of their memory. A
+     * request libmicrohttpd cannot even read into it gets libmicrohttpd's
+     * own 431 (an HTML body). */
+    unsigned max_header_bytes;
+    const char *headers_body; /* JSON answered with 431; NULL: empty */
     /* HTTPS through libmicrohttpd's GnuTLS: PEM files, read by tm_http_new.
      * tls_cert_file and tls_key_file both set (TLS) or neither (plain HTTP).
      * tls_client_ca_file (needs TLS): every request must come on a
@@ -38,6 +49,10 @@ typedef struct tm_http_config {
     const char *tls_key_file;
     const char *tls_client_ca_file;
 } tm_http_config;
+
+#define TM_HTTP_MAX_HEADER_BYTES 6144 /* max_header_bytes' default */
+#define TM_HTTP_HEADER_COST 64    /* per header field: libmicrohttpd's record of it */
+#define TM_HTTP_POOL_RESERVE 2048 /* per connection, beyond max_header_bytes */
 
 /* Called once per complete request on an I/O thread. Must not block. */
 typedef void (*tm_http_handler)(void *ud, tm_http_req *req);
