@@ -212,12 +212,17 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
 /* Tidemark: the handler never blocks (no sleep, no file or network I/O,
  * no lock held long, no tidemark_call_request / _input in a 2025 session:
  * those fail with TIDEMARK_ENOTSUP there) and returns within microseconds.
- * Together with TIDEMARK_TOOL_IDEMPOTENT, a call of the tool then runs on
- * the thread that read its POST, with no hand-off to a worker and back, and
- * everything the call writes (its stream, record, events and result)
- * commits in one transaction. Without IDEMPOTENT it is not used (a call
- * that is not idempotent waits for its record to be durable before it
- * runs, which is a wait). */
+ * Together with TIDEMARK_TOOL_IDEMPOTENT, or with TIDEMARK_TOOL_ATOMIC on a
+ * store of one node (memory, SQLite), a call of the tool runs on the thread
+ * that read its POST, with no hand-off to a worker and back, and everything
+ * the call writes (its stream, record, events, result and effect) commits
+ * in one transaction. An atomic tool needs no durable record before it
+ * runs there: its effect commits with its result, so a crash before that
+ * commit leaves neither, and no event of the call was sent. Otherwise the
+ * hint is not used. A handler that finds, before doing anything, that this
+ * call would block (tidemark_call_is_inline says where it runs) returns
+ * TIDEMARK_EAGAIN: the call then runs again from the start on a worker, as
+ * calls of other tools do. */
 #define TIDEMARK_TOOL_NONBLOCKING  0x200u
 
 /*
@@ -349,6 +354,10 @@ TIDEMARK_API const char *tidemark_call_protocol_version(const tidemark_call_t *c
  * it sent one (the same on every node and every re-issue), else unique to
  * the call. */
 TIDEMARK_API const char *tidemark_call_idempotency_key(const tidemark_call_t *call);
+/* 1 when the call runs on the thread that read its POST (a tool declared
+ * TIDEMARK_TOOL_NONBLOCKING): a handler that would block returns
+ * TIDEMARK_EAGAIN first thing, and is run again on a worker. */
+TIDEMARK_API int tidemark_call_is_inline(const tidemark_call_t *call);
 /* 1 once the client cancelled the request (or the server is stopping). */
 TIDEMARK_API int tidemark_call_cancelled(const tidemark_call_t *call);
 /* Send notifications/progress for the request's progress token (no-op when

@@ -62,6 +62,8 @@ extern "C" {
 #define TIDEMARK_EPEER     -13   /* the peer answered with an error */
 #define TIDEMARK_EINPUT    -14   /* 2026-07-28: the client's input is needed first
                                     (tidemark_call_input) */
+#define TIDEMARK_EAGAIN    -15   /* a non-blocking handler would block: run it on a
+                                    worker (TIDEMARK_TOOL_NONBLOCKING) */
 
 /* Protocol versions this library speaks, newest first. */
 #define TIDEMARK_PROTOCOL_2026_07_28 "2026-07-28"

@@ -102,6 +102,8 @@ static int tool_ledger_append(tidemark_call_t *call, json_t *args, json_t **resu
         *result = tidemark_result_error("delay_ms must be 0..60000");
         return 0;
     }
+    if (delay && tidemark_call_is_inline(call))
+        return TIDEMARK_EAGAIN; /* it will sleep: on a worker, please */
     if (delay) { /* widens the window between "started" and the commit, for tests */
         tidemark_call_progress(call, 0, 1, "working");
         sleep_ms(delay);
@@ -202,7 +204,9 @@ int demo_tools_register(tidemark_server_t *srv)
         .description = "Appends one entry to the ledger, exactly once per request (atomic path).",
         .input_schema = "{\"type\":\"object\",\"properties\":{\"entry\":{\"type\":\"string\"},"
                         "\"delay_ms\":{\"type\":\"integer\",\"minimum\":0}},\"required\":[\"entry\"]}",
-        .hints = TIDEMARK_TOOL_ATOMIC,
+        /* Non-blocking unless delay_ms (then TIDEMARK_EAGAIN): on one node
+         * its call runs inline and commits once, effect included. */
+        .hints = TIDEMARK_TOOL_ATOMIC | TIDEMARK_TOOL_NONBLOCKING,
         .fn = tool_ledger_append,
         .task = TIDEMARK_TASK_OPTIONAL, /* a task for clients with the tasks extension */
     };

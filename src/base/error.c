@@ -19,6 +19,7 @@ const char *tidemark_strerror(int err)
     case TIDEMARK_ECLOSED: return "closed";
     case TIDEMARK_EPEER: return "peer returned an error";
     case TIDEMARK_EINPUT: return "input from the client is needed first";
+    case TIDEMARK_EAGAIN: return "would block: run on a worker";
     default: return "unknown error";
     }
 }

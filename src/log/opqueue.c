@@ -32,9 +32,10 @@ void tm_opqueue_push(tm_opqueue *q, tm_qop *o)
     pthread_mutex_unlock(&q->mu);
 }
 
-/* The queue this thread holds, and how deeply. */
+/* This thread's hold: on the queue's list while it lasts (opqueue.h). */
 static _Thread_local tm_opqueue *held_q;
 static _Thread_local int held_depth;
+static _Thread_local tm_ophold held_me;
 
 void tm_opqueue_hold(tm_opqueue *q)
 {
@@ -45,7 +46,9 @@ void tm_opqueue_hold(tm_opqueue *q)
     if (held_q) /* another queue's hold is not ours to stack; ignore */
         return;
     pthread_mutex_lock(&q->mu);
-    q->holds++;
+    held_me.from = q->next_ctr + 1; /* ops from here on wait for the release */
+    held_me.next = q->holds;
+    q->holds = &held_me;
     pthread_mutex_unlock(&q->mu);
     held_q = q;
     held_depth = 1;
@@ -56,7 +59,12 @@ static void unhold(tm_opqueue *q)
     held_q = NULL;
     held_depth = 0;
     pthread_mutex_lock(&q->mu);
-    if (--q->holds == 0 && q->head)
+    for (tm_ophold **pp = &q->holds; *pp; pp = &(*pp)->next)
+        if (*pp == &held_me) {
+            *pp = held_me.next;
+            break;
+        }
+    if (q->head)
         pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->mu);
 }
@@ -78,10 +86,20 @@ int tm_opqueue_wait(tm_opqueue *q, tm_qop *o)
     return o->status;
 }
 
+/* The first queue position a hold keeps back (UINT64_MAX: none). Under mu. */
+static uint64_t held_from(const tm_opqueue *q)
+{
+    uint64_t from = UINT64_MAX;
+    for (const tm_ophold *h = q->holds; h; h = h->next)
+        if (h->from < from)
+            from = h->from;
+    return from;
+}
+
 tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, int *stop)
 {
     pthread_mutex_lock(&q->mu);
-    while ((!q->head || q->holds > 0) && !q->stopping) {
+    while ((!q->head || q->head->ctr >= held_from(q)) && !q->stopping) {
         if (wake_ms <= 0) {
             pthread_cond_wait(&q->work_cv, &q->mu);
             continue;
@@ -92,15 +110,18 @@ tm_qop *tm_opqueue_take(tm_opqueue *q, size_t max, int64_t wake_ms, size_t *n, i
         struct timespec ts = tm_deadline_ms(wake_ms - now);
         pthread_cond_timedwait(&q->work_cv, &q->mu, &ts);
     }
+    uint64_t limit = q->stopping ? UINT64_MAX : held_from(q);
     tm_qop *batch = q->head, *last = NULL;
     size_t k = 0;
-    for (tm_qop *o = batch; o && (max == 0 || k < max); o = o->next, k++)
+    for (tm_qop *o = batch; o && o->ctr < limit && (max == 0 || k < max); o = o->next, k++)
         last = o;
     if (last) {
         q->head = last->next;
         if (!q->head)
             q->tail = NULL;
         last->next = NULL;
+    } else {
+        batch = NULL;
     }
     *n = k;
     *stop = q->stopping && !batch;

@@ -18,6 +18,12 @@ typedef struct tm_qop {
     uint64_t ctr;  /* queue order, from 1 */
 } tm_qop;
 
+/* A thread's hold (tm_opqueue_hold): ops pushed at or after from wait. */
+typedef struct tm_ophold {
+    uint64_t from;
+    struct tm_ophold *next;
+} tm_ophold;
+
 typedef struct tm_opqueue {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* the writer waits for work (monotonic clock) */
@@ -25,7 +31,7 @@ typedef struct tm_opqueue {
     tm_qop *head, *tail;
     uint64_t next_ctr;
     int stopping;
-    int holds;     /* threads holding the writer back (tm_opqueue_hold) */
+    tm_ophold *holds; /* the threads' holds (tm_opqueue_hold) */
 } tm_opqueue;
 
 /* Initialise an empty queue. Returns 0 or TIDEMARK_ENOMEM. */
@@ -49,10 +55,12 @@ void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, 
 uint64_t tm_opqueue_mark(tm_opqueue *q);
 /* Hold the writer back while this thread pushes several ops, so that they
  * commit in one batch (one transaction, one fsync); tm_opqueue_release
- * lets it go. Nested holds of one thread count as one. Only for a few
- * microseconds of pushing: every other thread's ops wait too. A wait of
- * this thread on the queue (tm_opqueue_wait) ends its hold first, so a
- * hold can never deadlock on its own op. */
+ * lets it go. The writer still takes what was queued before the hold
+ * began; from there on it waits, for every thread's ops (queue order is
+ * kept), so a hold is for a few microseconds of pushing. Nested holds of
+ * one thread count as one. A wait of this thread on the queue
+ * (tm_opqueue_wait) ends its hold first, so a hold can never deadlock on
+ * its own op. */
 void tm_opqueue_hold(tm_opqueue *q);
 void tm_opqueue_release(tm_opqueue *q);
 /* Tell the writer to stop once the queue is empty. */

@@ -19,6 +19,8 @@ const char *tidemark_call_session(const tidemark_call_t *c) { return c->sess->id
 const char *tidemark_call_protocol_version(const tidemark_call_t *c) { return c->sess->version; }
 const char *tidemark_call_idempotency_key(const tidemark_call_t *c) { return c->idem; }
 
+int tidemark_call_is_inline(const tidemark_call_t *c) { return c && c->inline_run; }
+
 int tidemark_call_cancelled(const tidemark_call_t *c)
 {
     return atomic_load(&((tidemark_call_t *)c)->cancelled) || atomic_load(&c->sess->closed) ||

@@ -143,7 +143,7 @@ static json_t *tools_call(tidemark_call_t *c)
     /* The "started" record was queued with the stream's first event; a
      * tool that is not idempotent runs only once it is durable: exactly,
      * by the store position taken before it was queued. */
-    if (c->recorded && !c->recovering && !(e.hints & TIDEMARK_TOOL_IDEMPOTENT)) {
+    if (c->recorded && !c->recovering && !c->inline_run && !(e.hints & TIDEMARK_TOOL_IDEMPOTENT)) {
         int rc = tm_store_sync_since(c->srv->store, c->mark);
         if (rc)
             return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
@@ -158,6 +158,11 @@ static json_t *tools_call(tidemark_call_t *c)
     json_t *result = NULL;
     int rc = ((tidemark_tool_fn)e.fn)(c, owned_args, &result, e.ud);
     json_decref(owned_args);
+    if (rc == TIDEMARK_EAGAIN && c->inline_run) { /* to a worker, from the start */
+        json_decref(result);
+        tm_call_unrun(c);
+        return NULL;
+    }
     json_t *more = tm_mrtr_end(c);
     if (more) { /* input required: whatever the handler returned */
         json_decref(result);

@@ -47,8 +47,21 @@ void tm_job_free(tm_job *j)
     free(j);
 }
 
+/* Out of its session's running calls, if it is still there. */
+static void call_unregister(tidemark_call_t *c)
+{
+    if (!c->registered)
+        return;
+    pthread_mutex_lock(&c->sess->mu);
+    if (tm_map_get(c->sess->calls, c->reqkey) == c)
+        tm_map_del(c->sess->calls, c->reqkey);
+    c->registered = 0;
+    pthread_mutex_unlock(&c->sess->mu);
+}
+
 static void call_release(tidemark_call_t *c)
 {
+    call_unregister(c); /* an inline call stays registered until its response settled */
     if (c->effect_free)
         c->effect_free(c->effect_ud);
     tm_call_free(c);
@@ -107,6 +120,11 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         if (!c->holds_sess) { /* the callback may outlive the job and its reference */
             tm_sess_ref(c->sess);
             c->holds_sess = 1;
+        }
+        if (c->registered) { /* a retry finds it by its stream now: the job may go */
+            pthread_mutex_lock(&c->sess->mu);
+            c->job = NULL;
+            pthread_mutex_unlock(&c->sess->mu);
         }
     }
     if (c && c->recorded && c->effect && !json_object_get(response, "error")) {
@@ -204,10 +222,41 @@ void tm_call_free(tidemark_call_t *c)
     free(c);
 }
 
+void tm_call_unrun(tidemark_call_t *c)
+{
+    if (c->effect_free)
+        c->effect_free(c->effect_ud);
+    c->effect = NULL;
+    c->effect_ud = NULL;
+    c->effect_free = NULL;
+    json_decref(c->answers);
+    json_decref(c->asked);
+    c->answers = c->asked = NULL;
+    c->nasked = 0;
+    c->missing_cap = NULL;
+    c->punt = 1;
+}
+
+static void run_call(void *arg);
+
+/* An inline call whose handler would block: on a worker, from the start. */
+static void punt(tidemark_call_t *c)
+{
+    c->punt = 0;
+    c->inline_run = 0;
+    if (tm_sched_submit(c->srv->sched, c->sess->id, c->addr, run_call, c) == 0)
+        return;
+    call_unregister(c);
+    tm_job_complete(c->job, tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
+                                             "shutting_down", NULL), c);
+}
+
 static void run_call(void *arg)
 {
     tidemark_call_t *c = arg;
     json_t *resp = tm_dispatch(c);
+    if (c->punt)
+        return punt(c);
     /* A recorded call always ends its stream with one response; but one cut
      * short by a server shutdown stays "started", so the next start finishes
      * it like after a crash instead of telling the client it
@@ -216,12 +265,11 @@ static void run_call(void *arg)
         resp = tm_jsonrpc_error(c->id, TM_RPC_REQUEST_CANCELLED, "Request cancelled", "cancelled", NULL);
     if (resp && c->modern)
         tm_modern_decorate(c->srv, c->method, resp);
-    if (c->registered) {
-        pthread_mutex_lock(&c->sess->mu);
-        if (tm_map_get(c->sess->calls, c->reqkey) == c)
-            tm_map_del(c->sess->calls, c->reqkey);
-        pthread_mutex_unlock(&c->sess->mu);
-    }
+    /* An inline call stays registered until its response settled (a retry
+     * meanwhile attaches to its stream: the record is not stored before
+     * that commit); any other, whose record is, leaves now. */
+    if (!(c->inline_run && c->recorded && resp))
+        call_unregister(c);
     tm_job_complete(c->job, resp, c);
 }
 

@@ -108,6 +108,9 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     if (live && live->job && live->job->sse) {
         snprintf(stream, sizeof stream, "%s", live->job->stream);
         same_id = json_equal(live->id, m->id);
+    } else if (live && !live->job && live->stream[0]) { /* inline, its response committing */
+        snprintf(stream, sizeof stream, "%s", live->stream);
+        same_id = json_equal(live->id, m->id);
     }
     pthread_mutex_unlock(&sess->mu);
     tm_request_rec rec;
@@ -455,7 +458,6 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
  * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
 static int runs_inline(tidemark_server_t *srv, const post_msgs *pm)
 {
-    const unsigned need = TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_IDEMPOTENT;
     if (pm->batch || pm->n != 1 || !tm_is_call(&pm->m[0]))
         return 0;
     const char *name = json_string_value(json_object_get(pm->m[0].params, "name"));
@@ -463,7 +465,12 @@ static int runs_inline(tidemark_server_t *srv, const post_msgs *pm)
     if (!name || tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
         return 0;
     json_decref(e.desc);
-    return (e.hints & need) == need;
+    if (!(e.hints & TIDEMARK_TOOL_NONBLOCKING))
+        return 0;
+    /* Atomic, not idempotent: only where no other node could take a retry
+     * before this call's record is stored (server.h). */
+    return (e.hints & TIDEMARK_TOOL_IDEMPOTENT) ||
+           ((e.hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
 }
 
 static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,

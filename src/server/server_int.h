@@ -107,7 +107,10 @@ struct tidemark_call {
      * that is not answered, how many it asked, a capability it needed that
      * the client did not declare. */
     int modern;
-    int inline_run;           /* runs on the thread that read its POST (NONBLOCKING) */
+    int inline_run;           /* runs on the thread that read its POST (NONBLOCKING); its
+                                 entry in sess->calls stays until its response settled,
+                                 its job cleared (under sess->mu) once that is queued */
+    int punt;                 /* inline, its handler said TIDEMARK_EAGAIN: to a worker */
     json_t *answers;
     json_t *asked;
     unsigned nasked;
@@ -279,6 +282,10 @@ int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX]);
 int tm_call_meta_check(tm_msg *m);
 /* Free a call (after its job completion). */
 void tm_call_free(tidemark_call_t *c);
+/* An inline call's handler said TIDEMARK_EAGAIN before doing anything:
+ * forget what the run left (effect, input rounds) and mark it for a
+ * worker (dispatch.c; run_call re-submits it). */
+void tm_call_unrun(tidemark_call_t *c);
 /* Queue a call on the worker pool. */
 int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c);
 

@@ -5,8 +5,11 @@
 // (tidemark_commits_total), in both eras; each answer is whole (2025: the
 // priming event and the result, each with its durable id; 2026-07-28: the
 // JSON result). A blocking tool's call (ledger_append) beside them still
-// runs on a worker and answers. Before the change a call cost two commits
-// (its stream, record and priming event; then its response).
+// runs on a worker and answers. ledger_append (atomic, non-blocking) also
+// runs inline: N calls in at most N commits, each row once; with delay_ms
+// its handler says TIDEMARK_EAGAIN and the call runs again on a worker.
+// Before the change a call cost two commits (its stream, record and
+// priming event; then its response).
 //   node inline_calls.mjs TIDEMARK_SERVER
 import { checker, startServer, stopServer, initialize, post, messages, toolCall } from "./mcp_http.mjs";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -29,6 +32,13 @@ async function commits(url) {
 }
 
 let nextId = 1;
+async function ledgerRows(url, sid) {
+  const id = nextId++;
+  const m = await messages(await post(url, sid, toolCall(id, "ledger_read", {}),
+    { headers: { "mcp-protocol-version": "2025-11-25" } }));
+  return m.msgs.find((x) => x.id === id)?.result?.structuredContent?.entries ?? [];
+}
+
 async function legacyCalls(url, sid) {
   let whole = 0;
   for (let i = 0; i < N; i++) {
@@ -73,10 +83,28 @@ try {
   // + the queued deletes of the calls' ephemeral sessions, batched a second later
   t.check(`2026-07-28: ${N} serial echo calls in at most ${N + 5} commits`, used <= N + 5,
     `${used} commits`);
-  const led = await messages(await post(s.url, sid, toolCall(900, "ledger_append", { entry: "inline-x" }),
-    { headers: { "mcp-protocol-version": "2025-11-25" } }));
-  t.check("a blocking tool's call beside them answers (on a worker)",
-    led.msgs.find((x) => x.id === 900)?.result?.structuredContent?.entry === "inline-x");
+  // ledger_append: atomic and non-blocking: inline, its row in the same commit
+  before = await commits(s.url);
+  let appended = 0;
+  for (let i = 0; i < N; i++) {
+    const id = nextId++;
+    const m = await messages(await post(s.url, sid, toolCall(id, "ledger_append", { entry: "inline-" + i }),
+      { headers: { "mcp-protocol-version": "2025-11-25" } }));
+    if (m.msgs.find((x) => x.id === id)?.result?.structuredContent?.entry === "inline-" + i) appended++;
+  }
+  used = (await commits(s.url)) - before;
+  t.check(`2025: ${N} ledger_append calls answered`, appended === N, `${appended}`);
+  t.check(`2025: ${N} serial ledger_append calls in at most ${N} commits`, used <= N, `${used} commits`);
+  const rows = await ledgerRows(s.url, sid);
+  t.check(`the ledger holds each of the ${N} entries once`,
+    rows.length === N && new Set(rows.map((r) => r.entry)).size === N, `${rows.length} rows`);
+  // With delay_ms the handler says TIDEMARK_EAGAIN and runs again on a worker
+  const led = await messages(await post(s.url, sid, toolCall(900, "ledger_append",
+    { entry: "slow-x", delay_ms: 50 }), { headers: { "mcp-protocol-version": "2025-11-25" } }));
+  t.check("a call that would block runs again on a worker and answers",
+    led.msgs.find((x) => x.id === 900)?.result?.structuredContent?.entry === "slow-x");
+  const slow = (await ledgerRows(s.url, sid)).filter((r) => r.entry === "slow-x");
+  t.check("... its row once", slow.length === 1, `${slow.length}`);
 } finally {
   await stopServer(s);
   rmSync(dir, { recursive: true, force: true });
