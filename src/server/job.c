@@ -67,6 +67,30 @@ static void call_release(tidemark_call_t *c)
     tm_call_free(c);
 }
 
+/* A 2026-07-28 call's held POST, answered with its response's bytes from
+ * the append's callback once they are durable: no worker and no barrier
+ * between the commit and the answer (a 2025 stream is woken the same way). */
+typedef struct tm_durable_answer {
+    tm_http_req *r;
+    tm_sess *sess; /* a reference */
+    int ephemeral;
+    unsigned http_status;
+    size_t len;
+    char body[];
+} tm_durable_answer;
+
+static void answer_settled(tidemark_call_t *c, int status)
+{
+    tm_durable_answer *a = c->answer;
+    if (!a)
+        return;
+    c->answer = NULL;
+    tm_modern_answer_durable(c->srv, a->sess, a->r, a->ephemeral, status, a->http_status, a->body,
+                             a->len);
+    tm_sess_unref(a->sess);
+    free(a);
+}
+
 /* The response of a recorded call settled. A response that could not be
  * made durable leaves the record "started": tell the client, typed, and
  * have it finished once the store takes writes again. */
@@ -76,7 +100,26 @@ static void response_done(void *ud, int status, uint64_t seq)
     tidemark_call_t *c = ud;
     if (status != 0)
         tm_call_write_failed(c, status);
+    answer_settled(c, status);
     call_release(c);
+}
+
+/* The held POST of this job's final response goes with the append (the
+ * caller holds j->mu): answered by its callback, not by the job's end.
+ * Only on a queued store (elsewhere the job answers at once) and without
+ * an effect (whose answer is read back from the record). */
+static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *response,
+                             const char *bytes, size_t len)
+{
+    tm_durable_answer *a = malloc(sizeof *a + len + 1);
+    if (!a)
+        return; /* the job answers after a barrier, as before */
+    *a = (tm_durable_answer){.r = j->lazy, .sess = tm_sess_ref(j->sess),
+                             .ephemeral = j->ephemeral, .http_status = tm_modern_status(response),
+                             .len = len};
+    memcpy(a->body, bytes, len + 1);
+    c->answer = a;
+    j->lazy = NULL;
 }
 
 static int run_effect(void *ud, tm_txn *txn)
@@ -139,6 +182,9 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         r.fallback_len = flen;
     }
     char *kept = NULL; /* modern: the POST is answered with what is stored */
+    if (bytes && j->lazy && response == j->final && r.cb && !r.effect &&
+        tm_store_queued(srv->store))
+        answer_on_commit(j, c, response, bytes, len);
     if (bytes && j->lazy && response == j->final) {
         kept = r.effect ? NULL : strdup(bytes);
         if (r.effect || kept)
@@ -148,8 +194,10 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
     if (rc) {
         TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));
-        if (r.cb)
+        if (r.cb) {
             tm_call_write_failed(c, rc); /* the callback never runs on a refused append */
+            answer_settled(c, rc);
+        }
     }
     free(bytes);
     free(fallback);

@@ -338,6 +338,19 @@ static void answer_committed(tm_job *j, tm_http_req *r)
         tm_request_rec_clear(&rec);
 }
 
+void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r,
+                              int ephemeral, int status, unsigned http_status, const char *body,
+                              size_t len)
+{
+    if (status)
+        tm_reply_store_error(r, status);
+    else
+        tm_http_reply(r, http_status, "application/json", body, len);
+    if (ephemeral && status == 0)
+        tm_modern_doom(srv, sess->id);
+    release(srv, sess);
+}
+
 void tm_modern_answer(tm_job *j, const json_t *resp)
 {
     tm_http_req *r = j->lazy;

@@ -111,6 +111,7 @@ struct tidemark_call {
                                  entry in sess->calls stays until its response settled,
                                  its job cleared (under sess->mu) once that is queued */
     int punt;                 /* inline, its handler said TIDEMARK_EAGAIN: to a worker */
+    struct tm_durable_answer *answer; /* modern: its POST, answered when the response settles */
     json_t *answers;
     json_t *asked;
     unsigned nasked;
@@ -315,6 +316,12 @@ void tm_modern_attach(tm_job *j);
 /* modern.c: a modern call's job ended before it was attached: answer the
  * POST with resp (borrowed) once durable, delete an ephemeral session. */
 void tm_modern_answer(tm_job *j, const json_t *resp);
+/* A 2026-07-28 call's POST r answered once its response committed (status
+ * 0: with body, else the store's error), from the append's callback; then
+ * its ephemeral session doomed and the session let go (as tm_modern_answer). */
+void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r,
+                              int ephemeral, int status, unsigned http_status, const char *body,
+                              size_t len);
 /* modern.c: a modern call's stream or record could not be begun (rc):
  * TIDEMARK_EEXIST (its key's first request began on another node) waits
  * for that one's result, else the store error; nothing runs. */
