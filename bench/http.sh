@@ -15,7 +15,9 @@
 # one-row fsync'd SQLite commit loop (bench/sqlite_floor.c) in the same run;
 # then N standalone GET streams held open on tidemark-server memory (its
 # RSS) and one notifications/resources/updated fanned out to N subscribed
-# sessions of tidemark-everything memory (bench/streams.c).
+# sessions of tidemark-everything memory (bench/streams.c); then tools/call
+# echo p50 with 100 sessions in the store and with N x 10 (memory, SQLite
+# power): latency must stay flat as sessions accumulate.
 # Each cell is the median of REPS runs of SECONDS; within a repetition the
 # targets run one after the other for each cell, so a busy moment of the
 # shared machine hits all of them. Every answer is checked.
@@ -203,6 +205,33 @@ log "scale: $nscale subscribed sessions on tidemark-everything memory, $reps upd
     { log "tidemark-streams (fan-out) failed: $(cat "$scratch/fanout")"; exit 1; }
 stop sev
 
+# Flat latency: tools/call echo p50 from one connection with 100 sessions in
+# the store, then with nsess (N x 10) on the same server (memory, then
+# SQLite power); REPS runs of SECONDS each, the median p50.
+nsess=$((nscale * 10))
+flat() { # NAME STORE
+    start "$1" "${tm[@]}" --store "$2"
+    local s0=100 i
+    "$bin/tidemark-streams" --url "${url[$1]}" --n "$s0" --sessions-only >"$scratch/$1.fill0" ||
+        { log "tidemark-streams --sessions-only failed: $(cat "$scratch/$1.fill0")"; exit 1; }
+    for i in $(seq "$reps"); do
+        "$bin/tidemark-rps" --url "${url[$1]}" --era legacy --conns 1 --seconds "$secs" --warmup "$warm" \
+            >>"$scratch/$1.few" || { log "tidemark-rps against $1 failed"; exit 1; }
+    done
+    log "flat: $1, growing to $nsess sessions"
+    "$bin/tidemark-streams" --url "${url[$1]}" --n $((nsess - s0)) --sessions-only --server-pid "${pid[$1]}" \
+        >"$scratch/$1.fill" || { log "tidemark-streams --sessions-only failed: $(cat "$scratch/$1.fill")"; exit 1; }
+    for i in $(seq "$reps"); do
+        "$bin/tidemark-rps" --url "${url[$1]}" --era legacy --conns 1 --seconds "$secs" --warmup "$warm" \
+            >>"$scratch/$1.many" || { log "tidemark-rps against $1 failed"; exit 1; }
+    done
+    stop "$1"
+}
+log "flat: p50 with 100 and with $nsess sessions, memory"
+flat flatmem memory
+log "flat: p50 with 100 and with $nsess sessions, SQLite power"
+flat flatsql "sqlite:$scratch/flat.db"
+
 rss_mb="$(awk '{print $1 / 1024}' <<<"$(field rss_kb <"$scratch/streams")")"
 echo
 echo "## Scale$scale_note"
@@ -215,3 +244,14 @@ printf 'fan-out: %s sessions subscribed to one uri (tidemark-everything memory, 
     "$(field streams <"$scratch/fanout")" "$(awk '{print $1 / 1024}' <<<"$(field rss_kb <"$scratch/fanout")")" \
     "$(field received <"$scratch/fanout" | sort -n | head -1)" "$fan" "$(field p50_ms <"$scratch/fanout" | median)" \
     "$reps" "$(awk -v m="$fan" 'BEGIN {print m < 1000 ? "met" : "NOT met"}')"
+flat_line() { # NAME LABEL
+    local few many
+    few="$(field p50_us <"$scratch/$1.few" | median)"
+    many="$(field p50_us <"$scratch/$1.many" | median)"
+    printf 'flat: tools/call echo p50 (1 conn, median of %s) on %s: %s us with 100 sessions, %s us with %s (filled in %s s); ratio %s (target <= 1.20) %s\n' \
+        "$reps" "$2" "$few" "$many" "$(field sessions <"$scratch/$1.fill" | awk '{print $1 + 100}')" \
+        "$(field open_s <"$scratch/$1.fill")" "$(ratio "$many" "$few")" \
+        "$(awk -v a="$many" -v b="$few" 'BEGIN {print (b > 0 && a <= 1.2 * b) ? "met" : "NOT met"}')"
+}
+flat_line flatmem "tidemark-server memory"
+flat_line flatsql "tidemark-server SQLite power"

@@ -37,7 +37,8 @@
  *                        CreateTaskResults were already completed and the
  *                        gets per task.
  *
- * Prints one line: era, method, conns, calls, calls/s, p50/p99/max latency in ms.
+ * Prints one line: era, method, conns, calls, calls/s, p50/p99/max latency in ms
+ * (and p50 again in µs, p50_us, for comparisons finer than 0.01 ms).
  * HTTP/1.1 over plain sockets: Content-Length and chunked bodies (an SSE
  * answer is a chunked body the server ends after the result).
  */
@@ -448,10 +449,10 @@ static int report(const opts *o, conn *cs)
             all[k++] = cs[i].lat[j];
     qsort(all, n, sizeof *all, cmp_d);
     printf("era=%s method=%s conns=%d calls=%ld rps=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f "
-           "errors=%ld",
+           "errors=%ld p50_us=%.1f",
            o->modern ? "modern" : "legacy", method_names[o->method], o->conns, calls,
            (double)calls / o->seconds, n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0,
-           n ? all[n - 1] : 0, errors);
+           n ? all[n - 1] : 0, errors, n ? all[n / 2] * 1e3 : 0);
     if (o->method == M_TASK)
         printf(" done_at_create=%ld gets_per_task=%.2f poll_ms=%g", done,
                calls + errors ? (double)gets / (double)(calls + errors) : 0, o->poll_ms);

@@ -6,6 +6,7 @@
  *   tidemark-streams --url http://HOST:PORT/PATH --n N [--threads T]
  *                    [--server-pid PID] [--subscribe URI [--trigger TOOL]]
  *                    [--timeout S] [--repeat K]
+ *   tidemark-streams --url ... --n N --sessions-only [--threads T] [--server-pid PID]
  *
  * Per session: initialize, notifications/initialized, with --subscribe a
  * resources/subscribe of URI, then GET (Accept: text/event-stream) whose 200
@@ -17,6 +18,11 @@
  * p50_ms=..", times from sending the call; --repeat K: K such calls one
  * after the other, a line each. Exit 1 when a session or stream could not
  * be opened or not all notifications arrived.
+ *
+ * --sessions-only: N sessions (initialize, notifications/initialized) and no
+ * stream, T threads each on one keep-alive connection (a new one if the
+ * server closes it), to fill a server's store: "sessions=N failed=F
+ * open_s=.. rss_kb=.. rss_before_kb=..".
  */
 #include "net.h"
 #include <errno.h>
@@ -42,7 +48,7 @@
 typedef struct opts {
     bench_url u;
     char uri[1024], trigger[128];
-    int n, threads, pid, repeat;
+    int n, threads, pid, repeat, sessions_only;
     double timeout;
 } opts;
 
@@ -141,10 +147,35 @@ fail:
     return -1;
 }
 
+/* --sessions-only: sessions first, first + T, ... on one keep-alive connection. */
+static void sessions_run(setup *st, char *buf)
+{
+    char sid[128];
+    int fd = -1;
+    for (int i = st->first; i < st->o->n; i += st->o->threads) {
+        if (fd < 0)
+            fd = bench_dial(&st->o->u);
+        if (fd >= 0 && open_session(st->o, fd, sid, buf, BUF) == 0)
+            continue;
+        if (st->failed++ == 0)
+            fprintf(stderr, "tidemark-streams: session %d: %s\n", i, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
 static void *setup_run(void *arg)
 {
     setup *st = arg;
     char *buf = malloc(BUF);
+    if (buf && st->o->sessions_only) {
+        sessions_run(st, buf);
+        free(buf);
+        return NULL;
+    }
     for (int i = st->first; buf && i < st->o->n; i += st->o->threads) {
         st->s[i].fd = open_stream(st->o, buf, BUF);
         if (st->s[i].fd < 0 && st->failed++ == 0)
@@ -293,7 +324,7 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"threads", 1, 0, 't'}, {"server-pid", 1, 0, 'p'},
                                        {"subscribe", 1, 0, 's'}, {"trigger", 1, 0, 'T'},
                                        {"timeout", 1, 0, 'o'}, {"repeat", 1, 0, 'r'},
-                                       {0, 0, 0, 0}};
+                                       {"sessions-only", 0, 0, 'S'}, {0, 0, 0, 0}};
     *o = (opts){.n = 100, .threads = 8, .timeout = 30, .repeat = 1};
     const char *url = NULL;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -313,10 +344,14 @@ static int parse_opts(int argc, char **argv, opts *o)
             o->timeout = atof(optarg);
         else if (ch == 'r')
             o->repeat = atoi(optarg);
+        else if (ch == 'S')
+            o->sessions_only = 1;
         else
             return -1;
     }
     if (!url || bench_parse_url(url, &o->u) || o->n < 1 || o->threads < 1 || o->threads > 64)
+        return -1;
+    if (o->sessions_only && o->uri[0])
         return -1;
     return o->trigger[0] && !o->uri[0] ? -1 : 0;
 }
@@ -327,7 +362,9 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: tidemark-streams --url http://HOST:PORT/PATH --n N [--threads T]\n"
                         "       [--server-pid PID] [--subscribe URI [--trigger TOOL]] [--timeout S]\n"
-                        "       [--repeat K]\n");
+                        "       [--repeat K]\n"
+                        "       tidemark-streams --url URL --n N --sessions-only [--threads T]\n"
+                        "       [--server-pid PID]\n");
         return 2;
     }
     stream *s = calloc((size_t)o.n, sizeof *s);
@@ -338,8 +375,9 @@ int main(int argc, char **argv)
     int failed = open_all(&o, s), rc = failed != 0;
     double open_s = bench_now() - t0;
     usleep(300000); /* let the server finish its bookkeeping before reading RSS */
-    printf("streams=%d failed=%d open_s=%.1f rss_kb=%ld rss_before_kb=%ld\n", o.n - failed, failed,
-           open_s, rss_kb(o.pid), before);
+    printf("%s=%d failed=%d open_s=%.1f rss_kb=%ld rss_before_kb=%ld\n",
+           o.sessions_only ? "sessions" : "streams", o.n - failed, failed, open_s, rss_kb(o.pid),
+           before);
     fflush(stdout);
     for (int k = 0; !rc && o.trigger[0] && k < o.repeat; k++)
         rc = fanout(&o, s);
