@@ -124,6 +124,10 @@
 #define LEASE_RENEW_MS 750
 #define READY_WAIT_MS 60000  /* default wait for a server still loading its dataset */
 #define LOADING_LOG_MS 5000  /* while waiting for it: say so this often */
+#define OPEN_BLOCK 64        /* POST stream numbers a node takes per session at once */
+#define TAIL_MAX 16          /* events of a stream kept after their commit here */
+#define TAIL_EVENT_MAX 16384 /* ... each at most this long */
+#define TAIL_BUDGET (16u << 20) /* ... all streams' at most this many bytes */
 
 /* ---- Lua -------------------------------------------------------------------- */
 
@@ -173,8 +177,35 @@ typedef struct rstream {
     uint64_t pending;      /* appends queued here, not yet answered */
     int closing;           /* closed in Redis or a close/final queued here */
     int close_pending;     /* closes/finals queued here, not yet answered */
+    int open_pending;      /* created here by a queued open (a reserved number), not yet
+                              answered: Redis may not have it yet, nothing in it is durable */
     early *early_head, *early_tail;
+    /* A POST stream this node opened (own) is written by this node alone
+     * unless another node takes over its call (its lease lapsed) or closes
+     * it: those tell (heard, heard_closed). While they have not, what this
+     * node committed is the whole stream: reads and bounds are answered
+     * here (tail_usable), Redis is not asked. */
+    int own;
+    unsigned gen;          /* the server identity it was made under */
+    uint64_t heard;        /* highest head another node told of */
+    int heard_closed;      /* another node closed it */
+    int durable_closed;    /* this node's close / final append of it committed */
+    struct tev {
+        char *data;
+        size_t len;
+        char epoch[TM_EPOCH_LEN + 1];
+    } tail[TAIL_MAX];      /* the events tail_lo .. tail_lo + tail_n - 1, as committed here */
+    uint64_t tail_lo;
+    size_t tail_n;
 } rstream;
+
+/* POST stream numbers of a session reserved by this node (open.lua): next
+ * .. end-1 are opened without waiting for Redis. Valid only while the
+ * server's identity is the one they were taken from (gen). */
+typedef struct resv {
+    uint64_t next, end;
+    unsigned gen;
+} resv;
 
 enum op_kind {
     OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_ATTRS, OP_SESS_DELETE,
@@ -191,6 +222,10 @@ typedef struct rop {
     enum op_state state;
     int retry;             /* resend after a lost reply: the token decides */
     int fx_done;           /* the effect ran (first attempt only) */
+    int fresh;             /* open: of a reserved POST stream number (name set) */
+    int replayed;          /* answered from its token: committed by an earlier attempt */
+    char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was sent with */
+    int reserve;           /* open of the next POST stream: numbers to take */
     int wake;              /* append: the last of its stream in the batch sent */
     char *session, *name;  /* name: stream, or NULL (next POST stream) */
     uint64_t expect;       /* emit_early: the seq readers may have seen */
@@ -229,9 +264,13 @@ typedef struct rstore {
 
     pthread_mutex_t e_mu;  /* server identity and base.epoch */
     char run_id[64];
+    atomic_uint ident_gen; /* bumped when the server's identity changes */
 
     pthread_mutex_t c_mu;  /* local hints */
     tm_map *streams;       /* "<len>:<session>/<name>" -> rstream */
+    tm_map *resv;          /* session -> resv */
+    size_t tail_bytes;     /* held by the streams' tails */
+    int tails;             /* tails are kept (no retention, no emit_early) */
 
     tm_writer *writer;     /* the group-commit writer (writer.h); its thread owns: */
     redisContext *wc;
@@ -377,6 +416,7 @@ static void note_identity(rstore *r, const char *run_id)
             memcpy(r->base.epoch, old, sizeof old);
         TM_WARN("redis: server identity changed (run_id %s -> %s): epoch %s -> %s", r->run_id,
                 run_id, old, r->base.epoch);
+        atomic_fetch_add(&r->ident_gen, 1); /* stream numbers reserved there may be lost */
     }
     snprintf(r->run_id, sizeof r->run_id, "%s", run_id);
     pthread_mutex_unlock(&r->e_mu);
@@ -633,8 +673,59 @@ static void early_free(early *e)
     }
 }
 
-static void rstream_free(rstream *s)
+static void tail_clear(rstore *r, rstream *s)
 {
+    for (size_t i = 0; i < s->tail_n; i++) {
+        struct tev *e = &s->tail[(s->tail_lo + i) % TAIL_MAX];
+        r->tail_bytes -= e->len;
+        free(e->data);
+        e->data = NULL;
+    }
+    s->tail_n = 0;
+}
+
+/* Keep an event this node committed as seq (its bytes are taken). The
+ * tail stays a run of consecutive seqs: one that does not follow starts it
+ * over. Caller holds c_mu. */
+static void tail_add(rstore *r, rstream *s, uint64_t seq, char **data, size_t len,
+                     const char *epoch)
+{
+    if (s->tail_n && seq != s->tail_lo + s->tail_n)
+        tail_clear(r, s);
+    if (len > TAIL_EVENT_MAX || r->tail_bytes + len > TAIL_BUDGET || !*data) {
+        tail_clear(r, s);
+        return;
+    }
+    if (s->tail_n == TAIL_MAX) {
+        struct tev *old = &s->tail[s->tail_lo % TAIL_MAX];
+        r->tail_bytes -= old->len;
+        free(old->data);
+        s->tail_lo++;
+        s->tail_n--;
+    }
+    if (!s->tail_n)
+        s->tail_lo = seq;
+    struct tev *e = &s->tail[seq % TAIL_MAX];
+    e->data = *data;
+    e->len = len;
+    memcpy(e->epoch, epoch, TM_EPOCH_LEN + 1);
+    *data = NULL;
+    r->tail_bytes += len;
+    s->tail_n++;
+}
+
+/* Whether this node's knowledge of s is the stream (see rstream.own): not
+ * while Redis is out of reach (it may come back another server, with less).
+ * Caller holds c_mu. */
+static int tail_usable(rstore *r, const rstream *s)
+{
+    return r->tails && s->own && !s->open_pending && s->heard <= s->known && !s->heard_closed &&
+           s->gen == atomic_load(&r->ident_gen) && !atomic_load(&r->w_down);
+}
+
+static void rstream_free(rstore *r, rstream *s)
+{
+    tail_clear(r, s);
     early_free(s->early_head);
     free(s->session);
     free(s->name);
@@ -653,7 +744,7 @@ static void collect_keys(const char *k, void *val, void *ud)
     key_list *l = ud;
     rstream *s = val;
     if (l->prefix ? strncmp(k, l->prefix, l->plen) != 0
-                  : (s->pending || s->close_pending || s->early_head))
+                  : (s->pending || s->close_pending || s->open_pending || s->early_head))
         return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
@@ -676,7 +767,7 @@ static void drop_streams(rstore *r, const char *prefix)
     for (size_t i = 0; i < l.n; i++) {
         rstream *s = tm_map_del(r->streams, l.v[i]);
         if (s)
-            rstream_free(s);
+            rstream_free(r, s);
         free(l.v[i]);
     }
     free(l.v);
@@ -688,6 +779,7 @@ static void forget_session(rstore *r, const char *id)
     pthread_mutex_lock(&r->c_mu);
     if (prefix)
         drop_streams(r, prefix);
+    free(tm_map_del(r->resv, id));
     pthread_mutex_unlock(&r->c_mu);
     tm_writer_touch_forget(r->writer, id);
     free(prefix);
@@ -761,7 +853,7 @@ static rstream *stream_ref(rstore *r, const char *session, const char *name, int
         }
         if (!s || !s->session || !s->name || tm_map_put(r->streams, key, s) != 0) {
             if (s)
-                rstream_free(s);
+                rstream_free(r, s);
             s = NULL;
             *rc = TIDEMARK_ENOMEM;
         } else {
@@ -860,6 +952,7 @@ static void build_append(rstore *r, rop *o, const char *epoch, args *a)
     const char *s = o->session;
     if (o->effect && !o->fx_done)
         run_effect(o);
+    memcpy(o->epoch, epoch, TM_EPOCH_LEN + 1);
     arg_eval(r, a, SC_APPEND, 3);
     arg_fmt(a, "tm:{%s}:m:%s", s, o->name);
     arg_fmt(a, "tm:{%s}:s:%s", s, o->name);
@@ -953,6 +1046,8 @@ static void build(rstore *r, rop *o, const char *epoch, args *a)
         arg_token(r, a, o);
         arg_fmt(a, "tm:{%s}:", s);
         arg_str(a, o->name ? o->name : "");
+        arg_fmt(a, "%d", o->reserve > 0 ? o->reserve : 1);
+        arg_str(a, o->fresh ? "1" : "0");
         return;
     case OP_SESS_CREATE:
         build_session_create(r, o, a);
@@ -1028,7 +1123,8 @@ static int take_reply(rop *o, redisReply *x)
         o->w.seq = (uint64_t)int_of(x->element[1]);
     if (o->kind == OP_SESS_DELETE && o->retry && o->w.q.status == TIDEMARK_ENOTFOUND)
         o->w.q.status = 0; /* applied before the reply was lost, token already gone */
-    return x->elements >= 3 && int_of(x->element[2]) == 1;
+    o->replayed = x->elements >= 3 && int_of(x->element[2]) == 1;
+    return o->replayed;
 }
 
 enum { SENT_OK = 0, SENT_LOST, SENT_RELOAD };
@@ -1390,6 +1486,12 @@ static void settle_hint(rstore *r, rop *o)
         s->pending--;
         if ((st == 0 || st == TIDEMARK_EBUSY) && seq > s->known)
             s->known = seq; /* EBUSY: the script said where the head is */
+        if (st == 0 && r->tails && s->own && !o->replayed) /* (a replay may carry another epoch) */
+            tail_add(r, s, seq, &o->data, o->len, o->epoch);
+        else if (st != 0 || o->replayed)
+            tail_clear(r, s);
+        if (st == 0 && (o->flags & TM_APPEND_FINAL))
+            s->durable_closed = 1;
         early *e = s->early_head;
         if (e && e->seq == o->expect) {
             s->early_head = e->next;
@@ -1401,6 +1503,31 @@ static void settle_hint(rstore *r, rop *o)
     }
     if (s && s->close_pending && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL)))
         s->close_pending--;
+    if (s && o->kind == OP_CLOSE && st == 0) {
+        if (seq > s->known) /* close.lua answers the head: more than this node wrote */
+            s->heard = seq;
+        s->durable_closed = 1;
+    }
+}
+
+/* A queued open of a reserved number was answered: Redis has the stream,
+ * or (the session went meanwhile) never will: forget it here, so reads,
+ * bounds and appends ask Redis, which says TIDEMARK_ENOTFOUND. Caller
+ * holds c_mu. */
+static void settle_open(rstore *r, rop *o)
+{
+    char *k = cache_key(o->session, o->name);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    if (s && s->open_pending) {
+        s->open_pending--;
+        if (o->w.q.status != 0) {
+            TM_DEBUG("redis: open of %s/%s: %s", o->session, o->name,
+                     tidemark_strerror(o->w.q.status));
+            if (tm_map_del(r->streams, k) == s)
+                rstream_free(r, s);
+        }
+    }
+    free(k);
 }
 
 /* settle hook: fold the answers into the local hints; wake this node's
@@ -1414,10 +1541,14 @@ static void r_settle(void *be, tm_wop *batch, int rc)
     for (rop *o = (rop *)batch; o; o = op_next(o))
         if (o->kind == OP_APPEND || o->kind == OP_CLOSE)
             settle_hint(r, o);
+        else if (o->kind == OP_OPEN && o->fresh)
+            settle_open(r, o);
     pthread_mutex_unlock(&r->c_mu);
     for (rop *o = (rop *)batch; o; o = op_next(o))
         if ((o->kind == OP_APPEND || o->kind == OP_CLOSE) && o->w.q.status == 0)
             tm_writer_wake(r->writer, o->session, o->name, o->w.seq);
+        else if (o->kind == OP_OPEN && o->fresh && o->w.q.status != 0)
+            tm_writer_wake(r->writer, o->session, o->name, 0); /* its readers now hear ENOTFOUND */
 }
 
 static void r_release(tm_wop *o) { op_free((rop *)o); }
@@ -1476,6 +1607,10 @@ static void on_message(rstore *r, const char *msg, size_t len)
         pthread_mutex_lock(&r->c_mu);
         rstream *s = k ? tm_map_get(r->streams, k) : NULL;
         note_head(s, seq, f[2][0] == '1');
+        if (s && seq > s->heard)
+            s->heard = seq; /* another node wrote it: ask Redis from now on */
+        if (s && f[2][0] == '1')
+            s->heard_closed = 1;
         pthread_mutex_unlock(&r->c_mu);
         free(k);
         tm_store_notify_commit(&r->base, session, name, seq);
@@ -1518,6 +1653,7 @@ static void collect_wake(const char *k, void *val, void *ud)
     (void)k;
     rstream *s = val;
     wake_set *w = ud;
+    s->own = 0; /* another node may have written it unheard: Redis answers for it now */
     w->v[w->n++] = (wake_item){strdup(s->session), strdup(s->name), s->known};
 }
 
@@ -1792,22 +1928,112 @@ static int r_session_delete(tm_store *st, const char *id)
     return rc;
 }
 
+static void free_val(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
+
+/* Forget every reservation (they are only a shortcut). Caller holds c_mu. */
+static void resv_clear(rstore *r)
+{
+    tm_map *m = tm_map_new();
+    if (!m)
+        return;
+    tm_map_each(r->resv, free_val, NULL);
+    tm_map_free(r->resv);
+    r->resv = m;
+}
+
+/* A new, empty stream entry for a POST stream this node just created (or
+ * is creating: open_pending). Caller holds c_mu. NULL when out of memory. */
+static rstream *new_entry(rstore *r, const char *session, const char *name, int pending)
+{
+    char *key = cache_key(session, name);
+    if (!key)
+        return NULL;
+    rstream *s = tm_map_get(r->streams, key);
+    if (!s) {
+        if (tm_map_count(r->streams) >= CACHE_MAX)
+            drop_streams(r, NULL);
+        s = calloc(1, sizeof *s);
+        if (s && (!(s->session = strdup(session)) || !(s->name = strdup(name)) ||
+                  tm_map_put(r->streams, key, s) != 0)) {
+            rstream_free(r, s);
+            s = NULL;
+        }
+    }
+    if (s) {
+        s->known = 0;
+        s->closing = 0;
+        s->open_pending += pending;
+        s->own = 1;
+        s->gen = atomic_load(&r->ident_gen);
+    }
+    free(key);
+    return s;
+}
+
+/* The next POST stream from this node's reserved numbers, queued (not
+ * waited for): 1 with its name in out, 0 when none is left. */
+static int open_reserved(rstore *r, const char *session, char out[TM_STREAM_MAX], int *rc)
+{
+    pthread_mutex_lock(&r->c_mu);
+    resv *v = tm_map_get(r->resv, session);
+    if (!v || v->next >= v->end || v->gen != atomic_load(&r->ident_gen)) {
+        pthread_mutex_unlock(&r->c_mu);
+        return 0;
+    }
+    uint64_t n = v->next++;
+    char nm[TM_STREAM_MAX];
+    snprintf(nm, sizeof nm, "r%" PRIu64, n);
+    rop *o = op_new(OP_OPEN);
+    rstream *s = NULL;
+    if (!o || !(o->session = strdup(session)) || !(o->name = strdup(nm)) ||
+        !(s = new_entry(r, session, nm, 1))) {
+        pthread_mutex_unlock(&r->c_mu);
+        if (o)
+            op_free(o);
+        *rc = TIDEMARK_ENOMEM;
+        return 1;
+    }
+    o->fresh = 1;
+    enqueue(r, o); /* under c_mu: before any append to it */
+    pthread_mutex_unlock(&r->c_mu);
+    snprintf(out, TM_STREAM_MAX, "%s", nm);
+    *rc = 0;
+    return 1;
+}
+
+/* A POST stream (name NULL) is opened from this node's reserved numbers
+ * without a round trip: the open is queued ahead of the stream's first
+ * record and event, so it commits with them or before them; until it is
+ * answered, bounds() and read() answer for the new stream here (empty,
+ * open). The first open of a session on this node waits and reserves the
+ * next OPEN_BLOCK - 1 numbers. */
 static int r_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
     rstore *r = (rstore *)st;
+    int rc = 0;
+    if (!name && open_reserved(r, session, out, &rc))
+        return rc;
     rop *o = op_new(OP_OPEN);
     if (!o || !(o->session = strdup(session)) || (name && !(o->name = strdup(name)))) {
         if (o)
             op_free(o);
         return TIDEMARK_ENOMEM;
     }
-    int rc = wait_op(r, o);
+    o->reserve = name ? 0 : OPEN_BLOCK;
+    unsigned gen = atomic_load(&r->ident_gen);
+    rc = wait_op(r, o);
     char nm[TM_STREAM_MAX];
+    uint64_t n = o->w.seq;
     if (name)
         snprintf(nm, sizeof nm, "%s", name);
     else
-        snprintf(nm, sizeof nm, "r%" PRIu64, o->w.seq);
+        snprintf(nm, sizeof nm, "r%" PRIu64, n);
     op_free(o);
     if (rc)
         return rc;
@@ -1817,6 +2043,18 @@ static int r_stream_open(tm_store *st, const char *session, const char *name,
     rstream *s = k ? tm_map_get(r->streams, k) : NULL;
     if (s && !s->close_pending)
         s->closing = 0;
+    if (!name) {
+        new_entry(r, session, nm, 0); /* new and empty: the first append needs no read */
+        resv *v = tm_map_get(r->resv, session);
+        if (!v && tm_map_count(r->resv) >= CACHE_MAX)
+            resv_clear(r);
+        if (!v && (v = calloc(1, sizeof *v)) != NULL && tm_map_put(r->resv, session, v) != 0) {
+            free(v);
+            v = NULL;
+        }
+        if (v)
+            *v = (resv){n + 1, n + OPEN_BLOCK, gen};
+    }
     pthread_mutex_unlock(&r->c_mu);
     free(k);
     snprintf(out, TM_STREAM_MAX, "%s", nm);
@@ -1935,8 +2173,12 @@ static int r_close_stream(tm_store *st, const char *session, const char *stream)
         op_free(o);
         return rc;
     }
-    /* Waited for: bounds() reads Redis, and must say closed once this returns. */
-    return run_sync(r, o);
+    /* Queued, as on SQLite: appends here are refused at once (closing),
+     * bounds() says closed once it is durable (tm_store_sync to wait), and
+     * readers are woken then. Waiting here cost the thread that ends a call
+     * a round trip (an I/O thread, for a call run where its POST arrived). */
+    enqueue(r, o);
+    return 0;
 }
 
 /* Bounds from an HMGET of head, first, closed, te. */
@@ -2052,6 +2294,68 @@ static void serve_early(rstore *r, const early *list, uint64_t *next, size_t *le
     }
 }
 
+/* A stream whose open is still queued here: empty and open, as far as
+ * anyone may know (nothing of it can be durable before its open). Its
+ * "assigned" counts this node's queued appends. */
+static int opening(rstore *r, const char *session, const char *stream, tm_stream_bounds *b)
+{
+    char *k = cache_key(session, stream);
+    int yes = 0;
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    if (s && (s->open_pending || (b && tail_usable(r, s)))) {
+        /* Or a stream this node alone wrote (no retention): the head is what
+         * it committed, closed once its close did. */
+        yes = 1;
+        if (b) {
+            memset(b, 0, sizeof *b);
+            b->first_retained = 1;
+            b->head = s->open_pending ? 0 : s->known;
+            b->closed = !s->open_pending && s->durable_closed;
+            b->assigned = s->known + s->pending;
+        }
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    free(k);
+    return yes;
+}
+
+/* An event copied out of a tail (read() calls its visitor with no lock held). */
+typedef struct tcopy {
+    char *data;
+    size_t len;
+    char epoch[TM_EPOCH_LEN + 1];
+} tcopy;
+
+/* The events from next on (at most max) that this node's tail of the
+ * stream holds, copied. OUT *complete: they are all the stream holds from
+ * next on (Redis need not be asked). */
+static size_t tail_copy(rstore *r, const char *session, const char *stream, uint64_t next,
+                        size_t max, tcopy *out, int *complete)
+{
+    size_t n = 0;
+    *complete = 0;
+    char *k = cache_key(session, stream);
+    pthread_mutex_lock(&r->c_mu);
+    rstream *s = k ? tm_map_get(r->streams, k) : NULL;
+    if (s && tail_usable(r, s)) {
+        uint64_t seq = next;
+        while (n < max && seq <= s->known && seq >= s->tail_lo && seq < s->tail_lo + s->tail_n) {
+            const struct tev *e = &s->tail[seq % TAIL_MAX];
+            if (!(out[n].data = tm_memdup(e->data, e->len)))
+                break;
+            out[n].len = e->len;
+            memcpy(out[n].epoch, e->epoch, sizeof out[n].epoch);
+            n++;
+            seq++;
+        }
+        *complete = seq > s->known;
+    }
+    pthread_mutex_unlock(&r->c_mu);
+    free(k);
+    return n;
+}
+
 static int r_read(tm_store *st, const char *session, const char *stream, uint64_t after,
                   size_t max_events, tm_event_visitor fn, void *ud)
 {
@@ -2067,6 +2371,30 @@ static int r_read(tm_store *st, const char *session, const char *stream, uint64_
         return rc;
     }
     early *pending = r->opt.emit_early ? early_copy(r, session, stream) : NULL;
+    if (opening(r, session, stream, NULL)) { /* nothing durable yet */
+        serve_early(r, pending, &next, &left, fn, ud);
+        early_free(pending);
+        return 0;
+    }
+    if (r->tails && left > 0) { /* what this node committed, without a round trip */
+        tcopy cp[TAIL_MAX];
+        int complete = 0, stop = 0;
+        size_t want = left < TAIL_MAX ? left : TAIL_MAX;
+        size_t n = tail_copy(r, session, stream, next, want, cp, &complete);
+        for (size_t i = 0; i < n; i++) {
+            if (!stop) {
+                tm_event ev = {.seq = next, .epoch = cp[i].epoch, .data = cp[i].data, .len = cp[i].len};
+                stop = fn(ud, &ev);
+                next++;
+                left--;
+            }
+            free(cp[i].data);
+        }
+        if (stop || left == 0 || complete) {
+            early_free(pending);
+            return 0;
+        }
+    }
     for (;;) {
         size_t count = left < READ_CHUNK ? left : READ_CHUNK;
         tm_stream_bounds b;
@@ -2113,6 +2441,8 @@ static int r_read(tm_store *st, const char *session, const char *stream, uint64_
 static int r_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
 {
     rstore *r = (rstore *)st;
+    if (opening(r, session, stream, out))
+        return 0;
     args a = {0};
     arg_hmget_meta(&a, session, stream);
     redisReply *x = NULL;
@@ -2598,8 +2928,7 @@ static int r_writable(tm_store *st)
 static void free_stream_cb(const char *k, void *v, void *ud)
 {
     (void)k;
-    (void)ud;
-    rstream_free(v);
+    rstream_free(ud, v);
 }
 
 static void r_free(rstore *r)
@@ -2608,8 +2937,11 @@ static void r_free(rstore *r)
     for (int i = 0; i < r->npfree; i++)
         redisFree(r->pfree[i]);
     if (r->streams)
-        tm_map_each(r->streams, free_stream_cb, NULL);
+        tm_map_each(r->streams, free_stream_cb, r);
     tm_map_free(r->streams);
+    if (r->resv)
+        tm_map_each(r->resv, free_val, NULL);
+    tm_map_free(r->resv);
     if (r->wake[0] >= 0)
         close(r->wake[0]);
     if (r->wake[1] >= 0)
@@ -2760,18 +3092,20 @@ int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store *
         return rc;
     }
     r->opt = *opt;
+    r->tails = !opt->emit_early && opt->retain_events == 0 && opt->retain_ms <= 0;
     snprintf(r->wkey, sizeof r->wkey, "tm:w:%s", r->wid);
     snprintf(r->channel, sizeof r->channel, "tm:%d:commits", r->db);
     snprintf(r->bus, sizeof r->bus, "tm:%d:bus", r->db);
     snprintf(r->lease, sizeof r->lease, "tm:node:%s", r->wid);
     r->streams = tm_map_new();
+    r->resv = tm_map_new();
     r->claim_src = fmt("%s%s", tm_lua_errors, LUA(claim));
     char name[300];
     snprintf(name, sizeof name, "redis: %s:%d/%d", r->host, r->port, r->db);
     tm_writer_config wc = {.name = name, .store = &r->base, .be = r, .hooks = &redis_writer_hooks,
                            .batch_max = BATCH_MAX, .maintain_ms = opt->retain_ms > 0 ? 1000 : 0,
                            .touch_every_ms = opt->touch_every_ms};
-    if (!r->streams || !r->claim_src || tm_writer_new(&wc, &r->writer) != 0 || pipe(r->wake) != 0) {
+    if (!r->streams || !r->resv || !r->claim_src || tm_writer_new(&wc, &r->writer) != 0 || pipe(r->wake) != 0) {
         r_free(r);
         return TIDEMARK_ENOMEM;
     }

@@ -809,14 +809,23 @@ static void test_two_nodes(void **state)
     assert_int_equal(tm_store_bounds(b, "s", "r1", &bb), 0);
     assert_int_equal(bb.head, 5);
 
-    /* POST stream numbers and sessions are shared */
-    open_stream(b, "s", NULL, "r2");
-    open_stream(a, "s", NULL, "r3");
+    /* POST stream numbers and sessions are shared: a node takes its numbers
+     * from Redis in blocks (A took r1..r64 with its first open), so no two
+     * nodes ever open the same one, and A's next opens need no round trip */
+    open_stream(b, "s", NULL, "r65");
+    open_stream(a, "s", NULL, "r2");
+    open_stream(b, "s", NULL, "r66");
+    assert_int_equal(tm_store_bounds(b, "s", "r66", &bb), 0);
+    assert_int_equal(bb.head, 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(tm_store_bounds(b, "s", "r2", &bb), 0); /* B sees A's queued open once durable */
+    assert_int_equal(bb.head, 0);
     tm_session_rec rec = {.id = "s"};
     assert_int_equal(tm_store_session_create(b, &rec), TIDEMARK_EEXIST);
 
     /* a close on A ends the stream for B's readers too */
     assert_int_equal(tm_store_close_stream(a, "s", "r1"), 0);
+    assert_int_equal(tm_store_sync(a), 0); /* a close is queued, as an append */
     assert_int_equal(tm_store_bounds(b, "s", "r1", &bb), 0);
     assert_int_equal(bb.closed, 1);
     assert_int_equal(tm_store_append(b, "s", "r1", "x", 1, 0, NULL, NULL), TIDEMARK_ECLOSED);
