@@ -182,6 +182,9 @@ typedef struct sqstore {
     /* Prepared once too (a per-call prepare cost more than its step):
      * sessions and records made per call, a session's rows deleted. */
     sqlite3_stmt *ins_session, *ins_request, *del_rows[5];
+    /* ... and what every call's batch runs: its transaction's ends, its
+     * record completed, its session's stream count. */
+    sqlite3_stmt *begin_tx, *commit_tx, *upd_request, *upd_next_r;
     struct sstream *w_touched;      /* streams the batch being committed touched */
     struct stream_update *w_ups;    /* their new bounds, once written */
     size_t w_nups;
@@ -352,6 +355,35 @@ static sqlite3 *rconn_get(sqstore *q)
     }
 }
 
+/* A statement of a read connection, prepared on its first use and kept
+ * with the connection (one thread's at a time): found again by its text.
+ * The caller resets it (rstmt_done) before it puts the connection back, so
+ * no kept statement holds a read snapshot open. NULL on failure. */
+static sqlite3_stmt *rstmt(sqlite3 *db, const char *sql)
+{
+    for (sqlite3_stmt *s = sqlite3_next_stmt(db, NULL); s; s = sqlite3_next_stmt(db, s))
+        if (strcmp(sqlite3_sql(s), sql) == 0)
+            return s;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK)
+        return NULL;
+    return s;
+}
+
+static void rstmt_done(sqlite3_stmt *s)
+{
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+}
+
+/* Close a read connection with the statements it kept. */
+static void rconn_close(sqlite3 *db)
+{
+    for (sqlite3_stmt *s; (s = sqlite3_next_stmt(db, NULL)) != NULL;)
+        sqlite3_finalize(s);
+    sqlite3_close(db);
+}
+
 static void rconn_put(sqstore *q, sqlite3 *db)
 {
     pthread_mutex_lock(&q->r_mu);
@@ -489,6 +521,34 @@ static int wexec(sqstore *q, const char *sql)
     return note_rc(q, rc);
 }
 
+static int step_done(sqstore *q, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+}
+
+/* step_done for a statement prepared once: reset (and unbound) for its
+ * next use instead of finalized. */
+static int step_kept(sqstore *q, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+}
+
+/* wexec for a statement prepared once (a batch's BEGIN and COMMIT). */
+static int wstep(sqstore *q, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return 0;
+    TM_ERROR("sqlite: %s: %s", what, sqlite3_errmsg(q->wdb));
+    return note_rc(q, rc);
+}
+
 static void touch_stream(sstream **touched, sstream *s)
 {
     if (!s->touched) {
@@ -538,18 +598,12 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
         return note_rc(q, rc);
     }
     if (o->request_key) {
-        sqlite3_stmt *u;
-        if (sqlite3_prepare_v2(q->wdb,
-                               "UPDATE tm_requests SET state = 2, response = ?1, updated_ms = ?2 "
-                               "WHERE session = ?3 AND key = ?4",
-                               -1, &u, NULL) == SQLITE_OK) {
-            sqlite3_bind_blob(u, 1, o->b->data, (int)o->b->len, SQLITE_STATIC);
-            sqlite3_bind_int64(u, 2, o->ms);
-            sqlite3_bind_text(u, 3, o->ss->session, -1, SQLITE_STATIC);
-            sqlite3_bind_text(u, 4, o->request_key, -1, SQLITE_STATIC);
-            sqlite3_step(u);
-            sqlite3_finalize(u);
-        }
+        sqlite3_stmt *u = q->upd_request;
+        sqlite3_bind_blob(u, 1, o->b->data, (int)o->b->len, SQLITE_STATIC);
+        sqlite3_bind_int64(u, 2, o->ms);
+        sqlite3_bind_text(u, 3, o->ss->session, -1, SQLITE_STATIC);
+        sqlite3_bind_text(u, 4, o->request_key, -1, SQLITE_STATIC);
+        step_kept(q, u); /* (as before: its outcome is the event's) */
     }
     touch_stream(touched, o->ss);
     if (o->w.seq > o->ss->batch_head)
@@ -557,23 +611,6 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
     if (o->flags & TM_APPEND_FINAL)
         o->ss->batch_closed = 1;
     return 0;
-}
-
-static int step_done(sqstore *q, sqlite3_stmt *st)
-{
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
-}
-
-/* step_done for a statement prepared once: reset (and unbound) for its
- * next use instead of finalized. */
-static int step_kept(sqstore *q, sqlite3_stmt *st)
-{
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
 }
 
 static int apply_stream_create(sqstore *q, op *o)
@@ -588,13 +625,10 @@ static int apply_stream_create(sqstore *q, op *o)
     if (rc != SQLITE_DONE)
         return note_rc(q, rc);
     if (o->next_r) {
-        sqlite3_stmt *u;
-        if (sqlite3_prepare_v2(q->wdb, "UPDATE tm_sessions SET next_r = MAX(next_r, ?1) WHERE id = ?2",
-                               -1, &u, NULL) != SQLITE_OK)
-            return TIDEMARK_EIO;
+        sqlite3_stmt *u = q->upd_next_r;
         sqlite3_bind_int64(u, 1, (sqlite3_int64)o->next_r);
         sqlite3_bind_text(u, 2, o->ss->session, -1, SQLITE_STATIC);
-        return step_done(q, u);
+        return step_kept(q, u);
     }
     return 0;
 }
@@ -982,7 +1016,7 @@ static int sq_commit(void *be, tm_wop *batch, size_t n)
     sqstore *q = be;
     if (atomic_load(&q->corrupt))
         return TIDEMARK_EIO;
-    int rc = wexec(q, "BEGIN IMMEDIATE");
+    int rc = wstep(q, q->begin_tx, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
     for (op *o = (op *)batch; o && rc == 0; o = op_next(o)) {
@@ -1002,7 +1036,7 @@ static int sq_commit(void *be, tm_wop *batch, size_t n)
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "append_before_commit");
     TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS");
     if (rc == 0)
-        rc = wexec(q, "COMMIT");
+        rc = wstep(q, q->commit_tx, "COMMIT");
     if (rc) {
         rollback_quietly(q);
         free(q->w_ups); /* nothing of it is published */
@@ -1693,12 +1727,10 @@ static int q_read(tm_store *st, const char *session, const char *stream, uint64_
     sqlite3 *db = rconn_get(q);
     if (!db)
         return TIDEMARK_EIO;
-    sqlite3_stmt *ps;
     int rc = TIDEMARK_EIO;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT seq, epoch, data FROM tm_events WHERE sid = ?1 AND seq > ?2 AND "
-                           "seq <= ?3 ORDER BY seq LIMIT ?4",
-                           -1, &ps, NULL) == SQLITE_OK) {
+    sqlite3_stmt *ps = rstmt(db, "SELECT seq, epoch, data FROM tm_events WHERE sid = ?1 AND "
+                                 "seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4");
+    if (ps) {
         sqlite3_bind_int64(ps, 1, sid);
         sqlite3_bind_int64(ps, 2, (sqlite3_int64)after);
         sqlite3_bind_int64(ps, 3, (sqlite3_int64)limit);
@@ -1724,7 +1756,7 @@ static int q_read(tm_store *st, const char *session, const char *stream, uint64_
         }
         if (r != SQLITE_ROW && r != SQLITE_DONE)
             rc = note_rc(q, r);
-        sqlite3_finalize(ps);
+        rstmt_done(ps);
     }
     rconn_put(q, db);
     return rc;
@@ -1813,9 +1845,8 @@ static int q_request_get(tm_store *st, const char *session, const char *key, tm_
     if (!db)
         return TIDEMARK_EIO;
     int rc = TIDEMARK_EIO;
-    sqlite3_stmt *ps;
-    if (sqlite3_prepare_v2(db, "SELECT " REQ_COLS " FROM tm_requests WHERE session = ?1 AND key = ?2",
-                           -1, &ps, NULL) == SQLITE_OK) {
+    sqlite3_stmt *ps = rstmt(db, "SELECT " REQ_COLS " FROM tm_requests WHERE session = ?1 AND key = ?2");
+    if (ps) {
         sqlite3_bind_text(ps, 1, session, -1, SQLITE_STATIC);
         sqlite3_bind_text(ps, 2, key, -1, SQLITE_STATIC);
         int r = sqlite3_step(ps);
@@ -1825,7 +1856,7 @@ static int q_request_get(tm_store *st, const char *session, const char *key, tm_
         } else if (r == SQLITE_DONE) {
             rc = TIDEMARK_ENOTFOUND;
         }
-        sqlite3_finalize(ps);
+        rstmt_done(ps);
     }
     rconn_put(q, db);
     return rc;
@@ -2140,6 +2171,11 @@ static void kept_finalize(sqstore *q)
     sqlite3_finalize(q->ins_session);
     sqlite3_finalize(q->ins_request);
     q->ins_session = q->ins_request = NULL;
+    sqlite3_stmt **kept[] = {&q->begin_tx, &q->commit_tx, &q->upd_request, &q->upd_next_r};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
+        sqlite3_finalize(*kept[i]);
+        *kept[i] = NULL;
+    }
     for (size_t i = 0; i < sizeof q->del_rows / sizeof *q->del_rows; i++) {
         sqlite3_finalize(q->del_rows[i]);
         q->del_rows[i] = NULL;
@@ -2162,6 +2198,17 @@ static int prepare_kept(sqstore *q)
         if (sqlite3_prepare_v3(q->wdb, del_rows_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                &q->del_rows[i], NULL) != SQLITE_OK)
             return TIDEMARK_EIO;
+    const struct { sqlite3_stmt **st; const char *sql; } per_call[] = {
+        {&q->begin_tx, "BEGIN IMMEDIATE"},
+        {&q->commit_tx, "COMMIT"},
+        {&q->upd_request, "UPDATE tm_requests SET state = 2, response = ?1, updated_ms = ?2 "
+                          "WHERE session = ?3 AND key = ?4"},
+        {&q->upd_next_r, "UPDATE tm_sessions SET next_r = MAX(next_r, ?1) WHERE id = ?2"},
+    };
+    for (size_t i = 0; i < sizeof per_call / sizeof *per_call; i++)
+        if (sqlite3_prepare_v3(q->wdb, per_call[i].sql, -1, SQLITE_PREPARE_PERSISTENT,
+                               per_call[i].st, NULL) != SQLITE_OK)
+            return TIDEMARK_EIO;
     return 0;
 }
 
@@ -2175,7 +2222,7 @@ static void q_free(sqstore *q)
     kept_finalize(q);
     sqlite3_close(q->wdb);
     for (int i = 0; i < q->nrfree; i++)
-        sqlite3_close(q->rfree[i]);
+        rconn_close(q->rfree[i]);
     if (q->streams)
         tm_map_each(q->streams, free_cached, NULL);
     tm_map_free(q->streams);
@@ -2210,7 +2257,7 @@ static void q_close(tm_store *st)
     /* A final full checkpoint keeps the WAL small across restarts. */
     sqlite3_wal_checkpoint_v2(q->wdb, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     for (int i = 0; i < q->nrfree; i++)
-        sqlite3_close(q->rfree[i]);
+        rconn_close(q->rfree[i]);
     q->nrfree = 0;
     sqlite3_finalize(q->ins_event);
     sqlite3_finalize(q->upd_stream);
