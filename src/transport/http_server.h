@@ -50,7 +50,7 @@ typedef struct tm_http_config {
     const char *tls_client_ca_file;
 } tm_http_config;
 
-#define TM_HTTP_MAX_HEADER_BYTES 6144 /* max_header_bytes' default */
+#define TM_HTTP_MAX_HEADER_BYTES 8192 /* max_header_bytes' default */
 #define TM_HTTP_HEADER_COST 64    /* per header field: libmicrohttpd's record of it */
 #define TM_HTTP_POOL_RESERVE 2048 /* per connection, beyond max_header_bytes */
 
