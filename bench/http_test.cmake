@@ -16,3 +16,8 @@ set_tests_properties(bench_gateway_smoke PROPERTIES TIMEOUT 150 LABELS bench)
 if(NODE_EXECUTABLE)
   set_tests_properties(bench_gateway_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
 endif()
+# Instructions per call under callgrind (bench/instructions.sh): a smoke run
+# that the measurement works; valgrind cannot run a sanitizer build (nosan).
+add_test(NAME bench_instructions_smoke
+  COMMAND bash ${CMAKE_SOURCE_DIR}/bench/instructions.sh ${CMAKE_BINARY_DIR} 0.5 0.5)
+set_tests_properties(bench_instructions_smoke PROPERTIES TIMEOUT 120 LABELS "bench;nosan")

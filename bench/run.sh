@@ -40,6 +40,8 @@ if ! "$bin" --dir "$build" "$@" | tee -a "$tmp"; then
     exit 1
 fi
 # Then the scripts, in order (each into the same report):
+#   instructions.sh  instructions per echo call (callgrind): both eras on
+#                memory and SQLite;
 #   requests.sh  the request path: both eras on memory and SQLite;
 #   tasks.sh     the tasks extension: create -> terminal, tasks/get on one
 #                node (SQLite) and three (Redis behind HAProxy);
@@ -48,7 +50,7 @@ fi
 #                10,000 streams;
 #   gateway.sh   server-everything behind tidemark-gateway and behind
 #                supergateway: rps and the cut-and-resume run.
-for script in requests tasks http gateway; do
+for script in instructions requests tasks http gateway; do
     if ! bash "$root/bench/$script.sh" "$build" | tee -a "$tmp"; then
         echo "bench/run.sh: bench/$script.sh failed; no results written" >&2
         exit 1

@@ -18,7 +18,9 @@ test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # ThreadSanitizer runtime (build-tsan)
       clang libclang-rt-14-dev llvm libtsan2
       # openssl: the CA and certificates tls_transport makes
-      openssl)
+      openssl
+      # valgrind: callgrind's instruction counts (bench/instructions.sh)
+      valgrind)
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
 [ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
