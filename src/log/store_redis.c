@@ -212,7 +212,7 @@ enum op_kind {
     OP_REQ_BEGIN, OP_EXPIRE,
 };
 
-enum op_state { ST_TODO, ST_SENT, ST_DONE };
+enum op_state { ST_TODO, ST_SENT, ST_DONE, ST_FOLDED /* a close its stream's append carries */ };
 
 typedef struct rop {
     tm_wop w;              /* first: the writer's part (writer.h); w.q.ctr is the
@@ -224,6 +224,8 @@ typedef struct rop {
     int fx_done;           /* the effect ran (first attempt only) */
     int fresh;             /* open: of a reserved POST stream number (name set) */
     int replayed;          /* answered from its token: committed by an earlier attempt */
+    int closes;            /* append: also closes its stream (a close folded into it) */
+    struct rop *carrier;   /* close, ST_FOLDED: the append that closes its stream */
     char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was sent with */
     int reserve;           /* open of the next POST stream: numbers to take */
     int wake;              /* append: the last of its stream in the batch sent */
@@ -960,7 +962,7 @@ static void build_append(rstore *r, rop *o, const char *epoch, args *a)
     arg_token(r, a, o);
     arg_str(a, epoch);
     arg_bin(a, o->data, o->len);
-    arg_str(a, (o->flags & TM_APPEND_FINAL) ? "1" : "0");
+    arg_str(a, (o->flags & TM_APPEND_FINAL) || o->closes ? "1" : "0");
     arg_fmt(a, "%" PRIu64, r->opt.retain_events);
     arg_fmt(a, "%" PRId64, r->opt.retain_ms > 0 ? r->opt.retain_ms : 0);
     arg_fmt(a, "%" PRIu64, o->expect);
@@ -1410,6 +1412,52 @@ static void sweep_keys(rstore *r, const redisReply *keys)
     free(lens);
 }
 
+/* A close right behind an append to the same stream in one batch (a call's
+ * response, then the end of its POST) rides in that append's script: the
+ * append closes the stream, as a final append does. One script less per
+ * call. Not under emit_early, whose appends may be refused (EBUSY). */
+static void fold_closes(rstore *r, rop *batch)
+{
+    if (r->opt.emit_early)
+        return;
+    tm_map *last = tm_map_new(); /* stream -> the last op of the batch on it */
+    if (!last)
+        return;
+    for (rop *o = batch; o; o = op_next(o)) {
+        if ((o->kind != OP_APPEND && o->kind != OP_CLOSE && o->kind != OP_OPEN) || !o->name ||
+            o->state != ST_TODO)
+            continue;
+        char *k = cache_key(o->session, o->name);
+        if (!k)
+            continue;
+        rop *p = tm_map_get(last, k);
+        if (o->kind == OP_CLOSE && p && p->kind == OP_APPEND && !p->closes &&
+            !(p->flags & TM_APPEND_FINAL)) {
+            p->closes = 1;
+            o->carrier = p;
+            o->state = ST_FOLDED;
+        }
+        if (tm_map_put(last, k, o) != 0)
+            tm_map_del(last, k);
+        free(k);
+    }
+    tm_map_free(last);
+}
+
+/* The folded closes take their carrier's answer: closed with it, or already
+ * closed (ECLOSED: a close is idempotent), or its failure. */
+static void settle_folded(rop *batch)
+{
+    for (rop *o = batch; o; o = op_next(o)) {
+        if (o->state != ST_FOLDED)
+            continue;
+        int st = o->carrier->w.q.status;
+        o->state = ST_DONE;
+        o->w.q.status = st == TIDEMARK_ECLOSED ? 0 : st;
+        o->w.seq = st == 0 ? o->carrier->w.seq : 0;
+    }
+}
+
 /* commit hook: send the batch until every op has an answer, reconnecting
  * with backoff; past the outage deadline the rest fail with TIDEMARK_EIO.
  * Each op's status is its own: the batch as a whole always settles (0). */
@@ -1423,6 +1471,7 @@ static int r_commit(void *be, tm_wop *wbatch, size_t n)
     if (r->down_since && r->down_since + OUTAGE_MS < deadline) /* known outage: don't wait again */
         deadline = r->down_since + OUTAGE_MS > now ? r->down_since + OUTAGE_MS : now;
     int first = 1, reloads = 0, recovered = 0, backoff = BACKOFF_MIN_MS;
+    fold_closes(r, batch);
     for (;;) {
         int todo = 0;
         for (rop *o = batch; o; o = op_next(o))
@@ -1431,6 +1480,7 @@ static int r_commit(void *be, tm_wop *wbatch, size_t n)
             if (recovered)
                 TM_INFO("redis: %d op(s) had committed before their reply was lost; "
                         "answered from their tokens, not repeated", recovered);
+            settle_folded(batch);
             TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
             return 0;
         }
@@ -1469,6 +1519,7 @@ static int r_commit(void *be, tm_wop *wbatch, size_t n)
             o->w.q.status = TIDEMARK_EIO;
         }
     }
+    settle_folded(batch);
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
     return 0;
 }
@@ -1490,6 +1541,8 @@ static void settle_hint(rstore *r, rop *o)
             tail_add(r, s, seq, &o->data, o->len, o->epoch);
         else if (st != 0 || o->replayed)
             tail_clear(r, s);
+        if (st != 0) /* refused (closed, gone, another head): not this node's alone */
+            s->own = 0;
         if (st == 0 && (o->flags & TM_APPEND_FINAL))
             s->durable_closed = 1;
         early *e = s->early_head;
