@@ -1,6 +1,7 @@
 /* event_id.c - strict parse/format of event ids. */
 #include "event_id.h"
 #include "tidemark/tidemark.h"
+#include "../base/str.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -79,10 +80,12 @@ int tm_event_id_parse(const char *s, tm_event_id *out)
 
 int tm_event_id_format(char *out, size_t n, const char *epoch, const char *stream, uint64_t seq)
 {
-    int w = snprintf(out, n, "%s-%s-%" PRIu64, epoch, stream, seq);
-    if (w < 0 || (size_t)w >= n)
+    char num[21];
+    tm_u64_dec(num, seq);
+    size_t w = tm_strjoin(out, n, epoch, "-", stream, "-", num, (const char *)NULL);
+    if (w >= n)
         return TIDEMARK_ERANGE;
-    return w;
+    return (int)w;
 }
 
 void tm_epoch_for_session(const char *writer_epoch, const char *session,
@@ -94,5 +97,8 @@ void tm_epoch_for_session(const char *writer_epoch, const char *session,
     h = (h ^ '/') * 1099511628211ULL;
     for (const char *p = session; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    snprintf(out, TM_EPOCH_LEN + 1, "%016" PRIx64, h);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = TM_EPOCH_LEN - 1; i >= 0; i--, h >>= 4) /* "%016" PRIx64, on every event */
+        out[i] = hex[h & 15];
+    out[TM_EPOCH_LEN] = '\0';
 }

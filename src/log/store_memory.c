@@ -250,10 +250,12 @@ static int m_stream_open(tm_store *st, const char *session, const char *name,
         goto out;
     }
     char nm[TM_STREAM_MAX];
-    if (name)
+    if (name) {
         snprintf(nm, sizeof nm, "%s", name);
-    else
-        snprintf(nm, sizeof nm, "r%llu", (unsigned long long)s->next_r++);
+    } else {
+        nm[0] = 'r'; /* "r%llu", on every call */
+        tm_u64_dec(nm + 1, s->next_r++);
+    }
     mstream *ms = tm_map_get(s->streams, nm);
     if (!ms) {
         ms = calloc(1, sizeof *ms);

@@ -1,6 +1,7 @@
 /* jsonrpc.c - JSON-RPC 2.0 parse, validate, build. */
 #include "jsonrpc.h"
 #include "tidemark/tidemark.h"
+#include "../base/str.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,9 +81,14 @@ int tm_jsonrpc_key_escape(const char *prefix, const char *s, size_t len, char *o
 
 int tm_jsonrpc_id_key(const json_t *id, char *out, size_t n)
 {
-    if (json_is_integer(id)) {
-        int w = snprintf(out, n, "i:%" JSON_INTEGER_FORMAT, json_integer_value(id));
-        return (w < 0 || (size_t)w >= n) ? TIDEMARK_ERANGE : 0;
+    if (json_is_integer(id)) { /* "i:%lld", on every call */
+        json_int_t v = json_integer_value(id);
+        char num[22];
+        num[0] = '-';
+        uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        tm_u64_dec(num + 1, u);
+        size_t w = tm_strjoin(out, n, "i:", v < 0 ? num : num + 1, (const char *)NULL);
+        return w >= n ? TIDEMARK_ERANGE : 0;
     }
     if (json_is_string(id))
         return tm_jsonrpc_key_escape("s:", json_string_value(id), json_string_length(id), out, n);

@@ -1,6 +1,7 @@
 /* feed.c - the store side of an SSE connection (see feed.h). */
 #include "feed.h"
 #include "../base/map.h"
+#include "../base/str.h"
 #include "../base/metrics.h"
 #include "../transport/sse.h"
 #include "tidemark/tidemark.h"
@@ -76,7 +77,7 @@ static int live_any(const tm_store *store, const char *session)
 
 static void key_of(char *out, size_t n, const char *session, const char *stream)
 {
-    snprintf(out, n, "%s/%s", session, stream);
+    tm_strjoin(out, n, session, "/", stream, (const char *)NULL);
 }
 
 static int frame_event(void *ud, const tm_event *ev)

@@ -7,6 +7,7 @@
  */
 #include "server_int.h"
 #include "../base/log.h"
+#include "../base/str.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <gnutls/crypto.h>
@@ -159,7 +160,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         r.request_key = c->reqkey;
         r.cb = response_done;
         r.cb_ud = c;
-        snprintf(c->stream, sizeof c->stream, "%s", j->stream);
+        tm_strjoin(c->stream, sizeof c->stream, j->stream, (const char *)NULL);
         if (!c->holds_sess) { /* the callback may outlive the job and its reference */
             tm_sess_ref(c->sess);
             c->holds_sess = 1;

@@ -8,6 +8,7 @@
 #include "http_policy.h"
 #include "era.h"
 #include "../base/clock.h"
+#include "../base/str.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
@@ -399,12 +400,12 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->id = json_incref(m->id);
     c->method = m->method;
     c->params = m->params;
-    snprintf(c->addr, sizeof c->addr, "%s", tm_http_req_peer(r));
+    tm_strjoin(c->addr, sizeof c->addr, tm_http_req_peer(r), (const char *)NULL);
     c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
     /* Both fit: classify and tm_call_meta_check bounded id and key. */
     tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
     tm_request_key(m, c->reqkey);
-    snprintf(c->idem, sizeof c->idem, "%s/%s", j->sess->id, c->reqkey);
+    tm_strjoin(c->idem, sizeof c->idem, j->sess->id, "/", c->reqkey, (const char *)NULL);
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
     c->modern = j->modern;

@@ -257,7 +257,7 @@ int tm_recover(tidemark_server_t *srv)
  * failed (their record stays "started") to 1, until they are finished. */
 static void failed_key(char *out, size_t n, const char *sid, const char *key)
 {
-    snprintf(out, n, "%s\n%s", sid, key);
+    tm_strjoin(out, n, sid, "\n", key, (const char *)NULL);
 }
 
 void tm_call_write_failed(tidemark_call_t *c, int status)

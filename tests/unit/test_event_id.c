@@ -217,12 +217,35 @@ static void test_epoch_valid(void **state)
     assert_false(tm_epoch_valid(""));
 }
 
+/* The session's epoch: FNV-1a of "<writer epoch>/<session>", 16 lowercase
+ * hex digits, zero-padded (the formatter is hand-rolled: snprintf is the
+ * reference). */
+static void test_epoch_for_session(void **state)
+{
+    (void)state;
+    const char *sessions[] = {"", "a", "0123456789abcdef0123456789abcdef", "x/y"};
+    for (size_t i = 0; i < sizeof sessions / sizeof *sessions; i++) {
+        char got[TM_EPOCH_LEN + 1];
+        tm_epoch_for_session(EPOCH, sessions[i], got);
+        uint64_t h = 1469598103934665603ULL;
+        for (const char *p = EPOCH; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        h = (h ^ '/') * 1099511628211ULL;
+        for (const char *p = sessions[i]; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        char want[TM_EPOCH_LEN + 1];
+        snprintf(want, sizeof want, "%016llx", (unsigned long long)h);
+        assert_string_equal(got, want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_format),
+        cmocka_unit_test(test_epoch_for_session),
         cmocka_unit_test(test_reject_epoch),
         cmocka_unit_test(test_reject_stream),
         cmocka_unit_test(test_reject_seq),
