@@ -159,6 +159,10 @@ typedef struct tidemark_server_config {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;
+    /* The request line and header fields of one request, in bytes (0: 8192,
+     * at most 65536); past it a typed 431. Each connection's buffer is this
+     * plus 2 KiB, so it bounds the memory of every open stream. */
+    unsigned max_header_bytes;
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */

@@ -48,6 +48,8 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --max-batch N          messages in one JSON-RPC batch (default 64)\n"
             "  --max-subscriptions N  resource subscriptions per session (default 256)\n"
             "  --max-uri-length N     longest resource uri (default 2048, at most 8192)\n"
+            "  --max-header-bytes N   request line and headers (default 8192, at most 65536;\n"
+            "                         each connection's buffer is this + 2 KiB)\n"
             "2026-07-28 requests:\n"
             "  --request-state-ttl-ms MS  a sealed requestState opens this long (default\n"
             "                         600000)\n"
@@ -123,6 +125,7 @@ static const limit_opt limits[] = {
     LIMIT("max-uri-length", max_uri_length, 16, 8192),
     LIMIT("request-state-ttl-ms", request_state_ttl_ms, 1, 86400000),
     LIMIT("cache-ttl-ms", cache_ttl_ms, 0, 86400000),
+    LIMIT("max-header-bytes", max_header_bytes, 1024, 65536),
 };
 #define NLIMITS (sizeof limits / sizeof limits[0])
 #define LIMIT_BASE 256

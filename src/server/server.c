@@ -48,6 +48,7 @@ static void config_defaults(tidemark_server_config_t *c)
     c->version = TIDEMARK_VERSION;
     c->cache_scope = "private";
     c->request_state_ttl_ms = 600000;
+    c->max_header_bytes = TM_HTTP_MAX_HEADER_BYTES;
 }
 
 void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size)
@@ -91,17 +92,19 @@ static void fill_limits(tidemark_server_config_t *c, const tidemark_server_confi
     unsigned *v[] = {&c->max_connections, &c->max_connections_per_address,
                      &c->request_deadline_ms, &c->idle_timeout_ms, &c->max_calls_per_session,
                      &c->max_calls_per_address, &c->max_queued_per_session, &c->max_batch,
-                     &c->max_subscriptions, &c->max_uri_length};
+                     &c->max_subscriptions, &c->max_uri_length, &c->max_header_bytes};
     const unsigned d[] = {def->max_connections, def->max_connections_per_address,
                           def->request_deadline_ms, def->idle_timeout_ms,
                           def->max_calls_per_session, def->max_calls_per_address,
                           def->max_queued_per_session, def->max_batch, def->max_subscriptions,
-                          def->max_uri_length};
+                          def->max_uri_length, def->max_header_bytes};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         if (*v[i] == 0)
             *v[i] = d[i];
     if (c->max_uri_length > TM_URI_MAX)
         c->max_uri_length = TM_URI_MAX;
+    if (c->max_header_bytes > 65536)
+        c->max_header_bytes = 65536;
 }
 
 /* The authorization settings of the config (docs/protocol.md,
@@ -324,14 +327,15 @@ int tidemark_server_start(tidemark_server_t *srv)
     char *headers_body =
         error_body(TM_RPC_INVALID_REQUEST,
                    "Request Header Fields Too Large: the request line and headers are over the limit",
-                   "headers_too_large", json_pack("{s:i}", "limit", TM_HTTP_MAX_HEADER_BYTES));
+                   "headers_too_large", json_pack("{s:I}", "limit",
+                                                  (json_int_t)srv->cfg.max_header_bytes));
     tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
                          .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
                          .max_connections = srv->cfg.max_connections,
                          .max_per_address = srv->cfg.max_connections_per_address,
                          .request_deadline_ms = srv->cfg.request_deadline_ms,
                          .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
-                         .max_header_bytes = TM_HTTP_MAX_HEADER_BYTES, .headers_body = headers_body,
+                         .max_header_bytes = srv->cfg.max_header_bytes, .headers_body = headers_body,
                          .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
                          .tls_client_ca_file = srv->tls_client_ca};
     atomic_store(&srv->stopping, 0);
