@@ -132,18 +132,26 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
     sconn *s = cls;
     tm_http *h = s->h;
     pthread_mutex_lock(&s->mu);
+    /* While the source has more, gather it into one chunk (one write: a
+     * call's head, priming event and result go out together). */
+    int more = 0;
     for (;;) {
-        if (s->out.len > 0) {
+        if (s->out.len > 0 && (!more || s->out.len >= max)) {
             size_t n = s->out.len < max ? s->out.len : max;
             memcpy(buf, s->out.data, n);
             tm_buf_consume(&s->out, n);
             pthread_mutex_unlock(&s->mu);
             return (ssize_t)n;
         }
-        if (atomic_load(&h->stopping) || s->superseded || s->end_now)
-            break;
+        if (atomic_load(&h->stopping) || s->superseded || s->end_now) {
+            if (s->out.len == 0)
+                break;
+            more = 0; /* what was gathered still goes out first */
+            continue;
+        }
         int st = s->src.pull(s->src.ud, &s->out);
-        if (st == TM_HTTP_MORE)
+        more = st == TM_HTTP_MORE;
+        if (more || s->out.len > 0) /* what it has is sent before a wait or the end */
             continue;
         if (st == TM_HTTP_END)
             break;
