@@ -2972,6 +2972,16 @@ static int r_sync_since(tm_store *st, uint64_t mark)
 
 static uint64_t r_mark(tm_store *st) { return tm_writer_mark(((rstore *)st)->writer); }
 
+/* A request's few writes (stream, record, events) queued under one hold go
+ * in one MULTI/EXEC (store.h, tm_store_hold). */
+static void r_hold(tm_store *st, int on)
+{
+    if (on)
+        tm_writer_hold(((rstore *)st)->writer);
+    else
+        tm_writer_release(((rstore *)st)->writer);
+}
+
 /* Down while the write connection is lost (queued writes wait, then fail). */
 static int r_writable(tm_store *st)
 {
@@ -3056,6 +3066,7 @@ static const struct tm_store_ops redis_ops = {
     .writable = r_writable,
     .publish = r_publish,
     .request_claim = r_request_claim,
+    .hold = r_hold,
 };
 
 /* "redis://HOST[:PORT][/DB]"; HOST may be "[v6 address]". */
