@@ -538,6 +538,37 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
     return 0;
 }
 
+/* A key-less call of a tool declared non-blocking, read-only and
+ * idempotent, that asks for no progress and no log messages, has nothing to
+ * make durable: no effect to keep once, no event id to put on the wire, no
+ * key a re-issue could name. It runs inline and is answered as JSON with
+ * no store session, stream or record. 1 when it was taken. */
+static int light_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
+                      const char *principal)
+{
+    const unsigned need =
+        TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
+    const tm_msg *m = &pm->m[0];
+    json_t *meta = meta_of(m);
+    const char *name = json_string_value(json_object_get(m->params, "name"));
+    tm_reg_entry e;
+    if (!name || json_object_get(meta, "progressToken") || json_object_get(meta, TM_META_LOG) ||
+        tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
+        return 0;
+    json_decref(e.desc);
+    if ((e.hints & need) != need)
+        return 0;
+    char sid[TM_SESSION_ID_LEN + 1];
+    json_t *client = new_id(sid) == 0 ? client_of(m, principal) : NULL;
+    tm_sess *sess = client ? context_new(sid, m, client) : NULL;
+    json_decref(client);
+    if (!sess)
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+    else
+        tm_post_submit(srv, r, sess, pm, TM_POST_MODERN | TM_POST_LIGHT);
+    return 1;
+}
+
 static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
                         const char *principal)
 {
@@ -815,6 +846,9 @@ void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
         return reply(srv, r, m->method, discover(srv, m));
     /* A key-less call's setup waits for nothing where the store queues its
      * session: it runs here, as a 2025 call's does (else on a worker). */
+    if (tm_is_call(m) && !json_object_get(meta_of(m), IDEM_KEY) &&
+        light_call(srv, r, pm, ctx->principal))
+        return;
     if (tm_is_call(m) && !json_object_get(meta_of(m), IDEM_KEY) &&
         tm_store_can_queue_session_create(srv->store)) {
         tm_store_hold(srv->store); /* its session in the call's transaction */

@@ -485,7 +485,9 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
     }
     j->modern = (flags & TM_POST_MODERN) != 0;
     j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
-    j->inline_run = j->sse && runs_inline(srv, pm);
+    if (flags & TM_POST_LIGHT)
+        j->sse = 0; /* answered as JSON; nothing recorded */
+    j->inline_run = pm->ncall > 0 && runs_inline(srv, pm);
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
     if (rc) { /* modern: nothing runs unrecorded */

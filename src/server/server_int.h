@@ -295,6 +295,7 @@ int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c);
 void post_msgs_free(post_msgs *pm);
 #define TM_POST_MODERN 1u    /* a 2026-07-28 request */
 #define TM_POST_EPHEMERAL 2u /* its store session goes once it is answered */
+#define TM_POST_LIGHT 4u     /* a call with nothing to make durable: JSON, no stream or record */
 void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
 /* modern.c: the checks of a POST of the 2026-07-28 era that look nothing

@@ -4,7 +4,8 @@
 // power durability, N serial echo calls cost about N group commits
 // (tidemark_commits_total), in both eras; each answer is whole (2025: the
 // priming event and the result, each with its durable id; 2026-07-28: the
-// JSON result). A blocking tool's call (ledger_append) beside them still
+// JSON result). A key-less 2026-07-28 call of such a tool that is also
+// read-only, asking no progress, writes nothing at all. A blocking tool's call (ledger_append) beside them still
 // runs on a worker and answers. ledger_append (atomic, non-blocking) also
 // runs inline: about N commits for N calls, each row once; with delay_ms
 // its handler says TIDEMARK_EAGAIN and the call runs again on a worker.
@@ -57,11 +58,11 @@ async function legacyCalls(url, sid) {
   return whole;
 }
 
-async function modernCalls(url) {
+async function modernCalls(url, meta = {}) {
   let whole = 0;
   for (let i = 0; i < N; i++) {
     const body = { jsonrpc: "2.0", id: i + 1, method: "tools/call",
-      params: { name: "echo", arguments: { text: "m" + i }, _meta: META } };
+      params: { name: "echo", arguments: { text: "m" + i }, _meta: { ...META, ...meta } } };
     const res = await fetch(url, { method: "POST", body: JSON.stringify(body), headers: {
       "content-type": "application/json", accept: "application/json, text/event-stream",
       "mcp-protocol-version": V, "mcp-method": "tools/call", "mcp-name": "echo" } });
@@ -82,13 +83,22 @@ try {
   t.check(`2025: ${N} echo calls answered whole (priming event + result, durable ids)`, lw === N, `${lw}`);
   t.check(`2025: ${N} serial echo calls in at most ${N + SLACK} commits`, used <= N + SLACK,
     `${used} commits`);
+  // Key-less, no progress asked, a read-only idempotent non-blocking tool:
+  // nothing to make durable, so nothing is written at all.
   before = await commits(s.url);
   const mw = await modernCalls(s.url);
   used = (await commits(s.url)) - before;
   t.check(`2026-07-28: ${N} echo calls answered`, mw === N, `${mw}`);
+  t.check(`2026-07-28: ${N} key-less echo calls without progress write nothing`, used === 0,
+    `${used} commits`);
+  // With a progress token the call has a stream (and its store session)
+  before = await commits(s.url);
+  const pw = await modernCalls(s.url, { progressToken: "p" });
+  used = (await commits(s.url)) - before;
+  t.check(`2026-07-28: ${N} echo calls with a progress token answered`, pw === N, `${pw}`);
   // (+ the queued deletes of the calls' ephemeral sessions, batched a second later)
-  t.check(`2026-07-28: ${N} serial echo calls in at most ${N + 2 * SLACK} commits`,
-    used <= N + 2 * SLACK, `${used} commits`);
+  t.check(`2026-07-28: ... in at most ${N + 2 * SLACK} commits`, used <= N + 2 * SLACK,
+    `${used} commits`);
   // ledger_append: atomic and non-blocking: inline, its row in the same commit
   before = await commits(s.url);
   let appended = 0;
