@@ -835,6 +835,74 @@ static void test_two_nodes(void **state)
     watch_destroy(&wb);
 }
 
+/* A node opens the POST streams it reserved without a round trip, queues
+ * closes, folds a close into the append before it, and answers reads and
+ * bounds of its own streams from what it committed: what another node sees
+ * in Redis is the same, and a session gone meanwhile still reads as gone. */
+static void test_queued_open_close(void **state)
+{
+    (void)state;
+    int db = g_next_db++;
+    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(a, "q");
+    open_stream(a, "q", NULL, "r1"); /* waited: reserves r2..r64 */
+    open_stream(a, "q", NULL, "r2"); /* queued */
+    tm_stream_bounds bb;
+    memset(&bb, 0x5a, sizeof bb);
+    assert_int_equal(tm_store_bounds(a, "q", "r2", &bb), 0); /* before its open is durable */
+    assert_int_equal(bb.head, 0);
+    assert_int_equal(bb.closed, 0);
+    assert_int_equal(bb.first_retained, 1);
+    collected c = {0};
+    read_all(a, "q", "r2", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    assert_int_equal(tm_store_append(a, "q", "r2", "ev-1", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_append(a, "q", "r2", "ev-2", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_close_stream(a, "q", "r2"), 0); /* queued */
+    assert_int_equal(tm_store_append(a, "q", "r2", "x", 1, 0, NULL, NULL), TIDEMARK_ECLOSED);
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(tm_store_bounds(a, "q", "r2", &bb), 0);
+    assert_int_equal(bb.head, 2);
+    assert_int_equal(bb.closed, 1);
+    read_all(a, "q", "r2", 0, 10, &c);
+    expect_run(&c, 1, 2);
+    assert_string_equal(c.epoch[0], tm_store_epoch(a));
+    /* Redis holds the same: another node reads it there */
+    assert_int_equal(tm_store_bounds(b, "q", "r2", &bb), 0);
+    assert_int_equal(bb.head, 2);
+    assert_int_equal(bb.closed, 1);
+    read_all(b, "q", "r2", 0, 10, &c);
+    expect_run(&c, 1, 2);
+    assert_string_equal(c.epoch[1], tm_store_epoch(a));
+
+    /* an append and a close queued together: the close rides in the append */
+    open_stream(a, "q", NULL, "r3");
+    tm_store_hold(a);
+    assert_int_equal(tm_store_append(a, "q", "r3", "ev-1", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_close_stream(a, "q", "r3"), 0);
+    tm_store_release(a);
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(tm_store_bounds(b, "q", "r3", &bb), 0);
+    assert_int_equal(bb.head, 1);
+    assert_int_equal(bb.closed, 1);
+    assert_int_equal(tm_store_append(b, "q", "r3", "late", 4, 0, NULL, NULL), TIDEMARK_ECLOSED);
+    read_all(b, "q", "r3", 0, 10, &c);
+    expect_run(&c, 1, 1);
+
+    /* the session deleted through another node: a queued open fails there,
+     * and this node's reads of it say so once that is known */
+    assert_int_equal(tm_store_session_delete(b, "q"), 0);
+    char out[TM_STREAM_MAX];
+    assert_int_equal(tm_store_stream_open(a, "q", NULL, out), 0); /* queued: not known yet */
+    assert_string_equal(out, "r4");
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(tm_store_bounds(a, "q", "r4", &bb), TIDEMARK_ENOTFOUND);
+    assert_int_equal(tm_store_read(a, "q", "r4", 0, 10, collect, &c), TIDEMARK_ENOTFOUND);
+    assert_int_equal(tm_store_append(a, "q", "r4", "x", 1, 0, NULL, NULL), TIDEMARK_ENOTFOUND);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 /* ---- retention by age -------------------------------------------------------------- */
 
 static void test_age_retention(void **state)
@@ -1194,6 +1262,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_pipelined),
         cmocka_unit_test(test_lost_replies_no_duplicates),
         cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_queued_open_close),
         cmocka_unit_test(test_age_retention),
         cmocka_unit_test(test_emit_early),
         cmocka_unit_test(test_uris),
