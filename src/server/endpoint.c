@@ -215,9 +215,10 @@ static int gate_ops(gate_job *g, const tm_msg *msgs, size_t n)
 static void run_gate(void *arg)
 {
     gate_job *g = arg;
-    tm_auth_result res;
+    tm_auth_result res = {.status = 200};
+    snprintf(res.principal.id, sizeof res.principal.id, "%s", TM_PRINCIPAL_ANON);
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < g->nops; i++) {
+    for (size_t i = 0; g->srv->auth && rc == 0 && i < g->nops; i++) {
         rc = tm_auth_check(g->srv->auth, g->authorization, g->ops[i].method, g->ops[i].tool, &res);
         if (rc == 0 && res.status != 200)
             break;
@@ -249,7 +250,11 @@ static char *dup_header(tm_http_req *r, const char *name, int *oom)
 void tm_gate(tidemark_server_t *srv, tm_http_req *r, const tm_msg *msgs, size_t n,
              tm_gate_fn cont, void *ud, void (*free_ud)(void *))
 {
-    if (!srv->auth) {
+    /* Without authorization the request goes on here, on the I/O thread,
+     * unless the store is shared: there looking up its session and records
+     * are round trips to Redis, which would stall every connection of the
+     * thread (2 I/O threads); a worker takes it, as with authorization. */
+    if (!srv->auth && !tm_store_shared(srv->store)) {
         tm_reqctx ctx = {.principal = TM_PRINCIPAL_ANON,
                          .sid = tm_http_req_header(r, "Mcp-Session-Id"),
                          .last_event_id = tm_http_req_header(r, "Last-Event-ID")};
@@ -265,8 +270,8 @@ void tm_gate(tidemark_server_t *srv, tm_http_req *r, const tm_msg *msgs, size_t 
         g->ctx = (tm_reqctx){.sid = g->sid, .last_event_id = g->last_event_id, .on_worker = 1};
         oom = oom || gate_ops(g, msgs, n) != 0;
     }
-    /* A check may wait for the issuer (a key set fetch, an introspection):
-     * never on an I/O thread. */
+    /* A check may wait for the issuer (a key set fetch, an introspection),
+     * a shared store for Redis: never on an I/O thread. */
     if (!oom && tm_pool_submit(srv->pool, run_gate, g) == 0)
         return;
     if (free_ud)
