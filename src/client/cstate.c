@@ -101,7 +101,7 @@ void tm_cstate_close(tm_cstate *st)
 {
     if (!st)
         return;
-    if (st->db && sqlite3_close(st->db) != SQLITE_OK)
+    if (st->db && tm_sqlite_close(st->db) != SQLITE_OK)
         TM_ERROR("client state: close: %s", sqlite3_errmsg(st->db));
     pthread_mutex_destroy(&st->mu);
     free(st);

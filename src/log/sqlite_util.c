@@ -119,28 +119,48 @@ static sqlite3 *txn_db(struct tidemark_txn *txn) { return txn->impl; }
 
 /* A row into tm_rows, numbered after the table's last. A database without
  * tm_rows (the client's state) gets it, in the same transaction. */
+sqlite3_stmt *tm_sqlite_kept(sqlite3 *db, const char *sql)
+{
+    for (sqlite3_stmt *s = sqlite3_next_stmt(db, NULL); s; s = sqlite3_next_stmt(db, s))
+        if (strcmp(sqlite3_sql(s), sql) == 0)
+            return s;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK)
+        return NULL;
+    return s;
+}
+
+int tm_sqlite_close(sqlite3 *db)
+{
+    for (sqlite3_stmt *s; db && (s = sqlite3_next_stmt(db, NULL)) != NULL;)
+        sqlite3_finalize(s);
+    return sqlite3_close(db);
+}
+
 static int sqlite_txn_insert(struct tidemark_txn *txn, const char *table, const char *doc)
 {
     static const char sql[] = "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1,"
                               " ?2 FROM tm_rows WHERE tbl = ?1";
     sqlite3 *db = txn_db(txn);
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    if (rc == SQLITE_ERROR) { /* no tm_rows yet */
-        rc = sqlite3_exec(db, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    int rc = SQLITE_ERROR;
+    for (int round = 0; round < 2 && rc == SQLITE_ERROR; round++) {
+        /* kept per connection: every effect runs it; the second round makes
+         * tm_rows first (none yet, or its creation was rolled back) */
+        if (round && sqlite3_exec(db, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK)
+            break;
+        sqlite3_stmt *st = tm_sqlite_kept(db, sql);
+        if (!st)
+            continue;
+        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, doc, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        if (rc == SQLITE_ERROR) /* prepared against a table that is gone */
+            sqlite3_finalize(st);
     }
-    if (rc != SQLITE_OK) {
-        TM_WARN("sqlite: insert into tm_rows: %s", sqlite3_errmsg(db));
-        return tm_sqlite_err(rc);
-    }
-    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, doc, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
     if (rc != SQLITE_DONE)
         TM_WARN("sqlite: insert into tm_rows: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : tm_sqlite_err(rc);
 }
 

@@ -21,6 +21,14 @@ int tm_sqlite_rows(sqlite3 *db, const char *table, json_t **rows);
 
 /* Map an SQLite result code to a TIDEMARK_E* code. */
 int tm_sqlite_err(int rc);
+/* A statement prepared on its first use on db and kept with it, found again
+ * by its text (a connection is one thread's at a time): for statements every
+ * call runs. The caller resets it after use, so none holds a read snapshot
+ * or a write open. NULL when it cannot be prepared. */
+sqlite3_stmt *tm_sqlite_kept(sqlite3 *db, const char *sql);
+/* Finalize every statement of db (kept ones too), then close it: the
+ * sqlite3_close result (NULL: nothing, SQLITE_OK). */
+int tm_sqlite_close(sqlite3 *db);
 /* Run one statement with text arguments bound to ?1..?n, to completion. */
 int tm_sqlite_exec_args(sqlite3 *db, const char *sql, const char *const *args, size_t nargs);
 /* Run a query; OUT rows: array of {column: value} (integers, reals, text, null). */

@@ -89,7 +89,7 @@ static void m_close(tm_store *st)
     mstore *m = (mstore *)st;
     tm_map_each(m->sessions, free_session_cb, NULL);
     tm_map_free(m->sessions);
-    sqlite3_close(m->fx);
+    tm_sqlite_close(m->fx);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -656,7 +656,7 @@ int tm_store_memory_open(const tm_store_options *opt, tm_store **out)
     if (!m->sessions || sqlite3_open(":memory:", &m->fx) != SQLITE_OK ||
         sqlite3_exec(m->fx, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) {
         tm_map_free(m->sessions);
-        sqlite3_close(m->fx);
+        tm_sqlite_close(m->fx);
         free(m);
         return TIDEMARK_ENOMEM;
     }

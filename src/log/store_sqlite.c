@@ -355,33 +355,13 @@ static sqlite3 *rconn_get(sqstore *q)
     }
 }
 
-/* A statement of a read connection, prepared on its first use and kept
- * with the connection (one thread's at a time): found again by its text.
- * The caller resets it (rstmt_done) before it puts the connection back, so
- * no kept statement holds a read snapshot open. NULL on failure. */
-static sqlite3_stmt *rstmt(sqlite3 *db, const char *sql)
-{
-    for (sqlite3_stmt *s = sqlite3_next_stmt(db, NULL); s; s = sqlite3_next_stmt(db, s))
-        if (strcmp(sqlite3_sql(s), sql) == 0)
-            return s;
-    sqlite3_stmt *s = NULL;
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK)
-        return NULL;
-    return s;
-}
-
+/* A read connection's statements every call runs are kept with it
+ * (tm_sqlite_kept) and reset (rstmt_done) before the connection goes back,
+ * so none holds a read snapshot open. */
 static void rstmt_done(sqlite3_stmt *s)
 {
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
-}
-
-/* Close a read connection with the statements it kept. */
-static void rconn_close(sqlite3 *db)
-{
-    for (sqlite3_stmt *s; (s = sqlite3_next_stmt(db, NULL)) != NULL;)
-        sqlite3_finalize(s);
-    sqlite3_close(db);
 }
 
 static void rconn_put(sqstore *q, sqlite3 *db)
@@ -1728,7 +1708,7 @@ static int q_read(tm_store *st, const char *session, const char *stream, uint64_
     if (!db)
         return TIDEMARK_EIO;
     int rc = TIDEMARK_EIO;
-    sqlite3_stmt *ps = rstmt(db, "SELECT seq, epoch, data FROM tm_events WHERE sid = ?1 AND "
+    sqlite3_stmt *ps = tm_sqlite_kept(db, "SELECT seq, epoch, data FROM tm_events WHERE sid = ?1 AND "
                                  "seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4");
     if (ps) {
         sqlite3_bind_int64(ps, 1, sid);
@@ -1845,7 +1825,7 @@ static int q_request_get(tm_store *st, const char *session, const char *key, tm_
     if (!db)
         return TIDEMARK_EIO;
     int rc = TIDEMARK_EIO;
-    sqlite3_stmt *ps = rstmt(db, "SELECT " REQ_COLS " FROM tm_requests WHERE session = ?1 AND key = ?2");
+    sqlite3_stmt *ps = tm_sqlite_kept(db, "SELECT " REQ_COLS " FROM tm_requests WHERE session = ?1 AND key = ?2");
     if (ps) {
         sqlite3_bind_text(ps, 1, session, -1, SQLITE_STATIC);
         sqlite3_bind_text(ps, 2, key, -1, SQLITE_STATIC);
@@ -2220,9 +2200,9 @@ static void q_free(sqstore *q)
     sqlite3_finalize(q->ins_stream);
     sqlite3_finalize(q->upd_commits);
     kept_finalize(q);
-    sqlite3_close(q->wdb);
+    tm_sqlite_close(q->wdb);
     for (int i = 0; i < q->nrfree; i++)
-        rconn_close(q->rfree[i]);
+        tm_sqlite_close(q->rfree[i]);
     if (q->streams)
         tm_map_each(q->streams, free_cached, NULL);
     tm_map_free(q->streams);
@@ -2257,7 +2237,7 @@ static void q_close(tm_store *st)
     /* A final full checkpoint keeps the WAL small across restarts. */
     sqlite3_wal_checkpoint_v2(q->wdb, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     for (int i = 0; i < q->nrfree; i++)
-        rconn_close(q->rfree[i]);
+        tm_sqlite_close(q->rfree[i]);
     q->nrfree = 0;
     sqlite3_finalize(q->ins_event);
     sqlite3_finalize(q->upd_stream);
@@ -2265,7 +2245,7 @@ static void q_close(tm_store *st)
     sqlite3_finalize(q->upd_commits);
     q->ins_event = q->upd_stream = q->ins_stream = q->upd_commits = NULL;
     kept_finalize(q);
-    int closed = sqlite3_close(q->wdb) == SQLITE_OK;
+    int closed = tm_sqlite_close(q->wdb) == SQLITE_OK;
     q->wdb = NULL;
     /* Clean: the next open need not check the file. A damaged one stays
      * marked unclean, so the next open checks it and refuses it. */
