@@ -83,6 +83,7 @@ static void *janitor_main(void *arg)
             break;
         pthread_mutex_unlock(&srv->jan_mu);
         touch_busy(srv, tm_wall_ms());
+        tm_modern_pool_touch(srv, tm_wall_ms());
         int rc = tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
         if (rc)
             TM_WARN("session expiry: %s (tried again in %lld ms)", tidemark_strerror(rc),

@@ -38,6 +38,8 @@ tidemark_call_t *tm_call_alloc(void)
 
 void tm_job_free(tm_job *j)
 {
+    if (j->pooled && j->sess)
+        tm_modern_pool_done(j->srv, j->sess->id);
     if (j->sess)
         tm_sess_unref(j->sess);
     json_decref(j->responses);
@@ -77,6 +79,9 @@ typedef struct tm_durable_answer {
     int ephemeral;
     unsigned http_status;
     size_t len;
+    char *fallback;  /* what was committed instead when the effect failed */
+    size_t fallback_len;
+    unsigned fallback_status;
     char body[];
 } tm_durable_answer;
 
@@ -86,9 +91,12 @@ static void answer_settled(tidemark_call_t *c, int status)
     if (!a)
         return;
     c->answer = NULL;
-    tm_modern_answer_durable(c->srv, a->sess, a->r, a->ephemeral, status, a->http_status, a->body,
-                             a->len);
+    int fell = a->fallback && c->effect_rc != 0; /* the effect failed: its fallback was stored */
+    tm_modern_answer_durable(c->srv, a->sess, a->r, a->ephemeral, status,
+                             fell ? a->fallback_status : a->http_status,
+                             fell ? a->fallback : a->body, fell ? a->fallback_len : a->len);
     tm_sess_unref(a->sess);
+    free(a->fallback);
     free(a);
 }
 
@@ -107,10 +115,12 @@ static void response_done(void *ud, int status, uint64_t seq)
 
 /* The held POST of this job's final response goes with the append (the
  * caller holds j->mu): answered by its callback, not by the job's end.
- * Only on a queued store (elsewhere the job answers at once) and without
- * an effect (whose answer is read back from the record). */
+ * Only on a queued store (elsewhere the job answers at once). With an
+ * effect, on one node only: there the effect runs inside the commit, before
+ * the callback, which so knows whether the result or the fallback was
+ * stored (on Redis it is read back from the record after a barrier). */
 static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *response,
-                             const char *bytes, size_t len)
+                             const char *bytes, size_t len, const char *fallback, size_t flen)
 {
     tm_durable_answer *a = malloc(sizeof *a + len + 1);
     if (!a)
@@ -119,6 +129,18 @@ static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *respon
                              .ephemeral = j->ephemeral, .http_status = tm_modern_status(response),
                              .len = len};
     memcpy(a->body, bytes, len + 1);
+    if (fallback) {
+        json_t *fb = json_loadb(fallback, flen, 0, NULL);
+        a->fallback = strndup(fallback, flen);
+        a->fallback_len = flen;
+        a->fallback_status = fb ? tm_modern_status(fb) : 200;
+        json_decref(fb);
+        if (!a->fallback) {
+            tm_sess_unref(a->sess);
+            free(a);
+            return;
+        }
+    }
     c->answer = a;
     j->lazy = NULL;
 }
@@ -126,7 +148,8 @@ static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *respon
 static int run_effect(void *ud, tm_txn *txn)
 {
     tidemark_call_t *c = ud;
-    return c->effect(txn, c->effect_ud);
+    c->effect_rc = c->effect(txn, c->effect_ud); /* the answer from the callback needs it */
+    return c->effect_rc;
 }
 
 /* Append a call's response to its job's stream (caller holds j->mu).
@@ -183,9 +206,9 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         r.fallback_len = flen;
     }
     char *kept = NULL; /* modern: the POST is answered with what is stored */
-    if (bytes && j->lazy && response == j->final && r.cb && !r.effect &&
-        tm_store_queued(srv->store))
-        answer_on_commit(j, c, response, bytes, len);
+    if (bytes && j->lazy && response == j->final && r.cb && tm_store_queued(srv->store) &&
+        (!r.effect || !tm_store_shared(srv->store)))
+        answer_on_commit(j, c, response, bytes, len, r.effect ? fallback : NULL, flen);
     if (bytes && j->lazy && response == j->final) {
         kept = r.effect ? NULL : strdup(bytes);
         if (r.effect || kept)

@@ -176,6 +176,148 @@ static int new_id(char id[TM_SESSION_ID_LEN + 1])
     return tm_random_hex(id, TM_SESSION_ID_LEN / 2);
 }
 
+/* ---- pooled store sessions ------------------------------------------------ */
+
+/* A key-less call needs a store session for its stream and record, but no
+ * one else ever names it: the calls of one principal share one, which
+ * serves POOL_CALLS calls or POOL_AGE_MS, then is deleted whole once its
+ * last call ended. Making and deleting a session per call was five more
+ * statements per call than a 2025 call costs on SQLite. Each call's record
+ * key there is its own ("e:<n>", post.c): request ids repeat across
+ * clients. One principal per session, so a call re-run after a crash runs
+ * as the principal that made it. */
+#define POOL_CALLS 4096
+#define POOL_AGE_MS 10000
+
+typedef struct tm_pooled {
+    char id[TM_SESSION_ID_LEN + 1];
+    char principal[TM_PRINCIPAL_MAX];
+    unsigned calls, inflight;
+    int64_t born;
+    int retiring;
+    struct tm_pooled *next;
+} tm_pooled;
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int pool_has(tidemark_server_t *srv, const char *id)
+{
+    pthread_mutex_lock(&pool_mu);
+    tm_pooled *p = srv->pooled;
+    while (p && strcmp(p->id, id) != 0)
+        p = p->next;
+    pthread_mutex_unlock(&pool_mu);
+    return p != NULL;
+}
+
+static int64_t pool_age_ms(const tidemark_server_t *srv)
+{
+    int64_t ttl = (int64_t)srv->cfg.session_ttl_seconds * 1000 / 4;
+    return ttl > 0 && ttl < POOL_AGE_MS ? ttl : POOL_AGE_MS;
+}
+
+/* Unlink p (under pool_mu); its id into gone for a delete after the lock. */
+static void pool_unlink(tidemark_server_t *srv, tm_pooled *p, char gone[TM_SESSION_ID_LEN + 1])
+{
+    for (tm_pooled **pp = &srv->pooled; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    snprintf(gone, TM_SESSION_ID_LEN + 1, "%s", p->id);
+    free(p);
+}
+
+static void pool_delete(tidemark_server_t *srv, const char *gone)
+{
+    if (gone[0])
+        tm_modern_doom(srv, gone); /* no longer in the pool: queued for deletion */
+}
+
+/* The principal's current session (made, its creation queued, when there
+ * is none or it is spent). OUT sid. 0, or the store's error. */
+static int pool_take(tidemark_server_t *srv, const char *principal, const json_t *client,
+                     char sid[TM_SESSION_ID_LEN + 1])
+{
+    char gone[TM_SESSION_ID_LEN + 1] = "";
+    int64_t now = tm_now_ms();
+    int rc = 0;
+    pthread_mutex_lock(&pool_mu);
+    tm_pooled *p = srv->pooled;
+    while (p && (p->retiring || strcmp(p->principal, principal) != 0))
+        p = p->next;
+    if (p && (p->calls >= POOL_CALLS || now - p->born >= pool_age_ms(srv))) {
+        p->retiring = 1;
+        if (p->inflight == 0)
+            pool_unlink(srv, p, gone);
+        p = NULL;
+    }
+    if (!p && (p = calloc(1, sizeof *p)) != NULL) {
+        snprintf(p->principal, sizeof p->principal, "%s", principal);
+        p->born = now;
+        /* queued under the lock: no call of it is queued before its creation */
+        rc = new_id(p->id) ? TIDEMARK_EIO : store_session(srv, p->id, client, 1);
+        if (rc) {
+            free(p);
+            p = NULL;
+        } else {
+            p->next = srv->pooled;
+            srv->pooled = p;
+        }
+    }
+    if (p) {
+        p->calls++;
+        p->inflight++;
+        snprintf(sid, TM_SESSION_ID_LEN + 1, "%s", p->id);
+    }
+    pthread_mutex_unlock(&pool_mu);
+    pool_delete(srv, gone);
+    return p ? 0 : rc ? rc : TIDEMARK_ENOMEM;
+}
+
+void tm_modern_pool_done(tidemark_server_t *srv, const char *id)
+{
+    char gone[TM_SESSION_ID_LEN + 1] = "";
+    pthread_mutex_lock(&pool_mu);
+    tm_pooled *p = srv->pooled;
+    while (p && strcmp(p->id, id) != 0)
+        p = p->next;
+    if (p && p->inflight > 0 && --p->inflight == 0 &&
+        (p->retiring || tm_now_ms() - p->born >= pool_age_ms(srv)))
+        pool_unlink(srv, p, gone);
+    pthread_mutex_unlock(&pool_mu);
+    pool_delete(srv, gone);
+}
+
+void tm_modern_pool_touch(tidemark_server_t *srv, int64_t now_ms)
+{
+    typedef char sid_t[TM_SESSION_ID_LEN + 1];
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&pool_mu);
+    for (tm_pooled *p = srv->pooled; p; p = p->next)
+        cap += p->inflight > 0;
+    sid_t *ids = cap ? malloc(cap * sizeof *ids) : NULL;
+    for (tm_pooled *p = srv->pooled; ids && p; p = p->next)
+        if (p->inflight)
+            snprintf(ids[n++], sizeof *ids, "%s", p->id);
+    pthread_mutex_unlock(&pool_mu);
+    for (size_t i = 0; i < n; i++)
+        if (tm_store_session_touch(srv->store, ids[i], now_ms) != 0)
+            TM_DEBUG("a pooled session's touch failed: it may expire early");
+    free(ids);
+}
+
+static void pool_free(tidemark_server_t *srv)
+{
+    pthread_mutex_lock(&pool_mu);
+    while (srv->pooled) {
+        tm_pooled *p = srv->pooled;
+        srv->pooled = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&pool_mu);
+}
+
 /* ---- the ends of a call's stream ------------------------------------------ */
 
 typedef struct stream_end {
@@ -199,8 +341,12 @@ typedef struct tm_doomed {
     struct tm_doomed *next;
 } tm_doomed;
 
+static int pool_has(tidemark_server_t *srv, const char *id);
+
 void tm_modern_doom(tidemark_server_t *srv, const char *id)
 {
+    if (pool_has(srv, id)) /* shared by other calls: deleted once the pool lets it go */
+        return;
     tm_doomed *d = calloc(1, sizeof *d);
     if (!d) {
         TM_WARN("session %s: not deleted (out of memory; its TTL will)", TM_SID(id));
@@ -214,8 +360,12 @@ void tm_modern_doom(tidemark_server_t *srv, const char *id)
     pthread_mutex_unlock(&srv->fail_mu);
 }
 
+static void pool_free(tidemark_server_t *srv);
+
 void tm_modern_reap(tidemark_server_t *srv, int all)
 {
+    if (all)
+        pool_free(srv); /* its sessions are left to the TTL, as the doomed ones */
     if (!all)
         tm_tasks_tick(srv); /* tasks.h: cancellations asked on other nodes */
     int64_t now = tm_now_ms();
@@ -513,10 +663,17 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
  * principal's key derives another id: its own new call, never this one's. */
 static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
                         const char *principal, const json_t *client,
-                        char sid[TM_SESSION_ID_LEN + 1], int *ephemeral)
+                        char sid[TM_SESSION_ID_LEN + 1], int *ephemeral, int *pooled)
 {
     json_t *k = json_object_get(meta_of(m), IDEM_KEY);
     *ephemeral = !k;
+    *pooled = !k && tm_store_can_queue_session_create(srv->store);
+    if (*pooled) { /* key-less: a session shared with the principal's other calls */
+        int rc = pool_take(srv, principal, client, sid);
+        if (rc)
+            tm_reply_store_error(r, rc);
+        return rc != 0;
+    }
     int rc = k ? tm_seal_derive_id(srv->sealer, principal, strlen(principal), json_string_value(k),
                                    json_string_length(k), sid)
                : new_id(sid);
@@ -579,7 +736,8 @@ static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
     json_t *client = client_of(m, principal); /* the store's record and the context's */
     if (keyed) /* the replay check and the record's start, as one on this node */
         pthread_mutex_lock(&keyed_mu);
-    int answered = client && call_session(srv, r, m, principal, client, sid, &ephemeral);
+    int pooled = 0;
+    int answered = client && call_session(srv, r, m, principal, client, sid, &ephemeral, &pooled);
     tm_sess *sess = client && !answered ? context_new(sid, m, client) : NULL;
     json_decref(client);
     if (!sess) {
@@ -590,7 +748,8 @@ static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
         return;
     }
     hold(srv, sess);
-    tm_post_submit(srv, r, sess, pm, TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0));
+    tm_post_submit(srv, r, sess, pm,
+                   TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0) | (pooled ? TM_POST_POOLED : 0));
     if (keyed)
         pthread_mutex_unlock(&keyed_mu);
 }

@@ -336,7 +336,8 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
         if (!tm_is_call(&pm->m[i]))
             continue;
         char key[TM_REQ_KEY_MAX];
-        int rc = tm_request_key(&pm->m[i], key);
+        int rc = j->pooled ? (tm_strjoin(key, sizeof key, j->pkey, (const char *)NULL), 0)
+                           : tm_request_key(&pm->m[i], key);
         if (rc)
             return rc;
         char *message = record_text(r, pm, i);
@@ -404,7 +405,10 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
     /* Both fit: classify and tm_call_meta_check bounded id and key. */
     tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
-    tm_request_key(m, c->reqkey);
+    if (j->pooled)
+        tm_strjoin(c->reqkey, sizeof c->reqkey, j->pkey, (const char *)NULL);
+    else
+        tm_request_key(m, c->reqkey);
     tm_strjoin(c->idem, sizeof c->idem, j->sess->id, "/", c->reqkey, (const char *)NULL);
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
@@ -485,6 +489,13 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
     }
     j->modern = (flags & TM_POST_MODERN) != 0;
     j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
+    if (flags & TM_POST_POOLED) { /* request ids repeat across the pool's calls */
+        static atomic_ullong pooled_calls;
+        char n[21];
+        tm_u64_dec(n, atomic_fetch_add(&pooled_calls, 1) + 1);
+        j->pooled = 1;
+        tm_strjoin(j->pkey, sizeof j->pkey, "e:", n, (const char *)NULL);
+    }
     if (flags & TM_POST_LIGHT)
         j->sse = 0; /* answered as JSON; nothing recorded */
     j->inline_run = pm->ncall > 0 && runs_inline(srv, pm);

@@ -103,7 +103,9 @@ static int may_rerun(const tm_job *j, const char *key, unsigned hints)
         return 1;
     if (!(hints & TIDEMARK_TOOL_ATOMIC))
         return 0;
-    return !(j->modern && (strncmp(key, "i:", 2) == 0 || strncmp(key, "s:", 2) == 0));
+    /* a key-less modern call (its id, or its own key in a pooled session) */
+    return !(j->modern && (strncmp(key, "i:", 2) == 0 || strncmp(key, "s:", 2) == 0 ||
+                           strncmp(key, "e:", 2) == 0));
 }
 
 static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size_t to)

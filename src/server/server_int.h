@@ -72,6 +72,8 @@ typedef struct tm_job {
                                 the stream once the call sends a notification) */
     int ephemeral;           /* modern: delete the store session once answered */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
+    int pooled;              /* its store session is a pooled one: let go when the job ends */
+    char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     json_t *final;           /* modern, lazy: the call's response */
     char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
     size_t final_len;
@@ -112,6 +114,7 @@ struct tidemark_call {
                                  its job cleared (under sess->mu) once that is queued */
     int punt;                 /* inline, its handler said TIDEMARK_EAGAIN: to a worker */
     struct tm_durable_answer *answer; /* modern: its POST, answered when the response settles */
+    int effect_rc;            /* its effect's result, set inside the commit (job.c) */
     json_t *answers;
     json_t *asked;
     unsigned nasked;
@@ -154,6 +157,7 @@ struct tidemark_server {
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
     struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
     struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
+    struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern.c) */
     struct tm_auth *auth;     /* authorization (NULL: off; every principal anonymous) */
     char *metrics_token;      /* cfg.metrics_token, owned */
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
@@ -296,6 +300,7 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_MODERN 1u    /* a 2026-07-28 request */
 #define TM_POST_EPHEMERAL 2u /* its store session goes once it is answered */
 #define TM_POST_LIGHT 4u     /* a call with nothing to make durable: JSON, no stream or record */
+#define TM_POST_POOLED 8u    /* its store session is shared (modern.c): a record key of its own */
 void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
 /* modern.c: the checks of a POST of the 2026-07-28 era that look nothing
@@ -317,6 +322,10 @@ void tm_modern_attach(tm_job *j);
 /* modern.c: a modern call's job ended before it was attached: answer the
  * POST with resp (borrowed) once durable, delete an ephemeral session. */
 void tm_modern_answer(tm_job *j, const json_t *resp);
+/* A job in a pooled store session ended (tm_job_free). */
+void tm_modern_pool_done(tidemark_server_t *srv, const char *id);
+/* The janitor: touch the pooled store sessions with calls in them. */
+void tm_modern_pool_touch(tidemark_server_t *srv, int64_t now_ms);
 /* A 2026-07-28 call's POST r answered once its response committed (status
  * 0: with body, else the store's error), from the append's callback; then
  * its ephemeral session doomed and the session let go (as tm_modern_answer). */

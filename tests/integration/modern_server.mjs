@@ -319,6 +319,14 @@ const main = async () => {
     await stopServer(mem);
     await stopServer(short);
   }
+  // On SQLite the held POST is answered from the commit's own callback,
+  // which must say the fallback when the effect failed there
+  const sq = await serversFor(bin, "sqlite");
+  try {
+    await effectRefused(sq.urls[0]);
+  } finally {
+    await sq.stop();
+  }
   const nodes = await serversFor(bin, "redis");
   if (!nodes) {
     t.check("redis-server available for the two-node part", false);
@@ -326,6 +334,7 @@ const main = async () => {
     try {
       await keys(nodes.urls[0], nodes.urls[1]);
       await listen(nodes.urls[0], nodes.urls[1]);
+      await effectRefused(nodes.urls[0]);
     } finally {
       await nodes.stop();
     }
