@@ -148,7 +148,8 @@ static void test_txn_sqlite(void **state)
     assert_int_equal(tidemark_txn_insert(&none, "ledger", row), TIDEMARK_ENOTSUP);
     json_decref(with_id);
     json_decref(row);
-    sqlite3_close(db);
+    /* the insert is kept with the connection: closed with it, nothing left */
+    assert_int_equal(tm_sqlite_close(db), SQLITE_OK);
 }
 
 static int remove_dir(void)
