@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,27 @@ static int add_columns(sqlite3 *db)
     return SQLITE_OK;
 }
 
+/* The schema (and an application's), made or brought up to date. Two
+ * processes opening one state file at once (a client and `tidemark-client
+ * state` beside it) can meet SQLITE_BUSY that the busy handler never sees
+ * (the first switch to WAL, a read turning into a write): tried again
+ * until the busy timeout's 10 s have passed. */
+static int setup_schema(sqlite3 *db, const char *schema)
+{
+    int64_t deadline = tm_now_ms() + 10000;
+    for (;;) {
+        int rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = add_columns(db);
+        if (rc == SQLITE_OK && schema)
+            rc = sqlite3_exec(db, schema, NULL, NULL, NULL);
+        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || tm_now_ms() >= deadline)
+            return rc;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* The state holds tokens and client secrets: only its owner reads it. */
 static void owner_only(const char *path)
 {
@@ -82,11 +104,7 @@ int tm_cstate_open(const char *path, const char *schema, tm_cstate **out)
     if (rc == SQLITE_OK)
         rc = sqlite3_busy_timeout(st->db, 10000);
     if (rc == SQLITE_OK)
-        rc = sqlite3_exec(st->db, schema_sql, NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
-        rc = add_columns(st->db);
-    if (rc == SQLITE_OK && schema)
-        rc = sqlite3_exec(st->db, schema, NULL, NULL, NULL);
+        rc = setup_schema(st->db, schema);
     if (rc != SQLITE_OK) {
         TM_ERROR("client state %s: %s", path ? path : "(memory)",
                  st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "client/cstate.h"
 #include "tidemark/tidemark.h"
@@ -72,6 +73,50 @@ static void test_session(void **s)
     assert_int_equal(tm_cstate_session_clear(st), 0);
     assert_int_equal(tm_cstate_session_get(st, &url, &id, &version, &server), TIDEMARK_ENOTFOUND);
     tm_cstate_close(st);
+}
+
+/* Open a fresh state file and take a request id: 0 when both worked. */
+static int open_and_take(const char *path)
+{
+    tm_cstate *st = NULL;
+    int64_t id = 0;
+    int rc = tm_cstate_open(path, NULL, &st);
+    if (rc == 0)
+        rc = tm_cstate_next_request_id(st, &id);
+    if (st)
+        tm_cstate_close(st);
+    return rc;
+}
+
+/* Two processes opening one new state file at the same moment (a client
+ * and `tidemark-client state` beside it) both succeed: the first switch to
+ * WAL and the schema's writes met SQLITE_BUSY the busy handler never saw,
+ * and one of them failed with "database is locked" (1 of 3 by hand). */
+static void test_open_together(void **s)
+{
+    (void)s;
+    for (int round = 0; round < 30; round++) {
+        char path[256];
+        temp_path(path, sizeof path);
+        int go[2];
+        assert_int_equal(pipe(go), 0);
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            char b;
+            close(go[1]);
+            _exit(read(go[0], &b, 1) == 1 && open_and_take(path) == 0 ? 0 : 1);
+        }
+        close(go[0]);
+        assert_int_equal(write(go[1], "x", 1), 1); /* both start now */
+        int mine = open_and_take(path);
+        close(go[1]);
+        int status = 0;
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_int_equal(mine, 0);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        remove_path(path);
+    }
 }
 
 /* Request ids only grow, across a close and an open of the same file. */
@@ -389,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_tasks),            cmocka_unit_test(test_old_file_migrates),
         cmocka_unit_test(test_dump_and_query),   cmocka_unit_test(test_damaged_reads_fail),
         cmocka_unit_test(test_failed_clear_rolls_back), cmocka_unit_test(test_open_failures),
+        cmocka_unit_test(test_open_together),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
