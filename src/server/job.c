@@ -120,7 +120,8 @@ static void response_done(void *ud, int status, uint64_t seq)
  * the callback, which so knows whether the result or the fallback was
  * stored (on Redis it is read back from the record after a barrier). */
 static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *response,
-                             const char *bytes, size_t len, const char *fallback, size_t flen)
+                             const char *bytes, size_t len, const char *fallback, size_t flen,
+                             unsigned fallback_status)
 {
     tm_durable_answer *a = malloc(sizeof *a + len + 1);
     if (!a)
@@ -130,11 +131,9 @@ static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *respon
                              .len = len};
     memcpy(a->body, bytes, len + 1);
     if (fallback) {
-        json_t *fb = json_loadb(fallback, flen, 0, NULL);
         a->fallback = strndup(fallback, flen);
         a->fallback_len = flen;
-        a->fallback_status = fb ? tm_modern_status(fb) : 200;
-        json_decref(fb);
+        a->fallback_status = fallback_status;
         if (!a->fallback) {
             tm_sess_unref(a->sess);
             free(a);
@@ -175,6 +174,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
 {
     tidemark_server_t *srv = j->srv;
     size_t len, flen = 0;
+    unsigned fstatus = 200;
     char *bytes = tm_jsonrpc_dump(response, &len);
     char *fallback = NULL;
     tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes, .len = len,
@@ -199,6 +199,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
                                      "The tool's effect failed and was rolled back", "effect_failed",
                                      NULL);
         fallback = tm_jsonrpc_dump(e, &flen);
+        fstatus = tm_modern_status(e);
         json_decref(e);
         r.effect = run_effect;
         r.effect_ud = c;
@@ -208,7 +209,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
     char *kept = NULL; /* modern: the POST is answered with what is stored */
     if (bytes && j->lazy && response == j->final && r.cb && tm_store_queued(srv->store) &&
         (!r.effect || !tm_store_shared(srv->store)))
-        answer_on_commit(j, c, response, bytes, len, r.effect ? fallback : NULL, flen);
+        answer_on_commit(j, c, response, bytes, len, r.effect ? fallback : NULL, flen, fstatus);
     if (bytes && j->lazy && response == j->final) {
         kept = r.effect ? NULL : strdup(bytes);
         if (r.effect || kept)

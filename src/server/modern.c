@@ -707,13 +707,8 @@ static int light_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
         TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
     const tm_msg *m = &pm->m[0];
     json_t *meta = meta_of(m);
-    const char *name = json_string_value(json_object_get(m->params, "name"));
-    tm_reg_entry e;
-    if (!name || json_object_get(meta, "progressToken") || json_object_get(meta, TM_META_LOG) ||
-        tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
-        return 0;
-    json_decref(e.desc);
-    if ((e.hints & need) != need)
+    if (json_object_get(meta, "progressToken") || json_object_get(meta, TM_META_LOG) ||
+        (tm_call_tool_hints(srv, m) & need) != need)
         return 0;
     char sid[TM_SESSION_ID_LEN + 1];
     json_t *client = new_id(sid) == 0 ? client_of(m, principal) : NULL;

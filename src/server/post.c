@@ -330,14 +330,23 @@ static char *record_text(tm_http_req *r, const post_msgs *pm, size_t i)
     return tm_jsonrpc_dump(pm->m[i].raw, NULL);
 }
 
+/* The record key of a job's call m: its own in a pooled store session
+ * (request ids repeat there), else the request's (tm_request_key). */
+static int job_request_key(const tm_job *j, const tm_msg *m, char key[TM_REQ_KEY_MAX])
+{
+    if (!j->pooled)
+        return tm_request_key(m, key);
+    tm_strjoin(key, TM_REQ_KEY_MAX, j->pkey, (const char *)NULL);
+    return 0;
+}
+
 static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     for (size_t i = 0; i < pm->n; i++) {
         if (!tm_is_call(&pm->m[i]))
             continue;
         char key[TM_REQ_KEY_MAX];
-        int rc = j->pooled ? (tm_strjoin(key, sizeof key, j->pkey, (const char *)NULL), 0)
-                           : tm_request_key(&pm->m[i], key);
+        int rc = job_request_key(j, &pm->m[i], key);
         if (rc)
             return rc;
         char *message = record_text(r, pm, i);
@@ -405,10 +414,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
     /* Both fit: classify and tm_call_meta_check bounded id and key. */
     tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
-    if (j->pooled)
-        tm_strjoin(c->reqkey, sizeof c->reqkey, j->pkey, (const char *)NULL);
-    else
-        tm_request_key(m, c->reqkey);
+    job_request_key(j, m, c->reqkey);
     tm_strjoin(c->idem, sizeof c->idem, j->sess->id, "/", c->reqkey, (const char *)NULL);
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
@@ -459,23 +465,29 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 
+unsigned tm_call_tool_hints(tidemark_server_t *srv, const tm_msg *m)
+{
+    const char *name = json_string_value(json_object_get(m->params, "name"));
+    tm_reg_entry e;
+    if (!name || tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
+        return 0;
+    json_decref(e.desc);
+    return e.hints;
+}
+
 /* A lone tools/call of a tool declared non-blocking and idempotent runs on
  * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
 static int runs_inline(tidemark_server_t *srv, const post_msgs *pm)
 {
     if (pm->batch || pm->n != 1 || !tm_is_call(&pm->m[0]))
         return 0;
-    const char *name = json_string_value(json_object_get(pm->m[0].params, "name"));
-    tm_reg_entry e;
-    if (!name || tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
-        return 0;
-    json_decref(e.desc);
-    if (!(e.hints & TIDEMARK_TOOL_NONBLOCKING))
+    unsigned hints = tm_call_tool_hints(srv, &pm->m[0]);
+    if (!(hints & TIDEMARK_TOOL_NONBLOCKING))
         return 0;
     /* Atomic, not idempotent: only where no other node could take a retry
      * before this call's record is stored (server.h). */
-    return (e.hints & TIDEMARK_TOOL_IDEMPOTENT) ||
-           ((e.hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
+    return (hints & TIDEMARK_TOOL_IDEMPOTENT) ||
+           ((hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
 }
 
 static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,

@@ -251,6 +251,8 @@ int tm_invalid_code(const tm_msg *m);
  * call (may be NULL) contributes its request record and effect. */
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
 /* job.c: free a job whose calls all completed (tm_job_complete does). */
+/* The TIDEMARK_TOOL_* hints of the tool a tools/call names (0: none such). */
+unsigned tm_call_tool_hints(tidemark_server_t *srv, const tm_msg *m);
 /* A zeroed job / call, but for their key buffers, which are left empty
  * strings (a calloc zeroed ~12 KB per call). NULL when out of memory. */
 tm_job *tm_job_alloc(void);
