@@ -240,7 +240,6 @@ int tm_http_signal(tm_http *h, const char *key, int (*fn)(void *src_ud, void *ar
 typedef struct prefix_ctx {
     const char *prefix;
     size_t len;
-    int count;
 } prefix_ctx;
 
 static void end_matching(const char *key, void *val, void *ud)
@@ -255,26 +254,9 @@ static void end_matching(const char *key, void *val, void *ud)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void count_matching(const char *key, void *val, void *ud)
-{
-    (void)val;
-    prefix_ctx *p = ud;
-    if (strncmp(key, p->prefix, p->len) == 0)
-        p->count++;
-}
-
-int tm_http_attached(tm_http *h, const char *prefix)
-{
-    prefix_ctx p = {prefix, strlen(prefix), 0};
-    pthread_mutex_lock(&h->hub_mu);
-    tm_map_each(h->hub, count_matching, &p);
-    pthread_mutex_unlock(&h->hub_mu);
-    return p.count > 0;
-}
-
 void tm_http_end(tm_http *h, const char *prefix)
 {
-    prefix_ctx p = {prefix, strlen(prefix), 0};
+    prefix_ctx p = {prefix, strlen(prefix)};
     pthread_mutex_lock(&h->hub_mu);
     tm_map_each(h->hub, end_matching, &p);
     pthread_mutex_unlock(&h->hub_mu);

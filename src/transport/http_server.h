@@ -131,8 +131,6 @@ void tm_http_wake(tm_http *h, const char *key);
  * then wake it; fn returning nonzero marks the connection as ending (a
  * resume may take its key over at once). TIDEMARK_ENOTFOUND: none. */
 int tm_http_signal(tm_http *h, const char *key, int (*fn)(void *src_ud, void *arg), void *arg);
-/* 1 if some connection is attached under a key starting with prefix. */
-int tm_http_attached(tm_http *h, const char *prefix);
 /* End every connection whose key starts with prefix ("" = all) once what
  * it holds is sent. */
 void tm_http_end(tm_http *h, const char *prefix);
