@@ -226,7 +226,12 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
  * hint is not used. A handler that finds, before doing anything, that this
  * call would block (tidemark_call_is_inline says where it runs) returns
  * TIDEMARK_EAGAIN: the call then runs again from the start on a worker, as
- * calls of other tools do. */
+ * calls of other tools do. With TIDEMARK_TOOL_READ_ONLY and
+ * TIDEMARK_TOOL_IDEMPOTENT too, a call is quiet: a 2025 one opens its
+ * stream only when it first sends something (a notification, an effect, a
+ * stream close) or goes to a worker, and one that does none of these is
+ * answered as JSON with nothing written; a key-less 2026-07-28 one asking
+ * no progress and no log level writes nothing either. */
 #define TIDEMARK_TOOL_NONBLOCKING  0x200u
 
 /*

@@ -54,6 +54,8 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
     long n = (long)json_integer_value(jn), delay = jd ? (long)json_integer_value(jd) : 0;
     json_t *jc = json_object_get(args, "close_after");
     long close_after = json_is_integer(jc) ? (long)json_integer_value(jc) : -1;
+    if ((delay || close_after >= 0) && tidemark_call_is_inline(call))
+        return TIDEMARK_EAGAIN; /* it sleeps, or it is polled: on a worker */
     for (long i = 1; i <= n; i++) {
         if (tidemark_call_cancelled(call))
             return TIDEMARK_ECANCELED;
@@ -195,7 +197,8 @@ int demo_tools_register(tidemark_server_t *srv)
         .input_schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
                         "\"minimum\":0},\"delay_ms\":{\"type\":\"integer\",\"minimum\":0},"
                         "\"close_after\":{\"type\":\"integer\",\"minimum\":1}},\"required\":[\"n\"]}",
-        .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT,
+        /* Non-blocking unless delay_ms or close_after (TIDEMARK_EAGAIN). */
+        .hints = TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT | TIDEMARK_TOOL_NONBLOCKING,
         .fn = tool_stream,
         .task = TIDEMARK_TASK_OPTIONAL, /* idempotent: a task cut by a crash runs again */
     };

@@ -53,9 +53,12 @@ int tidemark_call_client_params(const tidemark_call_t *c, json_t **params)
     return 0;
 }
 
-/* The stream the call's messages go to, or NULL (JSON-answered requests). */
-static const char *call_stream(const tidemark_call_t *c)
+/* The stream the call's messages go to, or NULL (JSON-answered requests).
+ * A quiet 2025 call gets its stream here, the first time it needs one. */
+static const char *call_stream(tidemark_call_t *c)
 {
+    if (c->job && c->job->deferred && tm_job_open_deferred(c->job, c) != 0)
+        return NULL;
     return c->job && c->job->sse ? c->job->stream : NULL;
 }
 
@@ -159,7 +162,7 @@ int tidemark_call_set_effect(tidemark_call_t *c, tidemark_effect_fn fn, void *ud
         return TIDEMARK_EINVAL;
     if (c->effect)
         return TIDEMARK_EEXIST;
-    if (!c->job || !c->job->sse)
+    if (!call_stream(c)) /* the effect commits with the call's record */
         return TIDEMARK_ENOTSUP;
     c->effect = fn;
     c->effect_ud = ud;

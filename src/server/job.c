@@ -317,11 +317,17 @@ static void punt(tidemark_call_t *c)
 {
     c->punt = 0;
     c->inline_run = 0;
-    if (tm_sched_submit(c->srv->sched, c->sess->id, c->addr, run_call, c) == 0)
+    /* A quiet call runs there as a recorded one: its stream first. */
+    int rc = c->job->deferred ? tm_job_open_deferred(c->job, c) : 0;
+    if (rc == 0 && tm_sched_submit(c->srv->sched, c->sess->id, c->addr, run_call, c) == 0)
         return;
     call_unregister(c);
-    tm_job_complete(c->job, tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
-                                             "shutting_down", NULL), c);
+    tm_job_complete(c->job, rc ? tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                                  "The call's stream could not be opened",
+                                                  "store_failed", NULL)
+                               : tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                                  "Server is stopping", "shutting_down", NULL),
+                    c);
 }
 
 static void run_call(void *arg)

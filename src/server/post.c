@@ -462,6 +462,8 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
             tm_job_complete(j, tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "out of memory",
                                                 "internal_error", NULL), NULL);
     }
+    if (j->deferred) /* its call ran here without needing its stream */
+        j->deferred = NULL;
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 
@@ -475,19 +477,53 @@ unsigned tm_call_tool_hints(tidemark_server_t *srv, const tm_msg *m)
     return e.hints;
 }
 
-/* A lone tools/call of a tool declared non-blocking and idempotent runs on
- * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
-static int runs_inline(tidemark_server_t *srv, const post_msgs *pm)
+/* The hints of a POST's one tools/call (0 for anything else). */
+static unsigned lone_call_hints(tidemark_server_t *srv, const post_msgs *pm)
 {
     if (pm->batch || pm->n != 1 || !tm_is_call(&pm->m[0]))
         return 0;
-    unsigned hints = tm_call_tool_hints(srv, &pm->m[0]);
+    return tm_call_tool_hints(srv, &pm->m[0]);
+}
+
+/* A lone tools/call of a tool declared non-blocking and idempotent runs on
+ * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
+static int runs_inline(tidemark_server_t *srv, unsigned hints)
+{
     if (!(hints & TIDEMARK_TOOL_NONBLOCKING))
         return 0;
     /* Atomic, not idempotent: only where no other node could take a retry
      * before this call's record is stored (server.h). */
     return (hints & TIDEMARK_TOOL_IDEMPOTENT) ||
            ((hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
+}
+
+/* A 2025 call of a non-blocking, read-only, idempotent tool is quiet until
+ * it needs a stream: run inline, its stream and record not opened. If it
+ * ends without a notification, an effect or a hand-off to a worker, it
+ * had nothing to make durable and is answered as JSON (docs/design.md). */
+static int quiet(unsigned hints)
+{
+    const unsigned need =
+        TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
+    return (hints & need) == need;
+}
+
+/* A quiet call that needs its stream after all (call.c: it notifies, takes
+ * an effect, closes its stream; job.c: it goes to a worker). Its stream,
+ * record and priming event are queued now, still under the POST's hold and
+ * before anything of the call: the POST is answered with that stream. On a
+ * store failure the POST was answered with it and the call's output goes
+ * nowhere. */
+int tm_job_open_deferred(tm_job *j, tidemark_call_t *c)
+{
+    post_msgs *pm = j->deferred;
+    j->deferred = NULL;
+    j->sse = 1;
+    (void)open_call_stream(j->srv, j, j->req, pm); /* 2025: 0; a failure clears sse */
+    if (!j->sse)
+        return TIDEMARK_EIO;
+    c->recorded = 1;
+    return 0;
 }
 
 static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
@@ -510,7 +546,12 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
     }
     if (flags & TM_POST_LIGHT)
         j->sse = 0; /* answered as JSON; nothing recorded */
-    j->inline_run = pm->ncall > 0 && runs_inline(srv, pm);
+    unsigned hints = lone_call_hints(srv, pm);
+    j->inline_run = runs_inline(srv, hints);
+    if ((flags & TM_POST_QUIET) && j->inline_run && quiet(hints)) {
+        j->sse = 0;
+        j->deferred = pm; /* read only while its call runs here */
+    }
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
     if (rc) { /* modern: nothing runs unrecorded */
@@ -546,7 +587,7 @@ static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
             tm_sess_unref(sess);
         else if (sess) /* the store mark is taken before the records: a tool that
                           is not idempotent waits for them by it */
-            tm_post_submit(srv, r, sess, pm, 0);
+            tm_post_submit(srv, r, sess, pm, TM_POST_QUIET);
     }
     post_msgs_free(pm);
     free(pm);

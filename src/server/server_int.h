@@ -73,6 +73,8 @@ typedef struct tm_job {
     int ephemeral;           /* modern: delete the store session once answered */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
     int pooled;              /* its store session is a pooled one: let go when the job ends */
+    struct post_msgs *deferred; /* a 2025 quiet call running inline: its stream and record
+                                   are opened only if it turns out to need them (post.c) */
     char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     json_t *final;           /* modern, lazy: the call's response */
     char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
@@ -303,6 +305,8 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_EPHEMERAL 2u /* its store session goes once it is answered */
 #define TM_POST_LIGHT 4u     /* a call with nothing to make durable: JSON, no stream or record */
 #define TM_POST_POOLED 8u    /* its store session is shared (modern.c): a record key of its own */
+#define TM_POST_QUIET 16u    /* 2025: JSON unless the call's one tool needs its stream (post.c) */
+int tm_job_open_deferred(tm_job *j, tidemark_call_t *c);
 void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
 /* modern.c: the checks of a POST of the 2026-07-28 era that look nothing

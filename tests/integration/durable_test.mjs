@@ -119,7 +119,7 @@ async function resumeTable() {
   // expected range below is computed from the stream's head, not from how
   // many events the live reader saw)
   const ev2 = (await callToEnd(s.url, a, 2, "stream", { n: 20, delay_ms: 5 })).filter((e) => e.id);
-  await callToEnd(s.url, b, 1, "echo", { text: "b" });            // b/r1 only
+  await callToEnd(s.url, b, 1, "stream", { n: 1 });              // b/r1: 3 events
   const last1 = ev1.at(-1).id;
   let res = await getStream(s.url, a, ev1[1].id);
   let evs = await readEvents(res);

@@ -1,16 +1,21 @@
 // inline_calls.mjs - a tool declared non-blocking and idempotent
-// (TIDEMARK_TOOL_NONBLOCKING: echo) runs on the thread that read its POST,
-// and everything one call writes commits in one transaction: on SQLite at
-// power durability, N serial echo calls cost about N group commits
-// (tidemark_commits_total), in both eras; each answer is whole (2025: the
-// priming event and the result, each with its durable id; 2026-07-28: the
-// JSON result). A key-less 2026-07-28 call of such a tool that is also
-// read-only, asking no progress, writes nothing at all. A blocking tool's call (ledger_append) beside them still
-// runs on a worker and answers. ledger_append (atomic, non-blocking) also
-// runs inline: about N commits for N calls, each row once; with delay_ms
-// its handler says TIDEMARK_EAGAIN and the call runs again on a worker.
-// Before the change a call cost two commits (its stream, record and
-// priming event; then its response).
+// (TIDEMARK_TOOL_NONBLOCKING: echo, stream) runs on the thread that read its
+// POST, and everything one call writes commits in one transaction: on
+// SQLite at power durability, N serial calls cost about N group commits
+// (tidemark_commits_total), in both eras.
+// Quiet calls: a call of such a tool that is also read-only has nothing to
+// make durable until it sends something. In 2025 it is answered as JSON
+// and writes nothing (echo) unless it notifies (stream with a progress
+// token: its stream opens at the first notification, and the answer is the
+// whole stream, priming event, progress and result, each with a durable id,
+// still about one commit per call) or would block (stream with delay_ms:
+// TIDEMARK_EAGAIN, on a worker, recorded as before). A key-less 2026-07-28
+// call asking no progress writes nothing at all. ledger_append (atomic,
+// non-blocking) also runs inline: about N commits for N calls, each row
+// once; with delay_ms its handler says TIDEMARK_EAGAIN and the call runs
+// again on a worker. Before inline calls a call cost two commits (its
+// stream, record and priming event; then its response); before quiet
+// calls a 2025 echo was an SSE stream and a commit.
 //   node inline_calls.mjs TIDEMARK_SERVER
 import { checker, startServer, stopServer, initialize, post, messages, toolCall } from "./mcp_http.mjs";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -45,15 +50,35 @@ async function ledgerRows(url, sid) {
   return m.msgs.find((x) => x.id === id)?.result?.structuredContent?.entries ?? [];
 }
 
+const LEGACY = { headers: { "mcp-protocol-version": "2025-11-25" } };
+
+// N serial 2025 echo calls: how many were answered as JSON with their text.
 async function legacyCalls(url, sid) {
   let whole = 0;
   for (let i = 0; i < N; i++) {
-    const id = nextId++; // a new request each time (a repeated id is answered from its record)
-    const m = await messages(await post(url, sid, toolCall(id, "echo", { text: "l" + i }),
-      { headers: { "mcp-protocol-version": "2025-11-25" } }));
+    const id = nextId++; // a new request each time
+    const res = await post(url, sid, toolCall(id, "echo", { text: "l" + i }), LEGACY);
+    const json = (res.headers.get("content-type") ?? "").startsWith("application/json");
+    const m = await messages(res);
+    const r = m.msgs.find((x) => x.id === id);
+    if (m.status === 200 && json && r?.result?.content?.[0]?.text === "l" + i) whole++;
+  }
+  return whole;
+}
+
+// N serial 2025 stream calls (n progress each): how many were answered
+// with the whole stream, every event with a durable id.
+async function legacyStreams(url, sid, args, n) {
+  let whole = 0;
+  for (let i = 0; i < N; i++) {
+    const id = nextId++;
+    const m = await messages(await post(url, sid, toolCall(id, "stream", args, { progressToken: "p" + id }),
+      LEGACY));
     const ids = m.events.filter((e) => e.id).map((e) => e.id);
-    const res = m.msgs.find((x) => x.id === id);
-    if (m.status === 200 && ids.length === 2 && res?.result?.content?.[0]?.text === "l" + i) whole++;
+    const progress = m.msgs.filter((x) => x.method === "notifications/progress").length;
+    const r = m.msgs.find((x) => x.id === id);
+    if (m.status === 200 && ids.length === n + 2 && new Set(ids).size === n + 2 && progress === n &&
+        r?.result?.content?.[0]?.text === `streamed ${n}`) whole++;
   }
   return whole;
 }
@@ -80,9 +105,25 @@ try {
   let before = await commits(s.url);
   const lw = await legacyCalls(s.url, sid);
   let used = (await commits(s.url)) - before;
-  t.check(`2025: ${N} echo calls answered whole (priming event + result, durable ids)`, lw === N, `${lw}`);
-  t.check(`2025: ${N} serial echo calls in at most ${N + SLACK} commits`, used <= N + SLACK,
+  t.check(`2025: ${N} echo calls answered as JSON`, lw === N, `${lw}`);
+  // (a session's touch may fall in the window)
+  t.check(`2025: ${N} quiet echo calls write (almost) nothing`, used <= 2, `${used} commits`);
+  before = await commits(s.url);
+  const sw = await legacyStreams(s.url, sid, { n: 3 }, 3);
+  used = (await commits(s.url)) - before;
+  t.check(`2025: ${N} stream calls that notify answered whole (priming, 3 progress, result; durable ids)`,
+    sw === N, `${sw}`);
+  t.check(`2025: ${N} serial stream calls in at most ${N + SLACK} commits`, used <= N + SLACK,
     `${used} commits`);
+  const few = 4;
+  const slowStreams = await legacyStreams(s.url, sid, { n: 2, delay_ms: 1 }, 2);
+  t.check(`2025: stream calls that would block run on a worker, answered whole`,
+    slowStreams === N, `${slowStreams}`);
+  const quietStream = await messages(await post(s.url, sid, toolCall(901, "stream", { n: few }), LEGACY));
+  t.check("2025: a stream call with no progress token sends nothing: JSON",
+    quietStream.events.length === 0 &&
+    quietStream.msgs.find((x) => x.id === 901)?.result?.content?.[0]?.text === `streamed ${few}`,
+    JSON.stringify(quietStream.msgs));
   // Key-less, no progress asked, a read-only idempotent non-blocking tool:
   // nothing to make durable, so nothing is written at all.
   before = await commits(s.url);
@@ -105,7 +146,7 @@ try {
   for (let i = 0; i < N; i++) {
     const id = nextId++;
     const m = await messages(await post(s.url, sid, toolCall(id, "ledger_append", { entry: "inline-" + i }),
-      { headers: { "mcp-protocol-version": "2025-11-25" } }));
+      LEGACY));
     if (m.msgs.find((x) => x.id === id)?.result?.structuredContent?.entry === "inline-" + i) appended++;
   }
   used = (await commits(s.url)) - before;
