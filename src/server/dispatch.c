@@ -52,6 +52,8 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const ch
                    "the store does not take writes now");
     if (!s)
         return err(m->id, TM_RPC_INTERNAL_ERROR, "store_error", "cannot create session");
+    if (!tm_store_shared(srv->store)) /* no other node begins its records */
+        tm_sess_know_records(s);
     pthread_mutex_lock(&srv->mu);
     rc = tm_map_put(srv->sessions, s->id, tm_sess_ref(s));
     if (rc == 0)

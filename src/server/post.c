@@ -117,7 +117,8 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     tm_request_rec rec;
     memset(&rec, 0, sizeof rec);
     if (!stream[0]) {
-        if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+        if (tm_sess_surely_unrecorded(sess, key) ||
+            tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
             return 0;
         if (rec.state == TM_REQ_COMPLETED && rec.response) {
             tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
@@ -349,6 +350,8 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
         int rc = job_request_key(j, &pm->m[i], key);
         if (rc)
             return rc;
+        if (!j->modern) /* noted first: a retry that races it asks the store */
+            tm_sess_note_record(j->sess, key);
         char *message = record_text(r, pm, i);
         const char *tool = json_string_value(json_object_get(pm->m[i].params, "name"));
         tm_request_rec rec = {.session = j->sess->id, .key = key,

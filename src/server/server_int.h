@@ -43,8 +43,14 @@ typedef struct tm_sess {
                                 the store's "sub:<uri>" attributes, for the limit) */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
+    tm_map *recorded;        /* every key this session has a request record under, when
+                                that is known here: made by initialize on a store of
+                                one node (this process writes all its records); NULL
+                                once past TM_SESS_RECORDED_MAX or for a session read
+                                back from the store (ask the store) */
     uint64_t next_req;
 } tm_sess;
+#define TM_SESS_RECORDED_MAX 256
 
 /* The messages of one POST. */
 typedef struct post_msgs {
@@ -184,6 +190,12 @@ tm_sess *tm_sess_ref(tm_sess *s);
 void tm_sess_unref(tm_sess *s);
 /* Find a live session, loading it from the store after a restart. New ref. */
 tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id);
+/* The session's record keys, kept from now on (a new session, one node). */
+void tm_sess_know_records(tm_sess *s);
+/* key gets a request record (called before it is begun). */
+void tm_sess_note_record(tm_sess *s, const char *key);
+/* 1 when key surely has no request record (no store lookup needed). */
+int tm_sess_surely_unrecorded(tm_sess *s, const char *key);
 int tm_sess_client_has(const tm_sess *s, const char *capability);
 /* Append a message to a stream of the session. msg is borrowed. */
 int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_t *msg,

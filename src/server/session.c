@@ -92,9 +92,41 @@ void tm_sess_unref(tm_sess *s)
     json_decref(s->subs);
     tm_map_free(s->calls);
     tm_map_free(s->pending);
+    tm_map_free(s->recorded);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
+}
+
+/* A retry is told from a new request by its record; a session whose
+ * records were all begun here knows its keys without asking the store
+ * (a quiet call, which has none, needs no lookup). Bounded: a session
+ * with many records asks the store again. */
+void tm_sess_know_records(tm_sess *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->recorded)
+        s->recorded = tm_map_new(); /* NULL: the store is asked, as before */
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tm_sess_note_record(tm_sess *s, const char *key)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->recorded && (tm_map_count(s->recorded) >= TM_SESS_RECORDED_MAX ||
+                        tm_map_put(s->recorded, key, s) != 0)) {
+        tm_map_free(s->recorded);
+        s->recorded = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int tm_sess_surely_unrecorded(tm_sess *s, const char *key)
+{
+    pthread_mutex_lock(&s->mu);
+    int absent = s->recorded && !tm_map_get(s->recorded, key);
+    pthread_mutex_unlock(&s->mu);
+    return absent;
 }
 
 tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
