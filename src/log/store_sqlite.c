@@ -388,6 +388,17 @@ static void tail_drop_below(sstream *s, uint64_t first)
     }
 }
 
+/* An appended effect's event is in the tail without bytes until its commit
+ * says which were stored (its result, or the fallback if the effect failed:
+ * apply_append swapped o->b): from then on live reads serve them from
+ * memory too. Caller holds c_mu; only while the seq is still in the ring. */
+static void tail_fill(sstream *s, uint64_t seq, blob *b)
+{
+    tevent *e = &s->tail[seq % TAIL_CAP];
+    if (s->tail_n && seq >= s->next_seq - s->tail_n && e->seq == seq && !e->b)
+        e->b = blob_ref(b);
+}
+
 static void sstream_free(sstream *s)
 {
     if (!s)
@@ -501,6 +512,20 @@ static int wexec(sqstore *q, const char *sql)
     return note_rc(q, rc);
 }
 
+/* wexec for a statement every call runs (the effect's savepoint): prepared
+ * once per connection (tm_sqlite_kept), not parsed each time. */
+static int wexec_kept(sqstore *q, const char *sql)
+{
+    sqlite3_stmt *st = tm_sqlite_kept(q->wdb, sql);
+    if (!st)
+        return wexec(q, sql);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        TM_ERROR("sqlite: %s: %s", sql, sqlite3_errmsg(q->wdb));
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+}
+
 static int step_done(sqstore *q, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
@@ -544,13 +569,13 @@ static int apply_effect(sqstore *q, op *o)
 {
     struct tidemark_txn txn;
     tm_txn_sqlite_init(&txn, q->wdb);
-    if (wexec(q, "SAVEPOINT fx") != 0)
+    if (wexec_kept(q, "SAVEPOINT fx") != 0)
         return TIDEMARK_EIO;
     int rc = o->effect(o->effect_ud, &txn);
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "effect_before_commit");
     if (rc)
-        wexec(q, "ROLLBACK TO fx");
-    wexec(q, "RELEASE fx");
+        wexec_kept(q, "ROLLBACK TO fx");
+    wexec_kept(q, "RELEASE fx");
     return rc;
 }
 
@@ -915,6 +940,9 @@ static void sq_settle(void *be, tm_wop *batch, int rc)
 {
     sqstore *q = be;
     pthread_mutex_lock(&q->c_mu);
+    for (op *o = (op *)batch; rc == 0 && o; o = op_next(o))
+        if (o->kind == OP_APPEND && o->effect)
+            tail_fill(o->ss, o->w.seq, o->b);
     for (size_t i = 0; rc == 0 && i < q->w_nups; i++) {
         stream_update *u = &q->w_ups[i];
         sstream *s = u->s;
