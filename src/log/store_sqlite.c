@@ -145,6 +145,8 @@ typedef struct op {
     size_t ndoomed;
     char **expired;   /* OP_EXPIRE: ids deleted */
     size_t nexpired;
+    struct op *begun; /* OP_APPEND: the record begun in this batch (pair_records) */
+    int deferred;     /* OP_REQ_BEGIN: its row is written, completed, by its append */
 } op;
 
 typedef struct sqstore {
@@ -181,7 +183,7 @@ typedef struct sqstore {
     sqlite3_stmt *ins_event, *upd_stream, *ins_stream, *upd_commits;
     /* Prepared once too (a per-call prepare cost more than its step):
      * sessions and records made per call, a session's rows deleted. */
-    sqlite3_stmt *ins_session, *ins_request, *del_rows[5];
+    sqlite3_stmt *ins_session, *ins_request, *ins_request_done, *del_rows[5];
     /* ... and what every call's batch runs: its transaction's ends, its
      * record completed, its session's stream count. */
     sqlite3_stmt *begin_tx, *commit_tx, *upd_request, *upd_next_r;
@@ -579,6 +581,57 @@ static int apply_effect(sqstore *q, op *o)
     return rc;
 }
 
+/* A record begun and completed in one batch (an inline call: its POST's
+ * writes under one hold) is written once, as completed: no row inserted
+ * and then updated, no entry in and out of the index of started records.
+ * Its begin is left to the append that completes it. Reset first: a
+ * batch may be applied again. */
+static void pair_records(op *batch)
+{
+    enum { PAIR_MAX = 64 };
+    op *begins[PAIR_MAX];
+    size_t nb = 0;
+    for (op *o = batch; o; o = op_next(o)) {
+        o->begun = NULL;
+        o->deferred = 0;
+        if (o->kind == OP_REQ_BEGIN && nb < PAIR_MAX)
+            begins[nb++] = o;
+        if (o->kind != OP_APPEND || !o->request_key)
+            continue;
+        for (size_t i = nb; i-- > 0;) {
+            op *b = begins[i];
+            if (b && strcmp(b->rrec.key, o->request_key) == 0 &&
+                strcmp(b->rrec.session, o->ss->session) == 0) {
+                b->deferred = 1;
+                o->begun = b;
+                begins[i] = NULL;
+                break;
+            }
+        }
+    }
+}
+
+/* The record of o->begun, completed with the bytes o commits. OUT
+ * *existed: the row was there already (its begin is then EEXIST, as its
+ * own insert would have said, and the row is updated as before). */
+static int insert_completed(sqstore *q, op *o, int *existed)
+{
+    const tm_request_rec *r = &o->begun->rrec;
+    sqlite3_stmt *st = q->ins_request_done;
+    sqlite3_bind_text(st, 1, r->session, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, r->tool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, r->stream, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, r->message, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 6, o->b->data, (int)o->b->len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, o->ms);
+    int rc = step_kept(q, st);
+    *existed = rc == 0 && sqlite3_changes(q->wdb) == 0;
+    if (*existed)
+        o->begun->w.q.status = TIDEMARK_EEXIST;
+    return rc;
+}
+
 static int apply_append(sqstore *q, op *o, sstream **touched)
 {
     if (o->effect && apply_effect(q, o) != 0) {
@@ -602,7 +655,10 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
         TM_ERROR("sqlite: insert event: %s", sqlite3_errmsg(q->wdb));
         return note_rc(q, rc);
     }
-    if (o->request_key) {
+    int existed = 1;
+    if (o->begun && insert_completed(q, o, &existed) != 0)
+        return TIDEMARK_EIO;
+    if (o->request_key && existed) {
         sqlite3_stmt *u = q->upd_request;
         sqlite3_bind_blob(u, 1, o->b->data, (int)o->b->len, SQLITE_STATIC);
         sqlite3_bind_int64(u, 2, o->ms);
@@ -752,6 +808,8 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         return rc ? rc : sqlite3_changes(q->wdb) == 0 ? TIDEMARK_ENOTFOUND : 0;
     }
     case OP_REQ_BEGIN:
+        if (o->deferred) /* written by its append, later in this batch */
+            return 0;
         st = q->ins_request;
         sqlite3_bind_text(st, 1, o->rrec.session, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, o->rrec.key, -1, SQLITE_STATIC);
@@ -1027,6 +1085,7 @@ static int sq_commit(void *be, tm_wop *batch, size_t n)
     int rc = wstep(q, q->begin_tx, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
+    pair_records((op *)batch);
     for (op *o = (op *)batch; o && rc == 0; o = op_next(o)) {
         o->w.q.status = apply_op(q, o, &q->w_touched);
         /* An append never fails alone: its seq was handed out. */
@@ -2178,7 +2237,8 @@ static void kept_finalize(sqstore *q)
 {
     sqlite3_finalize(q->ins_session);
     sqlite3_finalize(q->ins_request);
-    q->ins_session = q->ins_request = NULL;
+    sqlite3_finalize(q->ins_request_done);
+    q->ins_session = q->ins_request = q->ins_request_done = NULL;
     sqlite3_stmt **kept[] = {&q->begin_tx, &q->commit_tx, &q->upd_request, &q->upd_next_r};
     for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
         sqlite3_finalize(*kept[i]);
@@ -2200,7 +2260,11 @@ static int prepare_kept(sqstore *q)
         sqlite3_prepare_v3(q->wdb,
                            "INSERT OR IGNORE INTO tm_requests(session, key, state, tool, stream, "
                            "message, updated_ms) VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6)",
-                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_request, NULL) != SQLITE_OK)
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_request, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(q->wdb,
+                           "INSERT OR IGNORE INTO tm_requests(session, key, state, tool, stream, "
+                           "message, response, updated_ms) VALUES(?1, ?2, 2, ?3, ?4, ?5, ?6, ?7)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &q->ins_request_done, NULL) != SQLITE_OK)
         return TIDEMARK_EIO;
     for (size_t i = 0; i < sizeof q->del_rows / sizeof *q->del_rows; i++)
         if (sqlite3_prepare_v3(q->wdb, del_rows_sql[i], -1, SQLITE_PREPARE_PERSISTENT,

@@ -143,6 +143,7 @@ try {
   // ledger_append: atomic and non-blocking: inline, its row in the same commit
   before = await commits(s.url);
   let appended = 0;
+  const firstLedgerId = nextId;
   for (let i = 0; i < N; i++) {
     const id = nextId++;
     const m = await messages(await post(s.url, sid, toolCall(id, "ledger_append", { entry: "inline-" + i }),
@@ -153,6 +154,17 @@ try {
   t.check(`2025: ${N} ledger_append calls answered`, appended === N, `${appended}`);
   t.check(`2025: ${N} serial ledger_append calls in at most ${N + SLACK} commits`, used <= N + SLACK,
     `${used} commits`);
+  // Each call's record was begun and completed in one commit (written once,
+  // completed): a retry of its request id gets the stored answer and
+  // appends nothing.
+  let replayed = 0;
+  for (const i of [0, N - 1]) {
+    const m = await messages(await post(s.url, sid, toolCall(firstLedgerId + i, "ledger_append",
+      { entry: "inline-" + i }), LEGACY));
+    if (m.msgs.find((x) => x.id === firstLedgerId + i)?.result?.structuredContent?.entry === "inline-" + i)
+      replayed++;
+  }
+  t.check("a retry of an inline ledger_append gets its recorded answer", replayed === 2, `${replayed}`);
   const rows = await ledgerRows(s.url, sid);
   t.check(`the ledger holds each of the ${N} entries once`,
     rows.length === N && new Set(rows.map((r) => r.entry)).size === N, `${rows.length} rows`);
