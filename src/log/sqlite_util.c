@@ -117,8 +117,6 @@ int tm_table_name_ok(const char *name)
 
 static sqlite3 *txn_db(struct tidemark_txn *txn) { return txn->impl; }
 
-/* A row into tm_rows, numbered after the table's last. A database without
- * tm_rows (the client's state) gets it, in the same transaction. */
 sqlite3_stmt *tm_sqlite_kept(sqlite3 *db, const char *sql)
 {
     for (sqlite3_stmt *s = sqlite3_next_stmt(db, NULL); s; s = sqlite3_next_stmt(db, s))
@@ -137,6 +135,8 @@ int tm_sqlite_close(sqlite3 *db)
     return sqlite3_close(db);
 }
 
+/* A row into tm_rows, numbered after the table's last. A database without
+ * tm_rows (the client's state) gets it, in the same transaction. */
 static int sqlite_txn_insert(struct tidemark_txn *txn, const char *table, const char *doc)
 {
     static const char sql[] = "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1,"

@@ -514,20 +514,6 @@ static int wexec(sqstore *q, const char *sql)
     return note_rc(q, rc);
 }
 
-/* wexec for a statement every call runs (the effect's savepoint): prepared
- * once per connection (tm_sqlite_kept), not parsed each time. */
-static int wexec_kept(sqstore *q, const char *sql)
-{
-    sqlite3_stmt *st = tm_sqlite_kept(q->wdb, sql);
-    if (!st)
-        return wexec(q, sql);
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        TM_ERROR("sqlite: %s: %s", sql, sqlite3_errmsg(q->wdb));
-    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
-}
-
 static int step_done(sqstore *q, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
@@ -554,6 +540,14 @@ static int wstep(sqstore *q, sqlite3_stmt *st, const char *what)
         return 0;
     TM_ERROR("sqlite: %s: %s", what, sqlite3_errmsg(q->wdb));
     return note_rc(q, rc);
+}
+
+/* wexec for a statement every call runs (the effect's savepoint): prepared
+ * once per connection (tm_sqlite_kept), not parsed each time. */
+static int wexec_kept(sqstore *q, const char *sql)
+{
+    sqlite3_stmt *st = tm_sqlite_kept(q->wdb, sql);
+    return st ? wstep(q, st, sql) : wexec(q, sql);
 }
 
 static void touch_stream(sstream **touched, sstream *s)

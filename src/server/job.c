@@ -322,12 +322,10 @@ static void punt(tidemark_call_t *c)
     if (rc == 0 && tm_sched_submit(c->srv->sched, c->sess->id, c->addr, run_call, c) == 0)
         return;
     call_unregister(c);
-    tm_job_complete(c->job, rc ? tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
-                                                  "The call's stream could not be opened",
-                                                  "store_failed", NULL)
-                               : tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
-                                                  "Server is stopping", "shutting_down", NULL),
-                    c);
+    const char *why = rc ? "store_failed" : "shutting_down";
+    tm_job_complete(c->job, tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
+                                             rc ? "The call's stream could not be opened"
+                                                : "Server is stopping", why, NULL), c);
 }
 
 static void run_call(void *arg)

@@ -703,12 +703,10 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
 static int light_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
                       const char *principal)
 {
-    const unsigned need =
-        TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
     const tm_msg *m = &pm->m[0];
     json_t *meta = meta_of(m);
     if (json_object_get(meta, "progressToken") || json_object_get(meta, TM_META_LOG) ||
-        (tm_call_tool_hints(srv, m) & need) != need)
+        !tm_tool_quiet(tm_call_tool_hints(srv, m)))
         return 0;
     char sid[TM_SESSION_ID_LEN + 1];
     json_t *client = new_id(sid) == 0 ? client_of(m, principal) : NULL;

@@ -500,17 +500,6 @@ static int runs_inline(tidemark_server_t *srv, unsigned hints)
            ((hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
 }
 
-/* A 2025 call of a non-blocking, read-only, idempotent tool is quiet until
- * it needs a stream: run inline, its stream and record not opened. If it
- * ends without a notification, an effect or a hand-off to a worker, it
- * had nothing to make durable and is answered as JSON (docs/design.md). */
-static int quiet(unsigned hints)
-{
-    const unsigned need =
-        TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
-    return (hints & need) == need;
-}
-
 /* A quiet call that needs its stream after all (call.c: it notifies, takes
  * an effect, closes its stream; job.c: it goes to a worker). Its stream,
  * record and priming event are queued now, still under the POST's hold and
@@ -551,7 +540,10 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
         j->sse = 0; /* answered as JSON; nothing recorded */
     unsigned hints = lone_call_hints(srv, pm);
     j->inline_run = runs_inline(srv, hints);
-    if ((flags & TM_POST_QUIET) && j->inline_run && quiet(hints)) {
+    /* A 2025 quiet call: run inline, its stream and record not opened; one
+     * that ends without a notification, an effect or a hand-off to a
+     * worker had nothing to make durable: JSON (docs/design.md). */
+    if ((flags & TM_POST_QUIET) && j->inline_run && tm_tool_quiet(hints)) {
         j->sse = 0;
         j->deferred = pm; /* read only while its call runs here */
     }

@@ -79,9 +79,9 @@ typedef struct tm_job {
     int ephemeral;           /* modern: delete the store session once answered */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
     int pooled;              /* its store session is a pooled one: let go when the job ends */
+    char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     struct post_msgs *deferred; /* a 2025 quiet call running inline: its stream and record
                                    are opened only if it turns out to need them (post.c) */
-    char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     json_t *final;           /* modern, lazy: the call's response */
     char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
     size_t final_len;
@@ -264,13 +264,22 @@ int tm_invalid_code(const tm_msg *m);
 /* job.c: a call of job ended with response (stolen, may be NULL);
  * call (may be NULL) contributes its request record and effect. */
 void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *call);
-/* job.c: free a job whose calls all completed (tm_job_complete does). */
 /* The TIDEMARK_TOOL_* hints of the tool a tools/call names (0: none such). */
 unsigned tm_call_tool_hints(tidemark_server_t *srv, const tm_msg *m);
+/* A tool whose calls have nothing to make durable unless they send
+ * something: non-blocking, read-only, idempotent (2025 quiet calls, post.c;
+ * 2026-07-28 light calls, modern.c). */
+static inline int tm_tool_quiet(unsigned hints)
+{
+    const unsigned need =
+        TIDEMARK_TOOL_NONBLOCKING | TIDEMARK_TOOL_READ_ONLY | TIDEMARK_TOOL_IDEMPOTENT;
+    return (hints & need) == need;
+}
 /* A zeroed job / call, but for their key buffers, which are left empty
  * strings (a calloc zeroed ~12 KB per call). NULL when out of memory. */
 tm_job *tm_job_alloc(void);
 tidemark_call_t *tm_call_alloc(void);
+/* job.c: free a job whose calls all completed (tm_job_complete does). */
 void tm_job_free(tm_job *j);
 /* job.c: method runs an application handler (may block: scheduled fairly). */
 int tm_runs_handler(const char *method);
@@ -318,6 +327,9 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_LIGHT 4u     /* a call with nothing to make durable: JSON, no stream or record */
 #define TM_POST_POOLED 8u    /* its store session is shared (modern.c): a record key of its own */
 #define TM_POST_QUIET 16u    /* 2025: JSON unless the call's one tool needs its stream (post.c) */
+/* post.c: a quiet call's stream, record and priming event, opened when it
+ * first needs them (call.c, job.c). 0, or TIDEMARK_EIO: the POST was
+ * answered with the store's error and the call's output goes nowhere. */
 int tm_job_open_deferred(tm_job *j, tidemark_call_t *c);
 void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
