@@ -135,30 +135,55 @@ int tm_sqlite_close(sqlite3 *db)
     return sqlite3_close(db);
 }
 
-/* A row into tm_rows, numbered after the table's last. A database without
- * tm_rows (the client's state) gets it, in the same transaction. */
+/* One step of a kept statement, reset after. OUT *id: column 0 of its row
+ * (id may be NULL: a statement without one). */
+static int step_reset(sqlite3_stmt *st, sqlite3_int64 *id)
+{
+    int rc = sqlite3_step(st);
+    if (id)
+        *id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+/* The row, numbered after the table's last: the number read first, then
+ * the row inserted (one INSERT ... SELECT from the table it writes made
+ * SQLite copy the SELECT into a temporary table at every call). Both kept
+ * per connection: every effect runs them. SQLITE_ERROR when tm_rows is
+ * missing, or gone since they were prepared (they are then dropped). */
+static int rows_insert(sqlite3 *db, const char *table, const char *doc)
+{
+    static const char next_sql[] = "SELECT COALESCE(MAX(id), 0) + 1 FROM tm_rows WHERE tbl = ?1";
+    static const char ins_sql[] = "INSERT INTO tm_rows(tbl, id, doc) VALUES(?1, ?2, ?3)";
+    sqlite3_stmt *next = tm_sqlite_kept(db, next_sql);
+    sqlite3_stmt *ins = next ? tm_sqlite_kept(db, ins_sql) : NULL;
+    if (!ins)
+        return SQLITE_ERROR;
+    sqlite3_int64 id;
+    sqlite3_bind_text(next, 1, table, -1, SQLITE_STATIC);
+    int rc = step_reset(next, &id);
+    if (rc == SQLITE_ROW) {
+        sqlite3_bind_text(ins, 1, table, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(ins, 2, id);
+        sqlite3_bind_text(ins, 3, doc, -1, SQLITE_STATIC);
+        rc = step_reset(ins, NULL);
+    }
+    if (rc == SQLITE_ERROR) {
+        sqlite3_finalize(next);
+        sqlite3_finalize(ins);
+    }
+    return rc;
+}
+
+/* A row into tm_rows. A database without tm_rows (the client's state)
+ * gets it, in the same transaction. */
 static int sqlite_txn_insert(struct tidemark_txn *txn, const char *table, const char *doc)
 {
-    static const char sql[] = "INSERT INTO tm_rows(tbl, id, doc) SELECT ?1, COALESCE(MAX(id), 0) + 1,"
-                              " ?2 FROM tm_rows WHERE tbl = ?1";
     sqlite3 *db = txn_db(txn);
-    int rc = SQLITE_ERROR;
-    for (int round = 0; round < 2 && rc == SQLITE_ERROR; round++) {
-        /* kept per connection: every effect runs it; the second round makes
-         * tm_rows first (none yet, or its creation was rolled back) */
-        if (round && sqlite3_exec(db, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK)
-            break;
-        sqlite3_stmt *st = tm_sqlite_kept(db, sql);
-        if (!st)
-            continue;
-        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, doc, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        sqlite3_clear_bindings(st);
-        if (rc == SQLITE_ERROR) /* prepared against a table that is gone */
-            sqlite3_finalize(st);
-    }
+    int rc = rows_insert(db, table, doc);
+    if (rc == SQLITE_ERROR && sqlite3_exec(db, TM_SQLITE_ROWS_SCHEMA, NULL, NULL, NULL) == SQLITE_OK)
+        rc = rows_insert(db, table, doc);
     if (rc != SQLITE_DONE)
         TM_WARN("sqlite: insert into tm_rows: %s", sqlite3_errmsg(db));
     return rc == SQLITE_DONE ? 0 : tm_sqlite_err(rc);
