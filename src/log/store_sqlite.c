@@ -43,9 +43,15 @@
 #define TAIL_CAP 256      /* recent events kept in memory per stream */
 #define READ_CONNS 8      /* read connection pool size */
 #define CKPT_EVERY_MS 100 /* checkpointer tick: a checkpoint, and the head file */
+#define CKPT_BUSY_MS 30   /* ... while commits come: a checkpoint only */
 #define CKPT_IDLE_MS 500  /* no commit for this long: truncate the WAL */
-#define WAL_LIMIT (4LL << 20)  /* journal_size_limit: a WAL started over shrinks to this */
-#define WAL_FORCE (16LL << 20) /* above this the writer starts the WAL over (writer_ckpt) */
+/* journal_size_limit: a WAL started over shrinks to this when it is above
+ * it. Above WAL_FORCE: a WAL the writer starts over under load keeps its
+ * size, and its blocks (cut and grown again, every restart cost a commit
+ * 6-8 ms and the next commits an fdatasync that also wrote the file's
+ * new size). Idle, the checkpointer truncates it to 0. */
+#define WAL_LIMIT (8LL << 20)
+#define WAL_FORCE (4LL << 20) /* above this the writer starts the WAL over (sq_between) */
 #define CKPT_STALL_MS 5000     /* a checkpoint incomplete this long is reported */
 #define QUICK_CHECK_ALWAYS (64LL << 20) /* databases up to this size are checked at every open */
 #define SYNC_WINDOW_US (5LL * 1000000) /* tm_store_sync: failures this recent count */
@@ -109,6 +115,8 @@ typedef struct sstream {
                             delete's op frees it) */
     /* writer-side, per batch */
     int touched;
+    int batch_new;       /* its row is written by this batch's flush_streams */
+    int batch_moved;     /* appended to, closed or reopened in this batch: wake readers */
     uint64_t batch_head;
     int batch_closed;
     struct sstream *next_touched;
@@ -233,7 +241,7 @@ static void blob_unref(blob *b)
 
 static void skey(char *out, size_t n, const char *session, const char *name)
 {
-    snprintf(out, n, "%s/%s", session, name);
+    tm_strjoin(out, n, session, "/", name, NULL);
 }
 
 static const char *epoch_text(sqstore *q, int64_t id)
@@ -444,10 +452,10 @@ static sstream *stream_get(sqstore *q, const char *session, const char *name)
                 n->first = (uint64_t)sqlite3_column_int64(st, 2);
                 n->closed = n->closing = sqlite3_column_int(st, 3);
                 const unsigned char *te = sqlite3_column_text(st, 4);
-                snprintf(n->trimmed_epoch, sizeof n->trimmed_epoch, "%s", te ? (const char *)te : "");
-                snprintf(n->session, sizeof n->session, "%s", session);
-                snprintf(n->name, sizeof n->name, "%s", name);
-                snprintf(n->key, sizeof n->key, "%s", key);
+                tm_strjoin(n->trimmed_epoch, sizeof n->trimmed_epoch, te ? (const char *)te : "", NULL);
+                tm_strjoin(n->session, sizeof n->session, session, NULL);
+                tm_strjoin(n->name, sizeof n->name, name, NULL);
+                tm_strjoin(n->key, sizeof n->key, key, NULL);
             }
             sqlite3_finalize(st);
         }
@@ -550,7 +558,9 @@ static int wexec_kept(sqstore *q, const char *sql)
     return st ? wstep(q, st, sql) : wexec(q, sql);
 }
 
-static void touch_stream(sstream **touched, sstream *s)
+/* A stream this batch writes the row of; moved: its readers are woken
+ * after the commit (not so for a stream that was only made). */
+static void touch_stream_as(sstream **touched, sstream *s, int moved)
 {
     if (!s->touched) {
         s->touched = 1;
@@ -559,7 +569,10 @@ static void touch_stream(sstream **touched, sstream *s)
         s->next_touched = *touched;
         *touched = s;
     }
+    s->batch_moved |= moved;
 }
+
+static void touch_stream(sstream **touched, sstream *s) { touch_stream_as(touched, s, 1); }
 
 static int apply_effect(sqstore *q, op *o)
 {
@@ -668,17 +681,12 @@ static int apply_append(sqstore *q, op *o, sstream **touched)
     return 0;
 }
 
-static int apply_stream_create(sqstore *q, op *o)
+/* A new stream's row is written once, with its bounds at the batch's end
+ * (flush_streams): not inserted here and then updated there. */
+static int apply_stream_create(sqstore *q, op *o, sstream **touched)
 {
-    sqlite3_stmt *st = q->ins_stream;
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 1, o->ss->sid);
-    sqlite3_bind_text(st, 2, o->ss->session, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, o->ss->name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_clear_bindings(st);
-    if (rc != SQLITE_DONE)
-        return note_rc(q, rc);
+    touch_stream_as(touched, o->ss, 0);
+    o->ss->batch_new = 1;
     if (o->next_r) {
         sqlite3_stmt *u = q->upd_next_r;
         sqlite3_bind_int64(u, 1, (sqlite3_int64)o->next_r);
@@ -764,6 +772,42 @@ static int apply_set_attr(sqstore *q, op *o)
     return step_done(q, st);
 }
 
+/* A stream's row with these bounds: inserted if this batch made it, else
+ * updated. */
+static int write_stream(sqstore *q, sstream *s, uint64_t head, uint64_t first, int closed,
+                        const char *te)
+{
+    sqlite3_stmt *st = s->batch_new ? q->ins_stream : q->upd_stream;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)head);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)first);
+    sqlite3_bind_int(st, 3, closed);
+    sqlite3_bind_text(st, 4, te, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, s->sid);
+    if (s->batch_new) {
+        sqlite3_bind_text(st, 6, s->session, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, s->name, -1, SQLITE_STATIC);
+    }
+    int rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    s->batch_new = 0;
+    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+}
+
+/* Before rows are deleted by session (OP_SESSION_DELETE of session,
+ * OP_EXPIRE: NULL, any): the streams this batch made get their rows now,
+ * as they were made, so the delete finds them and their events. */
+static int write_new_streams(sqstore *q, sstream *touched, const char *session)
+{
+    for (sstream *s = touched; s; s = s->next_touched)
+        if (s->batch_new && (!session || strcmp(s->session, session) == 0)) {
+            int rc = write_stream(q, s, 0, 1, 0, "");
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
 static int apply_op(sqstore *q, op *o, sstream **touched)
 {
     sqlite3_stmt *st;
@@ -775,7 +819,7 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         o->ss->batch_closed = 1;
         return 0;
     case OP_STREAM_CREATE:
-        return apply_stream_create(q, o);
+        return apply_stream_create(q, o, touched);
     case OP_STREAM_REOPEN:
         touch_stream(touched, o->ss);
         o->ss->batch_closed = 0;
@@ -798,7 +842,9 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
     case OP_SESSION_ATTRS:
         return apply_set_attr(q, o);
     case OP_SESSION_DELETE: { /* ENOTFOUND from the write itself: no read first */
-        int rc = delete_session_rows(q, o->srec.id);
+        int rc = write_new_streams(q, *touched, o->srec.id);
+        if (rc == 0)
+            rc = delete_session_rows(q, o->srec.id);
         return rc ? rc : sqlite3_changes(q->wdb) == 0 ? TIDEMARK_ENOTFOUND : 0;
     }
     case OP_REQ_BEGIN:
@@ -816,8 +862,10 @@ static int apply_op(sqstore *q, op *o, sstream **touched)
         return sqlite3_changes(q->wdb) == 0 ? TIDEMARK_EEXIST : 0;
     case OP_SCHEMA:
         return wexec(q, o->sql);
-    case OP_EXPIRE:
-        return apply_expire(q, o);
+    case OP_EXPIRE: {
+        int rc = write_new_streams(q, *touched, NULL);
+        return rc ? rc : apply_expire(q, o);
+    }
     }
     return TIDEMARK_EINVAL;
 }
@@ -836,7 +884,7 @@ static int trim_count(sqstore *q, sstream *s, uint64_t head, uint64_t *first, ch
     sqlite3_bind_int64(st, 1, s->sid);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)(nf - 1));
     if (sqlite3_step(st) == SQLITE_ROW)
-        snprintf(te, TM_EPOCH_LEN + 1, "%s", epoch_text(q, sqlite3_column_int64(st, 0)));
+        tm_strjoin(te, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(st, 0)), NULL);
     sqlite3_finalize(st);
     if (sqlite3_prepare_v2(q->wdb, "DELETE FROM tm_events WHERE sid = ?1 AND seq < ?2", -1, &st,
                            NULL) != SQLITE_OK)
@@ -853,6 +901,7 @@ typedef struct stream_update {
     sstream *s;
     uint64_t head, first;
     int closed;
+    int wake;
     char te[TM_EPOCH_LEN + 1];
 } stream_update;
 
@@ -873,6 +922,7 @@ static int flush_streams(sqstore *q, sstream *touched, stream_update **ups, size
         u->head = s->batch_head > s->head ? s->batch_head : s->head;
         u->first = s->first;
         u->closed = s->batch_closed >= 0 ? s->batch_closed : s->closed;
+        u->wake = s->batch_moved;
         memcpy(u->te, s->trimmed_epoch, sizeof u->te);
     }
     pthread_mutex_unlock(&q->c_mu);
@@ -881,17 +931,9 @@ static int flush_streams(sqstore *q, sstream *touched, stream_update **ups, size
         int rc = trim_count(q, u->s, u->head, &u->first, u->te);
         if (rc)
             return rc;
-        sqlite3_stmt *st = q->upd_stream;
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)u->head);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)u->first);
-        sqlite3_bind_int(st, 3, u->closed);
-        sqlite3_bind_text(st, 4, u->te, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, u->s->sid);
-        rc = sqlite3_step(st);
-        sqlite3_clear_bindings(st);
-        if (rc != SQLITE_DONE)
-            return note_rc(q, rc);
+        rc = write_stream(q, u->s, u->head, u->first, u->closed, u->te);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -946,7 +988,7 @@ static void age_trim(sqstore *q)
         if (tm_sqlite_query_json(q->wdb, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2",
                                  a2, 2, &rows) == 0) {
             json_t *e = json_object_get(json_array_get(rows, 0), "epoch");
-            snprintf(tes[i], TM_EPOCH_LEN + 1, "%s", epoch_text(q, json_integer_value(e)));
+            tm_strjoin(tes[i], TM_EPOCH_LEN + 1, epoch_text(q, json_integer_value(e)), NULL);
         }
         json_decref(rows);
         const char *a3[3] = {sid, nf, tes[i]};
@@ -980,6 +1022,8 @@ static void untouch(sstream *touched)
     for (sstream *s = touched; s;) {
         sstream *n = s->next_touched;
         s->touched = 0;
+        s->batch_new = 0;
+        s->batch_moved = 0;
         s->next_touched = NULL;
         s = n;
     }
@@ -1020,7 +1064,8 @@ static void sq_settle(void *be, tm_wop *batch, int rc)
     /* Named without c_mu (appenders wait for it): the entries stay until
      * sq_after, the names with them. */
     for (size_t i = 0; rc == 0 && i < q->w_nups; i++)
-        tm_writer_wake(q->writer, q->w_ups[i].s->session, q->w_ups[i].s->name, q->w_ups[i].head);
+        if (q->w_ups[i].wake)
+            tm_writer_wake(q->writer, q->w_ups[i].s->session, q->w_ups[i].s->name, q->w_ups[i].head);
 }
 
 /* after hook: only now may a finished stream leave the cache (the listener
@@ -1221,8 +1266,9 @@ static int on_wal(void *ud, sqlite3 *db, const char *name, int frames)
 /* between hook, when the WAL grew past WAL_FORCE: a passive checkpoint on
  * the writer's own connection copies the few frames the checkpointer has
  * not (it did the rest), so at the next BEGIN the writer finds the WAL fully
- * copied and starts it over (shrunk to WAL_LIMIT by journal_size_limit).
- * Rare (once per WAL_FORCE bytes) and short. */
+ * copied and starts it over, in place (WAL_LIMIT is above WAL_FORCE). Once
+ * per WAL_FORCE bytes, and short: the checkpointer copies the rest every
+ * CKPT_BUSY_MS. */
 static void sq_between(void *be)
 {
     sqstore *q = be;
@@ -1603,7 +1649,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     }
     char nm[TM_STREAM_MAX];
     if (name) {
-        snprintf(nm, sizeof nm, "%s", name);
+        tm_strjoin(nm, sizeof nm, name, NULL);
         sstream *s = stream_get(q, session, nm);
         if (s && refusing(q)) { /* failed while the lock was let go */
             pthread_mutex_unlock(&q->c_mu);
@@ -1624,11 +1670,13 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
              * closed, and a reader would end the stream it just opened. */
             int rc = o ? run_sync(q, o, 0) : 0;
             if (rc == 0)
-                snprintf(out, TM_STREAM_MAX, "%s", nm);
+                tm_strjoin(out, TM_STREAM_MAX, nm, NULL);
             return rc;
         }
     } else {
-        snprintf(nm, sizeof nm, "r%llu", (unsigned long long)ss->next_r++);
+        char num[21];
+        tm_u64_dec(num, ss->next_r++);
+        tm_strjoin(nm, sizeof nm, "r", num, NULL);
     }
     if (refusing(q)) {
         pthread_mutex_unlock(&q->c_mu);
@@ -1645,8 +1693,8 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     s->sid = q->next_sid++;
     s->next_seq = 1;
     s->first = 1;
-    snprintf(s->session, sizeof s->session, "%s", session);
-    snprintf(s->name, sizeof s->name, "%s", nm);
+    tm_strjoin(s->session, sizeof s->session, session, NULL);
+    tm_strjoin(s->name, sizeof s->name, nm, NULL);
     skey(s->key, sizeof s->key, session, nm);
     if (tm_map_put(q->streams, s->key, s) != 0) {
         pthread_mutex_unlock(&q->c_mu);
@@ -1661,7 +1709,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
      * finds the op in the queue, behind or with everything before it. */
     enqueue(q, o);
     pthread_mutex_unlock(&q->c_mu);
-    snprintf(out, TM_STREAM_MAX, "%s", nm);
+    tm_strjoin(out, TM_STREAM_MAX, nm, NULL);
     return 0;
 }
 
@@ -1717,8 +1765,8 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
     enqueue(q, o);
     char session[64], stream[TM_STREAM_MAX];
     uint64_t seq = o->w.seq;
-    snprintf(session, sizeof session, "%s", s->session);
-    snprintf(stream, sizeof stream, "%s", s->name);
+    tm_strjoin(session, sizeof session, s->session, NULL);
+    tm_strjoin(stream, sizeof stream, s->name, NULL);
     pthread_mutex_unlock(&q->c_mu);
     if (q->opt.emit_early) /* readers may send it now: wake them */
         tm_store_notify_commit(&q->base, session, stream, seq);
@@ -1872,7 +1920,7 @@ static int q_event_epoch(tm_store *st, const char *session, const char *stream, 
         sqlite3_bind_int64(ps, 1, sid);
         sqlite3_bind_int64(ps, 2, (sqlite3_int64)seq);
         if (sqlite3_step(ps) == SQLITE_ROW) {
-            snprintf(out, TM_EPOCH_LEN + 1, "%s", epoch_text(q, sqlite3_column_int64(ps, 0)));
+            tm_strjoin(out, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(ps, 0)), NULL);
             rc = 0;
         }
         sqlite3_finalize(ps);
@@ -2125,19 +2173,22 @@ static void head_tick(sqstore *q, ckpt_state *k)
  * TRUNCATE when idle (the WAL shrinks to 0). Under sustained writes a
  * passive checkpoint never catches up with the last frame, so the writer
  * never starts the WAL over and it grows without bound: past WAL_FORCE the
- * writer finishes the job itself between two batches (on_wal, writer_ckpt).
- * A checkpoint that keeps failing to complete is logged and counted. */
-static void ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
+ * writer finishes the job itself between two batches (on_wal, sq_between).
+ * A checkpoint that keeps failing to complete is logged and counted.
+ * Returns 1 while commits come: the next tick is sooner (CKPT_BUSY_MS), so
+ * what the writer is left to copy before it starts the WAL over is little. */
+static int ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
 {
     int64_t now = tm_now_ms();
     uint64_t c = atomic_load(&q->commits_done);
-    if (c != k->seen) {
+    int busy = c != k->seen;
+    if (busy) {
         k->seen = c;
         k->changed_ms = now;
         k->truncated = 0;
     }
     if (k->truncated)
-        return;
+        return 0;
     long long wal = file_size(q->wal_path);
     int idle = now - k->changed_ms >= CKPT_IDLE_MS;
     int mode = idle ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE;
@@ -2152,7 +2203,7 @@ static void ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
     if (rc == SQLITE_OK && log >= 0 && done == log) {
         k->stalled_since = 0;
         k->truncated = mode == SQLITE_CHECKPOINT_TRUNCATE;
-        return;
+        return busy;
     }
     if (rc != SQLITE_OK && rc != SQLITE_BUSY && rc != SQLITE_LOCKED)
         note_rc(q, rc);
@@ -2165,6 +2216,7 @@ static void ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
                 "bytes): a reader holds an old snapshot, or the disk fails", q->path,
                 (long long)(now - k->stalled_since), sqlite3_errstr(rc), done, log, wal);
     }
+    return busy;
 }
 
 /* WAL checkpoints on their own connection and thread: SQLite's automatic
@@ -2198,14 +2250,19 @@ static void *ckpt_main(void *arg)
     ckpt_state k = {.seen = atomic_load(&q->commits_done), .changed_ms = tm_now_ms(),
                     .head_written = atomic_load(&q->commits_done)};
     pthread_mutex_lock(&q->k_mu);
+    int busy = 0;
+    int64_t head_ms = tm_now_ms();
     while (q->k_running) {
-        struct timespec ts = tm_deadline_ms(CKPT_EVERY_MS);
+        struct timespec ts = tm_deadline_ms(busy ? CKPT_BUSY_MS : CKPT_EVERY_MS);
         pthread_cond_timedwait(&q->k_cv, &q->k_mu, &ts);
         if (!q->k_running)
             break;
         pthread_mutex_unlock(&q->k_mu);
-        head_tick(q, &k);
-        ckpt_tick(q, db, &k);
+        if (tm_now_ms() - head_ms >= CKPT_EVERY_MS) {
+            head_tick(q, &k);
+            head_ms = tm_now_ms();
+        }
+        busy = ckpt_tick(q, db, &k);
         pthread_mutex_lock(&q->k_mu);
     }
     pthread_mutex_unlock(&q->k_mu);
@@ -2461,7 +2518,7 @@ static int setup_identity(sqstore *q)
         json_t *v = json_object_get(row, "v");
         const char *t = json_string_value(v);
         if (k && strcmp(k, "dbid") == 0 && t)
-            snprintf(q->dbid, sizeof q->dbid, "%s", t);
+            tm_strjoin(q->dbid, sizeof q->dbid, t, NULL);
         if (k && strcmp(k, "commits") == 0)
             q->commits = t ? strtoull(t, NULL, 10) : (uint64_t)json_integer_value(v);
     }
@@ -2490,7 +2547,7 @@ static int check_integrity(sqstore *q, const char *why)
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(st);
         if (rc == SQLITE_ROW)
-            snprintf(first, sizeof first, "%s", (const char *)sqlite3_column_text(st, 0));
+            tm_strjoin(first, sizeof first, (const char *)sqlite3_column_text(st, 0), NULL);
         sqlite3_finalize(st);
     }
     if ((rc == SQLITE_ROW || rc == SQLITE_DONE) && strcmp(first, "ok") == 0) {
@@ -2580,8 +2637,8 @@ static int setup_epoch(sqstore *q)
                            "trimmed_epoch = ?4 WHERE sid = ?5",
                            -1, SQLITE_PREPARE_PERSISTENT, &q->upd_stream, NULL) != SQLITE_OK ||
         sqlite3_prepare_v3(q->wdb,
-                           "INSERT INTO tm_streams(sid, session, name, head, first_retained, "
-                           "closed, trimmed_epoch) VALUES(?1, ?2, ?3, 0, 1, 0, '')",
+                           "INSERT INTO tm_streams(head, first_retained, closed, trimmed_epoch, "
+                           "sid, session, name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                            -1, SQLITE_PREPARE_PERSISTENT, &q->ins_stream, NULL) != SQLITE_OK ||
         sqlite3_prepare_v3(q->wdb, "UPDATE tm_meta SET v = ?1 WHERE k = 'commits'", -1,
                            SQLITE_PREPARE_PERSISTENT, &q->upd_commits, NULL) != SQLITE_OK)
