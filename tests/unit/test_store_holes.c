@@ -579,6 +579,51 @@ static void test_delete_racing_final_append(void **state)
     tm_store_close(st);
 }
 
+/* A stream's row is written once, at the end of the batch that made it: a
+ * session deleted in that same batch must still find it (and its events),
+ * or both outlive their session. The stream, its event and the delete are
+ * queued under one hold, so they commit in one transaction. */
+#define COMMITS_SQL "SELECT CAST(v AS INTEGER) AS n FROM tm_meta WHERE k = 'commits'"
+
+static long long count_rows(tm_store *st, const char *sql)
+{
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(st, sql, NULL, 0, &rows), 0);
+    long long n = json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    return n;
+}
+
+static void test_delete_in_the_making_batch(void **state)
+{
+    (void)state;
+    char path[128];
+    db_path(path, sizeof path, "made-deleted.db");
+    tm_store *st = open_ok(path);
+    mk_session(st, "keep");
+    char r[TM_STREAM_MAX];
+    mk_stream(st, "keep", r);
+    for (int i = 0; i < 20; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "gone%d", i);
+        mk_session(st, id);
+        long long before = count_rows(st, COMMITS_SQL);
+        tm_store_hold(st);
+        char s[TM_STREAM_MAX];
+        assert_int_equal(tm_store_stream_open(st, id, NULL, s), 0);
+        assert_int_equal(tm_store_append(st, id, s, "x", 1, TM_APPEND_FINAL, NULL, NULL), 0);
+        assert_int_equal(tm_store_session_delete_queued(st, id), 0);
+        tm_store_release(st);
+        assert_int_equal(tm_store_sync(st), 0);
+        assert_int_equal(count_rows(st, COMMITS_SQL), before + 1); /* one batch */
+    }
+    assert_int_equal(count_rows(st, "SELECT count(*) AS n FROM tm_streams WHERE session != 'keep'"), 0);
+    assert_int_equal(count_rows(st, "SELECT count(*) AS n FROM tm_events WHERE sid NOT IN "
+                                    "(SELECT sid FROM tm_streams)"), 0);
+    assert_int_equal(count_rows(st, "SELECT count(*) AS n FROM tm_streams WHERE session = 'keep'"), 1);
+    tm_store_close(st);
+}
+
 static int remove_dir(void)
 {
     char cmd[160];
@@ -595,6 +640,7 @@ int main(void)
     tm_faultvfs_install();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wal_bounded),
+        cmocka_unit_test(test_delete_in_the_making_batch),
         cmocka_unit_test(test_damaged_wal_refused),
         cmocka_unit_test(test_older_copy_refused),
         cmocka_unit_test(test_damaged_db_refused),
