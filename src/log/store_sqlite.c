@@ -55,6 +55,7 @@
 #define CKPT_STALL_MS 5000     /* a checkpoint incomplete this long is reported */
 #define QUICK_CHECK_ALWAYS (64LL << 20) /* databases up to this size are checked at every open */
 #define SYNC_WINDOW_US (5LL * 1000000) /* tm_store_sync: failures this recent count */
+#define NEXT_R_BLOCK 64   /* stream numbers a session reserves at once (ssess) */
 #define CLOSED_KEEP 256   /* closed streams kept cached (LRU); the rest reload on demand */
 
 static const char *const schema_sql =
@@ -122,8 +123,13 @@ typedef struct sstream {
     struct sstream *next_touched;
 } sstream;
 
+/* A session's stream counter. Numbers are reserved in blocks: tm_sessions
+ * holds the first number not reserved, written with the stream that
+ * reserves a block (in its transaction), not with every stream. Numbers
+ * reserved and unused before a restart are skipped. */
 typedef struct ssess {
-    uint64_t next_r;
+    uint64_t next_r;   /* the next number to use (0: load from tm_sessions) */
+    uint64_t reserved; /* tm_sessions.next_r, committed or queued */
 } ssess;
 
 /* ---- operations ------------------------------------------------------------ */
@@ -1172,7 +1178,7 @@ static void reset_next_r(const char *k, void *v, void *ud)
 {
     (void)k;
     (void)ud;
-    ((ssess *)v)->next_r = 0; /* reloaded from tm_sessions by the next stream_open */
+    ((ssess *)v)->next_r = ((ssess *)v)->reserved = 0; /* reloaded by the next stream_open */
 }
 
 /* Back to the durable state after a failure, with no op queued that
@@ -1328,7 +1334,7 @@ static void session_created(sqstore *q, const tm_session_rec *rec)
     tm_writer_touch_note(q->writer, rec->id, rec->last_seen_ms);
     ssess *ss = calloc(1, sizeof *ss);
     if (ss) {
-        ss->next_r = 1;
+        ss->next_r = ss->reserved = 1;
         pthread_mutex_lock(&q->c_mu);
         free(tm_map_get(q->sessions, rec->id));
         if (tm_map_put(q->sessions, rec->id, ss) != 0)
@@ -1646,6 +1652,8 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
         }
         if (ss->next_r < nr)
             ss->next_r = nr;
+        if (ss->reserved < nr)
+            ss->reserved = nr;
     }
     char nm[TM_STREAM_MAX];
     if (name) {
@@ -1703,7 +1711,9 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
         return TIDEMARK_ENOMEM;
     }
     o->ss = s;
-    o->next_r = name ? 0 : ss->next_r;
+    o->next_r = 0;
+    if (!name && ss->next_r > ss->reserved) /* the block is used up: the next one */
+        o->next_r = ss->reserved = ss->next_r - 1 + NEXT_R_BLOCK;
     s->pending = 1;
     /* Queued under c_mu: a session delete or a failed batch that comes next
      * finds the op in the queue, behind or with everything before it. */

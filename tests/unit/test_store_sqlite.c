@@ -77,6 +77,50 @@ static void test_attrs_and_rows_survive_reopen(void **state)
     tm_store_close(st);
 }
 
+/* Stream numbers are reserved in blocks (tm_sessions.next_r is written once
+ * per block, not with every stream): after a restart a session's new
+ * streams still never take a name it has used. */
+static long long next_r_of(tm_store *st, const char *session)
+{
+    const char *args[1] = {session};
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(st, "SELECT next_r FROM tm_sessions WHERE id = ?1", args, 1,
+                                    &rows), 0);
+    long long n = json_integer_value(json_object_get(json_array_get(rows, 0), "next_r"));
+    json_decref(rows);
+    return n;
+}
+
+static void test_stream_names_unique_across_reopen(void **state)
+{
+    (void)state;
+    char path[128], name[TM_STREAM_MAX];
+    snprintf(path, sizeof path, "%s/names.db", g_dir);
+    tm_store *st = open_path(path);
+    mk_session(st, "a");
+    json_t *seen = json_object();
+    for (int round = 0; round < 3; round++) {
+        long long before = round ? next_r_of(st, "a") : 1;
+        for (int i = 0; i < 100; i++) {
+            assert_int_equal(tm_store_stream_open(st, "a", NULL, name), 0);
+            assert_null(json_object_get(seen, name)); /* never a name used before */
+            json_object_set_new(seen, name, json_true());
+        }
+        assert_int_equal(tm_store_sync(st), 0);
+        long long after = next_r_of(st, "a");
+        /* every name used is below it, and it moved a block at a time:
+         * ahead of the names used (written per stream, it would be at
+         * before + 100) */
+        assert_true(after > before + 100);
+        assert_true(after <= before + 100 + 64);
+        tm_store_close(st);
+        st = open_path(path);
+    }
+    assert_int_equal(json_object_size(seen), 300);
+    json_decref(seen);
+    tm_store_close(st);
+}
+
 /* A database made before sessions had attributes gets the column at open. */
 static void test_old_database_gains_attrs(void **state)
 {
@@ -189,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_requests_unfinished),
         cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
+        cmocka_unit_test(test_stream_names_unique_across_reopen),
         cmocka_unit_test(test_old_database_gains_attrs),
         cmocka_unit_test(test_txn_sqlite),
     };
