@@ -204,6 +204,12 @@ log "scale: $nscale subscribed sessions on tidemark-everything memory, $reps upd
     --subscribe test://watched-resource --trigger update_resource --repeat "$reps" >"$scratch/fanout" ||
     { log "tidemark-streams (fan-out) failed: $(cat "$scratch/fanout")"; exit 1; }
 stop sev
+start lev "$bin/tidemark-everything" --listen 127.0.0.1:0 --log-level warn --store memory "${lim[@]}"
+log "scale: $nscale 2026-07-28 listeners of one uri on tidemark-everything memory, $reps updates"
+"$bin/tidemark-streams" --url "${url[lev]}" --n "$nscale" --server-pid "${pid[lev]}" --listen \
+    --subscribe test://watched-resource --trigger update_resource --repeat "$reps" >"$scratch/lfanout" ||
+    { log "tidemark-streams (listener fan-out) failed: $(cat "$scratch/lfanout")"; exit 1; }
+stop lev
 
 # Flat latency: tools/call echo p50 from one connection with 100 sessions in
 # the store, then with nsess (N x 10) on the same server (memory, then
@@ -239,11 +245,16 @@ printf 'streams: %s standalone GET streams (one 2025-11-25 session each) open on
     "$(field streams <"$scratch/streams")" "$(field open_s <"$scratch/streams")" "$rss_mb" \
     "$(awk '{print $1 / 1024}' <<<"$(field rss_before_kb <"$scratch/streams")")" \
     "$(awk -v m="$rss_mb" 'BEGIN {print m < 200 ? "met" : "NOT met"}')"
-fan="$(sed -n 's/.* fanout_ms=\([0-9.]*\).*/\1/p' "$scratch/fanout" | median)"
-printf 'fan-out: %s sessions subscribed to one uri (tidemark-everything memory, RSS %.1f MB), update_resource -> all %s streams got notifications/resources/updated in %s ms, half in %s ms (median of %s) (target < 1000 ms) %s\n' \
-    "$(field streams <"$scratch/fanout")" "$(awk '{print $1 / 1024}' <<<"$(field rss_kb <"$scratch/fanout")")" \
-    "$(field received <"$scratch/fanout" | sort -n | head -1)" "$fan" "$(field p50_ms <"$scratch/fanout" | median)" \
-    "$reps" "$(awk -v m="$fan" 'BEGIN {print m < 1000 ? "met" : "NOT met"}')"
+fan_line() { # FILE WHAT
+    local fan
+    fan="$(sed -n 's/.* fanout_ms=\([0-9.]*\).*/\1/p' "$1" | median)"
+    printf 'fan-out: %s %s (tidemark-everything memory, RSS %.1f MB), update_resource -> all %s streams got notifications/resources/updated in %s ms, half in %s ms (median of %s) (target < 1000 ms) %s\n' \
+        "$(field streams <"$1")" "$2" "$(awk '{print $1 / 1024}' <<<"$(field rss_kb <"$1")")" \
+        "$(field received <"$1" | sort -n | head -1)" "$fan" "$(field p50_ms <"$1" | median)" \
+        "$reps" "$(awk -v m="$fan" 'BEGIN {print m < 1000 ? "met" : "NOT met"}')"
+}
+fan_line "$scratch/fanout" "2025-11-25 sessions subscribed to one uri"
+fan_line "$scratch/lfanout" "2026-07-28 listeners (subscriptions/listen) of one uri"
 flat_line() { # NAME LABEL
     local few many
     few="$(field p50_us <"$scratch/$1.few" | median)"

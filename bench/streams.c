@@ -5,12 +5,15 @@
  *
  *   tidemark-streams --url http://HOST:PORT/PATH --n N [--threads T]
  *                    [--server-pid PID] [--subscribe URI [--trigger TOOL]]
- *                    [--timeout S] [--repeat K]
+ *                    [--listen] [--timeout S] [--repeat K]
  *   tidemark-streams --url ... --n N --sessions-only [--threads T] [--server-pid PID]
  *
  * Per session: initialize, notifications/initialized, with --subscribe a
  * resources/subscribe of URI, then GET (Accept: text/event-stream) whose 200
- * headers count the stream as open. T threads (8) open them. Once all are
+ * headers count the stream as open. With --listen (and --subscribe URI)
+ * each is instead a 2026-07-28 listener: one POST subscriptions/listen with
+ * notifications.resourceSubscriptions [URI], no session, whose 200 SSE
+ * answer stays open. T threads (8) open them. Once all are
  * open it prints "streams=N open_s=.. rss_kb=.." (the VmRSS of --server-pid).
  * With --trigger it then calls tools/call TOOL {} in a session of its own
  * and waits (at most --timeout S, 30) until every stream has carried
@@ -48,7 +51,7 @@
 typedef struct opts {
     bench_url u;
     char uri[1024], trigger[128];
-    int n, threads, pid, repeat, sessions_only;
+    int n, threads, pid, repeat, sessions_only, listen;
     double timeout;
 } opts;
 
@@ -147,6 +150,33 @@ fail:
     return -1;
 }
 
+/* --listen: one 2026-07-28 listener whose connection ends as its open
+ * subscriptions/listen stream: the fd or -1. */
+static int open_listener(const opts *o, int i, char *buf, size_t cap)
+{
+    char json[1600], req[2400];
+    int fd = bench_dial(&o->u);
+    if (fd < 0)
+        return -1;
+    int jn = snprintf(json, sizeof json,
+                      "{\"jsonrpc\":\"2.0\",\"id\":\"listen-%d\",\"method\":\"subscriptions/listen\","
+                      "\"params\":{\"notifications\":{\"resourceSubscriptions\":[\"%s\"]},\"_meta\":{"
+                      "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                      "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"tidemark-streams\","
+                      "\"version\":\"1\"},\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                      i, o->uri);
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
+                     "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+                     "Mcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n%s",
+                     o->u.path, o->u.host, o->u.port, jn, json);
+    if (jn > 0 && jn < (int)sizeof json && n > 0 && n < (int)sizeof req &&
+        bench_send_all(fd, req, (size_t)n) == 0 && read_response(fd, buf, cap, 1) == 200)
+        return fd;
+    close(fd);
+    return -1;
+}
+
 /* --sessions-only: sessions first, first + T, ... on one keep-alive connection. */
 static void sessions_run(setup *st, char *buf)
 {
@@ -177,7 +207,7 @@ static void *setup_run(void *arg)
         return NULL;
     }
     for (int i = st->first; buf && i < st->o->n; i += st->o->threads) {
-        st->s[i].fd = open_stream(st->o, buf, BUF);
+        st->s[i].fd = st->o->listen ? open_listener(st->o, i, buf, BUF) : open_stream(st->o, buf, BUF);
         if (st->s[i].fd < 0 && st->failed++ == 0)
             fprintf(stderr, "tidemark-streams: session %d: %s\n", i, strerror(errno));
     }
@@ -324,7 +354,8 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"threads", 1, 0, 't'}, {"server-pid", 1, 0, 'p'},
                                        {"subscribe", 1, 0, 's'}, {"trigger", 1, 0, 'T'},
                                        {"timeout", 1, 0, 'o'}, {"repeat", 1, 0, 'r'},
-                                       {"sessions-only", 0, 0, 'S'}, {0, 0, 0, 0}};
+                                       {"sessions-only", 0, 0, 'S'}, {"listen", 0, 0, 'L'},
+                                       {0, 0, 0, 0}};
     *o = (opts){.n = 100, .threads = 8, .timeout = 30, .repeat = 1};
     const char *url = NULL;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -346,12 +377,14 @@ static int parse_opts(int argc, char **argv, opts *o)
             o->repeat = atoi(optarg);
         else if (ch == 'S')
             o->sessions_only = 1;
+        else if (ch == 'L')
+            o->listen = 1;
         else
             return -1;
     }
     if (!url || bench_parse_url(url, &o->u) || o->n < 1 || o->threads < 1 || o->threads > 64)
         return -1;
-    if (o->sessions_only && o->uri[0])
+    if ((o->sessions_only && o->uri[0]) || (o->listen && (!o->uri[0] || o->sessions_only)))
         return -1;
     return o->trigger[0] && !o->uri[0] ? -1 : 0;
 }
@@ -361,8 +394,8 @@ int main(int argc, char **argv)
     opts o;
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: tidemark-streams --url http://HOST:PORT/PATH --n N [--threads T]\n"
-                        "       [--server-pid PID] [--subscribe URI [--trigger TOOL]] [--timeout S]\n"
-                        "       [--repeat K]\n"
+                        "       [--server-pid PID] [--subscribe URI [--trigger TOOL]] [--listen]\n"
+                        "       [--timeout S] [--repeat K]\n"
                         "       tidemark-streams --url URL --n N --sessions-only [--threads T]\n"
                         "       [--server-pid PID]\n");
         return 2;
