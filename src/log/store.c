@@ -227,6 +227,33 @@ int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_re
     return st->ops->sessions_each(st, fn, ud);
 }
 
+typedef struct attr_filter {
+    const char *const *names;
+    size_t n;
+    int (*fn)(void *ud, const tm_session_rec *rec);
+    void *ud;
+} attr_filter;
+
+static int with_attr(void *ud, const tm_session_rec *rec)
+{
+    attr_filter *f = ud;
+    json_t *a = rec->attrs ? json_loads(rec->attrs, 0, NULL) : NULL;
+    int has = 0;
+    for (size_t i = 0; a && !has && i < f->n; i++)
+        has = json_object_get(a, f->names[i]) != NULL;
+    json_decref(a);
+    return has ? f->fn(f->ud, rec) : 0;
+}
+
+int tm_store_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
+                                int (*fn)(void *ud, const tm_session_rec *rec), void *ud)
+{
+    if (st->ops->sessions_with_attr)
+        return st->ops->sessions_with_attr(st, names, n, fn, ud);
+    attr_filter f = {names, n, fn, ud};
+    return st->ops->sessions_each(st, with_attr, &f);
+}
+
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud)
 {

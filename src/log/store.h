@@ -137,6 +137,9 @@ struct tm_store_ops {
     int (*session_delete)(tm_store *st, const char *id);
     int (*session_set_attr)(tm_store *st, const char *id, const char *name, const char *value);
     int (*sessions_each)(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
+    /* Optional (NULL: tm_store_sessions_with_attr filters sessions_each). */
+    int (*sessions_with_attr)(tm_store *st, const char *const *names, size_t n,
+                              int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
     int (*stream_open)(tm_store *st, const char *session, const char *name, char out[TM_STREAM_MAX]);
     int (*close_stream)(tm_store *st, const char *session, const char *stream);
     int (*read)(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
@@ -293,6 +296,13 @@ int tm_store_session_set_attr(tm_store *st, const char *id, const char *name, co
 char *tm_attrs_with(const char *attrs, const char *name, const char *value);
 /* Visit every session record (any order); fn returns nonzero to stop. */
 int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
+/* Visit every session record that has at least one of the n attributes
+ * names (any order, each once); fn returns nonzero to stop. The SQLite
+ * store finds them by an index of attribute names (a fan-out to the few
+ * sessions subscribed to a uri reads those, not every session); the others
+ * filter every session. */
+int tm_store_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
+                                int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
 /* Delete sessions idle since before idle_before_ms; fn is told each id. */
 int tm_store_sessions_expire(tm_store *st, int64_t idle_before_ms,
                              void (*fn)(void *, const char *), void *ud);

@@ -78,6 +78,8 @@ static const char *const schema_sql =
     /* session attributes, one row each (tm_sessions.attrs is only read to migrate) */
     "CREATE TABLE IF NOT EXISTS tm_session_attrs(session TEXT NOT NULL, name TEXT NOT NULL,"
     " value TEXT NOT NULL, PRIMARY KEY(session, name)) WITHOUT ROWID;"
+    /* the sessions with an attribute (sub:<uri>, listen): who a fan-out reaches */
+    "CREATE INDEX IF NOT EXISTS tm_session_attrs_name ON tm_session_attrs(name, session);"
     TM_SQLITE_ROWS_SCHEMA
     "INSERT OR IGNORE INTO tm_meta(k, v) VALUES('schema', '1');";
 
@@ -1498,6 +1500,57 @@ static int q_session_set_attr(tm_store *st, const char *id, const char *name, co
 }
 
 /* Reads the ids first, then each record, so fn may use the store. */
+typedef struct with_ids {
+    tm_store *st;
+    int (*fn)(void *, const tm_session_rec *);
+    void *ud;
+    int stop;
+} with_ids;
+
+static void visit_id(const char *id, void *val, void *ud)
+{
+    (void)val;
+    with_ids *w = ud;
+    tm_session_rec rec;
+    if (w->stop || q_session_get(w->st, id, &rec) != 0) /* gone since: skipped */
+        return;
+    w->stop = w->fn(w->ud, &rec);
+    tm_session_rec_clear(&rec);
+}
+
+/* The ids of the sessions with any of names (tm_session_attrs_name), each
+ * once, then their records. */
+static int q_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
+                                int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    sqstore *q = (sqstore *)st;
+    sqlite3 *db = rconn_get(q);
+    if (!db)
+        return TIDEMARK_EIO;
+    tm_map *ids = tm_map_new();
+    int rc = ids ? 0 : TIDEMARK_ENOMEM;
+    sqlite3_stmt *s = NULL;
+    if (rc == 0 && sqlite3_prepare_v2(db, "SELECT session FROM tm_session_attrs WHERE name = ?1", -1,
+                                      &s, NULL) != SQLITE_OK)
+        rc = TIDEMARK_EIO;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        sqlite3_bind_text(s, 1, names[i], -1, SQLITE_STATIC);
+        int r;
+        while (rc == 0 && (r = sqlite3_step(s)) == SQLITE_ROW)
+            rc = tm_map_put(ids, (const char *)sqlite3_column_text(s, 0), (void *)1);
+        if (rc == 0 && r != SQLITE_DONE)
+            rc = note_rc(q, r);
+        sqlite3_reset(s);
+    }
+    sqlite3_finalize(s);
+    rconn_put(q, db);
+    with_ids w = {st, fn, ud, 0};
+    if (rc == 0)
+        tm_map_each(ids, visit_id, &w);
+    tm_map_free(ids);
+    return rc;
+}
+
 static int q_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
 {
     sqstore *q = (sqstore *)st;
@@ -1612,6 +1665,45 @@ static int q_session_delete_queued(tm_store *st, const char *id)
     return rc;
 }
 
+/* A session's stream counter from tm_sessions, into the cache. Called and
+ * returns with c_mu held, unless it fails (then c_mu is let go). OUT *out:
+ * the cache's entry. */
+static int load_next_r(sqstore *q, const char *session, ssess **out)
+{
+    pthread_mutex_unlock(&q->c_mu);
+    json_t *rows = NULL;
+    sqlite3 *db = rconn_get(q);
+    const char *args[1] = {session};
+    int rc = db ? tm_sqlite_query_json(db, "SELECT next_r FROM tm_sessions WHERE id = ?1", args, 1,
+                                       &rows)
+                : TIDEMARK_EIO;
+    if (db)
+        rconn_put(q, db);
+    json_t *row = json_array_get(rows, 0);
+    uint64_t nr = row ? (uint64_t)json_integer_value(json_object_get(row, "next_r")) : 0;
+    json_decref(rows);
+    if (rc)
+        return rc;
+    if (!nr)
+        return TIDEMARK_ENOTFOUND;
+    pthread_mutex_lock(&q->c_mu);
+    ssess *ss = tm_map_get(q->sessions, session);
+    if (!ss) {
+        ss = calloc(1, sizeof *ss);
+        if (!ss || tm_map_put(q->sessions, session, ss) != 0) {
+            free(ss);
+            pthread_mutex_unlock(&q->c_mu);
+            return TIDEMARK_ENOMEM;
+        }
+    }
+    if (ss->next_r < nr)
+        ss->next_r = nr;
+    if (ss->reserved < nr)
+        ss->reserved = nr;
+    *out = ss;
+    return 0;
+}
+
 static int q_stream_open(tm_store *st, const char *session, const char *name,
                          char out[TM_STREAM_MAX])
 {
@@ -1623,37 +1715,9 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     }
     ssess *ss = tm_map_get(q->sessions, session);
     if (!ss || ss->next_r == 0) {
-        /* Load next_r from the database. */
-        pthread_mutex_unlock(&q->c_mu);
-        json_t *rows = NULL;
-        sqlite3 *db = rconn_get(q);
-        const char *args[1] = {session};
-        int rc = db ? tm_sqlite_query_json(db, "SELECT next_r FROM tm_sessions WHERE id = ?1", args,
-                                           1, &rows)
-                    : TIDEMARK_EIO;
-        if (db)
-            rconn_put(q, db);
-        json_t *row = json_array_get(rows, 0);
-        uint64_t nr = row ? (uint64_t)json_integer_value(json_object_get(row, "next_r")) : 0;
-        json_decref(rows);
+        int rc = load_next_r(q, session, &ss);
         if (rc)
             return rc;
-        if (!nr)
-            return TIDEMARK_ENOTFOUND;
-        pthread_mutex_lock(&q->c_mu);
-        ss = tm_map_get(q->sessions, session);
-        if (!ss) {
-            ss = calloc(1, sizeof *ss);
-            if (!ss || tm_map_put(q->sessions, session, ss) != 0) {
-                free(ss);
-                pthread_mutex_unlock(&q->c_mu);
-                return TIDEMARK_ENOMEM;
-            }
-        }
-        if (ss->next_r < nr)
-            ss->next_r = nr;
-        if (ss->reserved < nr)
-            ss->reserved = nr;
     }
     char nm[TM_STREAM_MAX];
     if (name) {
@@ -2431,6 +2495,7 @@ static const struct tm_store_ops sqlite_ops = {
     .query = q_query,
     .session_set_attr = q_session_set_attr,
     .sessions_each = q_sessions_each,
+    .sessions_with_attr = q_sessions_with_attr,
     .rows = q_rows,
     .sessions_expire = q_sessions_expire,
     .sync = q_sync,

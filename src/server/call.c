@@ -393,7 +393,10 @@ int tidemark_server_set_completion(tidemark_server_t *srv, tidemark_complete_fn 
 
 /* A notification for every session of the store (all nodes' sessions on a
  * shared store) that opened its standalone stream and, for a resource
- * update, subscribed to the uri. */
+ * update, subscribed to the uri; and for every 2026-07-28 listener whose
+ * filter asks for it. A resource update asks the store for the sessions
+ * with the attribute sub:<uri> or listen only (tm_store_sessions_with_attr:
+ * on SQLite an index, not a read of every session). */
 typedef struct fanout {
     tidemark_server_t *srv;
     const char *method;
@@ -444,7 +447,8 @@ int tidemark_server_resource_updated(tidemark_server_t *srv, const char *uri)
     snprintf(attr, sizeof attr, "sub:%s", uri);
     json_t *params = json_pack("{s:s}", "uri", uri);
     fanout f = {srv, "notifications/resources/updated", attr, params, 0};
-    int rc = srv->store ? tm_store_sessions_each(srv->store, notify_one, &f) : 0;
+    const char *const names[] = {attr, "listen"};
+    int rc = srv->store ? tm_store_sessions_with_attr(srv->store, names, 2, notify_one, &f) : 0;
     json_decref(params);
     return rc ? rc : f.failed ? TIDEMARK_EIO : 0;
 }

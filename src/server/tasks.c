@@ -684,7 +684,8 @@ int tm_task_notify(tidemark_server_t *srv, const char *id)
     }
     notify_ctx n = {srv, task_json(id, &v, 1), 0};
     view_clear(&v);
-    int rc = tm_store_sessions_each(srv->store, notify_listener, &n);
+    static const char *const listeners[] = {"listen"};
+    int rc = tm_store_sessions_with_attr(srv->store, listeners, 1, notify_listener, &n);
     json_decref(n.params);
     return rc ? rc : n.failed ? TIDEMARK_EIO : 0;
 }

@@ -972,6 +972,46 @@ static void test_session_attrs(void **state)
     tm_store_close(st);
 }
 
+/* The sessions with an attribute: exactly those, each once (one with both
+ * names too), and none once its attribute is removed or it is deleted. */
+static int collect_ids(void *ud, const tm_session_rec *rec)
+{
+    json_t *seen = ud;
+    json_object_set_new(seen, rec->id, json_integer(json_integer_value(json_object_get(seen, rec->id)) + 1));
+    return 0;
+}
+
+static void test_sessions_with_attr(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    const char *ids[] = {"a", "b", "c", "d", "e"};
+    for (size_t i = 0; i < 5; i++)
+        mk_session(st, ids[i]);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "sub:test://x", "true"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "b", "sub:test://y", "true"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "c", "listen", "{\"f\":{}}"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "d", "sub:test://x", "true"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "d", "listen", "{\"f\":{}}"), 0);
+    assert_int_equal(tm_store_session_set_attr(st, "e", "get", "true"), 0);
+    const char *const names[] = {"sub:test://x", "listen"};
+    json_t *seen = json_object();
+    assert_int_equal(tm_store_sessions_with_attr(st, names, 2, collect_ids, seen), 0);
+    json_t *want = json_pack("{s:i,s:i,s:i}", "a", 1, "c", 1, "d", 1);
+    assert_true(json_equal(seen, want));
+    json_decref(want);
+    json_decref(seen);
+    assert_int_equal(tm_store_session_set_attr(st, "a", "sub:test://x", NULL), 0);
+    assert_int_equal(tm_store_session_delete(st, "c"), 0);
+    seen = json_object();
+    assert_int_equal(tm_store_sessions_with_attr(st, names, 2, collect_ids, seen), 0);
+    want = json_pack("{s:i}", "d", 1);
+    assert_true(json_equal(seen, want));
+    json_decref(want);
+    json_decref(seen);
+    tm_store_close(st);
+}
+
 /* ---- request records ----------------------------------------------------------------- */
 
 /* What requests_unfinished lists of the records this store's own process
@@ -1203,6 +1243,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_request_begin_get),
         cmocka_unit_test(test_request_complete),
         cmocka_unit_test(test_requests_unfinished),

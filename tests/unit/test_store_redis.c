@@ -1259,6 +1259,7 @@ int main(void)
         cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_effects),
         cmocka_unit_test(test_effect_once_across_nodes),
         cmocka_unit_test(test_sessions_each_pages),

@@ -228,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_appends),
         cmocka_unit_test(test_effect_rows),
         cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_request_begin_get),
         cmocka_unit_test(test_request_complete),
         cmocka_unit_test(test_requests_unfinished),
