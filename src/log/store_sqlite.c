@@ -1499,7 +1499,7 @@ static int q_session_set_attr(tm_store *st, const char *id, const char *name, co
     return run_sync(q, o, 0);
 }
 
-/* Reads the ids first, then each record, so fn may use the store. */
+/* A session's record, to fn (tm_map_each over session ids). */
 typedef struct with_ids {
     tm_store *st;
     int (*fn)(void *, const tm_session_rec *);
@@ -1519,7 +1519,7 @@ static void visit_id(const char *id, void *val, void *ud)
 }
 
 /* The ids of the sessions with any of names (tm_session_attrs_name), each
- * once, then their records. */
+ * once, then their records (so fn may use the store). */
 static int q_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
                                 int (*fn)(void *, const tm_session_rec *), void *ud)
 {
@@ -1551,6 +1551,7 @@ static int q_sessions_with_attr(tm_store *st, const char *const *names, size_t n
     return rc;
 }
 
+/* Reads the ids first, then each record, so fn may use the store. */
 static int q_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
 {
     sqstore *q = (sqstore *)st;
