@@ -170,8 +170,11 @@ static int open_listener(const opts *o, int i, char *buf, size_t cap)
                      "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
                      "Mcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n%s",
                      o->u.path, o->u.host, o->u.port, jn, json);
+    /* a refused listen is answered 200 with a JSON error: only an SSE
+     * answer is a listener */
     if (jn > 0 && jn < (int)sizeof json && n > 0 && n < (int)sizeof req &&
-        bench_send_all(fd, req, (size_t)n) == 0 && read_response(fd, buf, cap, 1) == 200)
+        bench_send_all(fd, req, (size_t)n) == 0 && read_response(fd, buf, cap, 1) == 200 &&
+        strcasestr(buf, "\r\ncontent-type: text/event-stream"))
         return fd;
     close(fd);
     return -1;

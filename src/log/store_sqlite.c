@@ -178,6 +178,7 @@ typedef struct sqstore {
     tm_map *streams;  /* "session/name" -> sstream */
     tm_map *sessions; /* id -> ssess */
     int64_t next_sid;
+    uint64_t resets;  /* reset_cache runs: a counter read before one is stale */
     int failed;       /* a commit failed and no probe has succeeded since: refuse writes */
     atomic_int corrupt; /* the database is damaged: refuse writes for good */
     sstream *lru_head, *lru_tail; /* idle closed streams (c_mu) */
@@ -249,7 +250,7 @@ static void blob_unref(blob *b)
 
 static void skey(char *out, size_t n, const char *session, const char *name)
 {
-    tm_strjoin(out, n, session, "/", name, NULL);
+    tm_strjoin(out, n, session, "/", name, (const char *)NULL);
 }
 
 static const char *epoch_text(sqstore *q, int64_t id)
@@ -460,10 +461,11 @@ static sstream *stream_get(sqstore *q, const char *session, const char *name)
                 n->first = (uint64_t)sqlite3_column_int64(st, 2);
                 n->closed = n->closing = sqlite3_column_int(st, 3);
                 const unsigned char *te = sqlite3_column_text(st, 4);
-                tm_strjoin(n->trimmed_epoch, sizeof n->trimmed_epoch, te ? (const char *)te : "", NULL);
-                tm_strjoin(n->session, sizeof n->session, session, NULL);
-                tm_strjoin(n->name, sizeof n->name, name, NULL);
-                tm_strjoin(n->key, sizeof n->key, key, NULL);
+                tm_strjoin(n->trimmed_epoch, sizeof n->trimmed_epoch, te ? (const char *)te : "",
+                           (const char *)NULL);
+                tm_strjoin(n->session, sizeof n->session, session, (const char *)NULL);
+                tm_strjoin(n->name, sizeof n->name, name, (const char *)NULL);
+                tm_strjoin(n->key, sizeof n->key, key, (const char *)NULL);
             }
             sqlite3_finalize(st);
         }
@@ -798,8 +800,10 @@ static int write_stream(sqstore *q, sstream *s, uint64_t head, uint64_t first, i
     }
     int rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) /* still new: flush_streams tries again, or the batch fails */
+        return note_rc(q, rc);
     s->batch_new = 0;
-    return rc == SQLITE_DONE ? 0 : note_rc(q, rc);
+    return 0;
 }
 
 /* Before rows are deleted by session (OP_SESSION_DELETE of session,
@@ -892,7 +896,8 @@ static int trim_count(sqstore *q, sstream *s, uint64_t head, uint64_t *first, ch
     sqlite3_bind_int64(st, 1, s->sid);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)(nf - 1));
     if (sqlite3_step(st) == SQLITE_ROW)
-        tm_strjoin(te, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(st, 0)), NULL);
+        tm_strjoin(te, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(st, 0)),
+                   (const char *)NULL);
     sqlite3_finalize(st);
     if (sqlite3_prepare_v2(q->wdb, "DELETE FROM tm_events WHERE sid = ?1 AND seq < ?2", -1, &st,
                            NULL) != SQLITE_OK)
@@ -996,7 +1001,8 @@ static void age_trim(sqstore *q)
         if (tm_sqlite_query_json(q->wdb, "SELECT epoch FROM tm_events WHERE sid = ?1 AND seq = ?2",
                                  a2, 2, &rows) == 0) {
             json_t *e = json_object_get(json_array_get(rows, 0), "epoch");
-            tm_strjoin(tes[i], TM_EPOCH_LEN + 1, epoch_text(q, json_integer_value(e)), NULL);
+            tm_strjoin(tes[i], TM_EPOCH_LEN + 1, epoch_text(q, json_integer_value(e)),
+                       (const char *)NULL);
         }
         json_decref(rows);
         const char *a3[3] = {sid, nf, tes[i]};
@@ -1216,6 +1222,7 @@ static void reset_cache(sqstore *q)
     }
     free(c.v);
     tm_map_each(q->sessions, reset_next_r, NULL);
+    q->resets++;
 }
 
 /* refuse hook: a commit failed (on), or a probe succeeded (off: the caches
@@ -1667,10 +1674,13 @@ static int q_session_delete_queued(tm_store *st, const char *id)
 }
 
 /* A session's stream counter from tm_sessions, into the cache. Called and
- * returns with c_mu held, unless it fails (then c_mu is let go). OUT *out:
- * the cache's entry. */
+ * returns with c_mu held, unless it fails (then c_mu is let go). Read with
+ * c_mu let go: if the cache was reset meanwhile (reset_cache), what was read
+ * may be older than what has been committed since, so it is read again.
+ * OUT *out: the cache's entry. */
 static int load_next_r(sqstore *q, const char *session, ssess **out)
 {
+    uint64_t resets = q->resets;
     pthread_mutex_unlock(&q->c_mu);
     json_t *rows = NULL;
     sqlite3 *db = rconn_get(q);
@@ -1688,6 +1698,8 @@ static int load_next_r(sqstore *q, const char *session, ssess **out)
     if (!nr)
         return TIDEMARK_ENOTFOUND;
     pthread_mutex_lock(&q->c_mu);
+    if (q->resets != resets)
+        return load_next_r(q, session, out);
     ssess *ss = tm_map_get(q->sessions, session);
     if (!ss) {
         ss = calloc(1, sizeof *ss);
@@ -1722,7 +1734,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     }
     char nm[TM_STREAM_MAX];
     if (name) {
-        tm_strjoin(nm, sizeof nm, name, NULL);
+        tm_strjoin(nm, sizeof nm, name, (const char *)NULL);
         sstream *s = stream_get(q, session, nm);
         if (s && refusing(q)) { /* failed while the lock was let go */
             pthread_mutex_unlock(&q->c_mu);
@@ -1743,13 +1755,13 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
              * closed, and a reader would end the stream it just opened. */
             int rc = o ? run_sync(q, o, 0) : 0;
             if (rc == 0)
-                tm_strjoin(out, TM_STREAM_MAX, nm, NULL);
+                tm_strjoin(out, TM_STREAM_MAX, nm, (const char *)NULL);
             return rc;
         }
     } else {
         char num[21];
         tm_u64_dec(num, ss->next_r++);
-        tm_strjoin(nm, sizeof nm, "r", num, NULL);
+        tm_strjoin(nm, sizeof nm, "r", num, (const char *)NULL);
     }
     if (refusing(q)) {
         pthread_mutex_unlock(&q->c_mu);
@@ -1766,8 +1778,8 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
     s->sid = q->next_sid++;
     s->next_seq = 1;
     s->first = 1;
-    tm_strjoin(s->session, sizeof s->session, session, NULL);
-    tm_strjoin(s->name, sizeof s->name, nm, NULL);
+    tm_strjoin(s->session, sizeof s->session, session, (const char *)NULL);
+    tm_strjoin(s->name, sizeof s->name, nm, (const char *)NULL);
     skey(s->key, sizeof s->key, session, nm);
     if (tm_map_put(q->streams, s->key, s) != 0) {
         pthread_mutex_unlock(&q->c_mu);
@@ -1784,7 +1796,7 @@ static int q_stream_open(tm_store *st, const char *session, const char *name,
      * finds the op in the queue, behind or with everything before it. */
     enqueue(q, o);
     pthread_mutex_unlock(&q->c_mu);
-    tm_strjoin(out, TM_STREAM_MAX, nm, NULL);
+    tm_strjoin(out, TM_STREAM_MAX, nm, (const char *)NULL);
     return 0;
 }
 
@@ -1840,8 +1852,8 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
     enqueue(q, o);
     char session[64], stream[TM_STREAM_MAX];
     uint64_t seq = o->w.seq;
-    tm_strjoin(session, sizeof session, s->session, NULL);
-    tm_strjoin(stream, sizeof stream, s->name, NULL);
+    tm_strjoin(session, sizeof session, s->session, (const char *)NULL);
+    tm_strjoin(stream, sizeof stream, s->name, (const char *)NULL);
     pthread_mutex_unlock(&q->c_mu);
     if (q->opt.emit_early) /* readers may send it now: wake them */
         tm_store_notify_commit(&q->base, session, stream, seq);
@@ -1995,7 +2007,8 @@ static int q_event_epoch(tm_store *st, const char *session, const char *stream, 
         sqlite3_bind_int64(ps, 1, sid);
         sqlite3_bind_int64(ps, 2, (sqlite3_int64)seq);
         if (sqlite3_step(ps) == SQLITE_ROW) {
-            tm_strjoin(out, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(ps, 0)), NULL);
+            tm_strjoin(out, TM_EPOCH_LEN + 1, epoch_text(q, sqlite3_column_int64(ps, 0)),
+                       (const char *)NULL);
             rc = 0;
         }
         sqlite3_finalize(ps);
@@ -2594,7 +2607,7 @@ static int setup_identity(sqstore *q)
         json_t *v = json_object_get(row, "v");
         const char *t = json_string_value(v);
         if (k && strcmp(k, "dbid") == 0 && t)
-            tm_strjoin(q->dbid, sizeof q->dbid, t, NULL);
+            tm_strjoin(q->dbid, sizeof q->dbid, t, (const char *)NULL);
         if (k && strcmp(k, "commits") == 0)
             q->commits = t ? strtoull(t, NULL, 10) : (uint64_t)json_integer_value(v);
     }
@@ -2623,7 +2636,8 @@ static int check_integrity(sqstore *q, const char *why)
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(st);
         if (rc == SQLITE_ROW)
-            tm_strjoin(first, sizeof first, (const char *)sqlite3_column_text(st, 0), NULL);
+            tm_strjoin(first, sizeof first, (const char *)sqlite3_column_text(st, 0),
+                       (const char *)NULL);
         sqlite3_finalize(st);
     }
     if ((rc == SQLITE_ROW || rc == SQLITE_DONE) && strcmp(first, "ok") == 0) {

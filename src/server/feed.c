@@ -43,7 +43,7 @@ static void live_key(char *out, size_t n, const tm_store *store, const char *ses
 {
     char at[21]; /* the store's address, in decimal: without printf on every call */
     tm_u64_dec(at, (uint64_t)(uintptr_t)store);
-    tm_strjoin(out, n, at, "/", session, NULL);
+    tm_strjoin(out, n, at, "/", session, (const char *)NULL);
 }
 
 /* One more (up) or one fewer feed of session; 0, or TIDEMARK_ENOMEM. */
