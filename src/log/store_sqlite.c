@@ -601,8 +601,8 @@ static int apply_effect(sqstore *q, op *o)
 /* A record begun and completed in one batch (an inline call: its POST's
  * writes under one hold) is written once, as completed: no row inserted
  * and then updated, no entry in and out of the index of started records.
- * Its begin is left to the append that completes it. Reset first: a
- * batch may be applied again. */
+ * Its begin is left to the append that completes it. Every op's marks are
+ * set here (a batch is applied once: a failed one fails whole). */
 static void pair_records(op *batch)
 {
     enum { PAIR_MAX = 64 };
@@ -1506,7 +1506,8 @@ static int q_session_set_attr(tm_store *st, const char *id, const char *name, co
     return run_sync(q, o, 0);
 }
 
-/* A session's record, to fn (tm_map_each over session ids). */
+/* Session records to fn, by id, until fn says stop (q_sessions_each,
+ * q_sessions_with_attr: the ids are read first, so fn may use the store). */
 typedef struct with_ids {
     tm_store *st;
     int (*fn)(void *, const tm_session_rec *);
@@ -1514,15 +1515,19 @@ typedef struct with_ids {
     int stop;
 } with_ids;
 
-static void visit_id(const char *id, void *val, void *ud)
+static void visit(with_ids *w, const char *id)
 {
-    (void)val;
-    with_ids *w = ud;
     tm_session_rec rec;
-    if (w->stop || q_session_get(w->st, id, &rec) != 0) /* gone since: skipped */
+    if (w->stop || !id || q_session_get(w->st, id, &rec) != 0) /* gone since: skipped */
         return;
     w->stop = w->fn(w->ud, &rec);
     tm_session_rec_clear(&rec);
+}
+
+static void visit_id(const char *id, void *val, void *ud)
+{
+    (void)val;
+    visit(ud, id);
 }
 
 /* The ids of the sessions with any of names (tm_session_attrs_name), each
@@ -1570,17 +1575,11 @@ static int q_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec 
     rconn_put(q, db);
     if (rc)
         return rc;
+    with_ids w = {st, fn, ud, 0};
     size_t i;
     json_t *row;
-    json_array_foreach(ids, i, row) {
-        tm_session_rec rec;
-        if (q_session_get(st, json_string_value(json_object_get(row, "id")), &rec) != 0)
-            continue;
-        int stop = fn(ud, &rec);
-        tm_session_rec_clear(&rec);
-        if (stop)
-            break;
-    }
+    json_array_foreach(ids, i, row)
+        visit(&w, json_string_value(json_object_get(row, "id")));
     json_decref(ids);
     return 0;
 }
