@@ -58,6 +58,17 @@
 #define NEXT_R_BLOCK 64   /* stream numbers a session reserves at once (ssess) */
 #define CLOSED_KEEP 256   /* closed streams kept cached (LRU); the rest reload on demand */
 
+/* Request records in the order they were made (rid), found by the small
+ * (session, key) index: a batch's records share the table's last leaves,
+ * and each call dirties one leaf of its session in the index only. Keyed by
+ * (session, key) itself (WITHOUT ROWID, before), each call's whole record
+ * went into a leaf of its own session: 3.2 pages a call at 16 connections,
+ * against 1.5 now (WAL frames by table). */
+#define REQUESTS_DDL                                                                           \
+    "(rid INTEGER PRIMARY KEY, session TEXT NOT NULL, key TEXT NOT NULL,"                      \
+    " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT, response BLOB,"            \
+    " updated_ms INTEGER, UNIQUE(session, key))"
+
 static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS tm_meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS tm_epochs(id INTEGER PRIMARY KEY, epoch TEXT UNIQUE NOT NULL,"
@@ -71,9 +82,7 @@ static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS tm_events(sid INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " epoch INTEGER NOT NULL, created_ms INTEGER NOT NULL, data BLOB NOT NULL,"
     " PRIMARY KEY(sid, seq)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS tm_requests(session TEXT NOT NULL, key TEXT NOT NULL,"
-    " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT, response BLOB,"
-    " updated_ms INTEGER, PRIMARY KEY(session, key)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tm_requests" REQUESTS_DDL ";"
     "CREATE INDEX IF NOT EXISTS tm_requests_state ON tm_requests(state) WHERE state = 1;"
     /* session attributes, one row each (tm_sessions.attrs is only read to migrate) */
     "CREATE TABLE IF NOT EXISTS tm_session_attrs(session TEXT NOT NULL, name TEXT NOT NULL,"
@@ -2591,6 +2600,37 @@ static int migrate_attrs(sqstore *q)
     return rc;
 }
 
+/* A database from before records were kept in the order they were made
+ * (tm_requests keyed by (session, key), WITHOUT ROWID): copy them, once,
+ * into the table of REQUESTS_DDL, in one transaction. */
+static int migrate_requests(sqstore *q)
+{
+    sqlite3_stmt *probe;
+    if (sqlite3_prepare_v2(q->wdb, "SELECT rid FROM tm_requests LIMIT 0", -1, &probe, NULL) ==
+        SQLITE_OK) {
+        sqlite3_finalize(probe);
+        return 0;
+    }
+    int rc = wexec(q, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    rc = wexec(q, "CREATE TABLE tm_requests_new" REQUESTS_DDL ";"
+                  "INSERT INTO tm_requests_new(" REQ_COLS ") SELECT " REQ_COLS " FROM tm_requests"
+                  " ORDER BY updated_ms;"
+                  "DROP TABLE tm_requests;"
+                  "ALTER TABLE tm_requests_new RENAME TO tm_requests;"
+                  "CREATE INDEX tm_requests_state ON tm_requests(state) WHERE state = 1;");
+    if (rc == 0)
+        rc = wexec(q, "COMMIT");
+    if (rc) {
+        rollback_quietly(q);
+        TM_ERROR("sqlite: cannot move the request records of %s to the new table", q->path);
+        return rc;
+    }
+    TM_INFO("sqlite: request records of %s moved to a table in the order they were made", q->path);
+    return 0;
+}
+
 /* The database's name (made at its first open) and commit counter. */
 static int setup_identity(sqstore *q)
 {
@@ -2766,7 +2806,7 @@ static int setup(sqstore *q)
         return rc;
     if (have_head && (rc = check_head(q, existed, &h)))
         return rc;
-    if ((rc = migrate_attrs(q)) || (rc = setup_epoch(q)) || (rc = tm_head_open(q->path, &q->head)))
+    if ((rc = migrate_attrs(q)) || (rc = migrate_requests(q)) || (rc = setup_epoch(q)) || (rc = tm_head_open(q->path, &q->head)))
         return rc;
     tm_head_rec now = {.commits = q->commits, .clean = 0};
     memcpy(now.dbid, q->dbid, sizeof now.dbid);

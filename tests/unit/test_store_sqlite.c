@@ -149,6 +149,73 @@ static void test_old_database_gains_attrs(void **state)
     tm_store_close(st);
 }
 
+static int count_unfinished(void *ud, const tm_request_rec *rec)
+{
+    assert_string_equal(rec->key, "i:2");
+    assert_int_equal(rec->state, TM_REQ_STARTED);
+    (*(int *)ud)++;
+    return 0;
+}
+
+/* A database whose records are keyed by (session, key) (WITHOUT ROWID, the
+ * layout before) has them moved at open into the table kept in the order
+ * records are made: a finished record still answers, an unfinished one is
+ * still found to finish, one more key is still refused once, and the file
+ * has the new layout (rid) and the unfinished-record index. */
+static void test_old_database_moves_requests(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/oldreq.db", g_dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE tm_requests(session TEXT NOT NULL, key TEXT NOT NULL,"
+                                  " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT,"
+                                  " response BLOB, updated_ms INTEGER, PRIMARY KEY(session, key))"
+                                  " WITHOUT ROWID;"
+                                  "CREATE INDEX tm_requests_state ON tm_requests(state) WHERE state = 1;"
+                                  "INSERT INTO tm_requests VALUES('s1', 'i:1', 2, 'add', 'r1', '{}',"
+                                  " CAST('answer-1' AS BLOB), 5);"
+                                  "INSERT INTO tm_requests VALUES('s1', 'i:2', 1, 'add', 'r2', '{\"m\":2}',"
+                                  " NULL, 6);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    tm_store *st = open_path(path);
+    tm_request_rec r;
+    assert_int_equal(tm_store_request_get(st, "s1", "i:1", &r), 0);
+    assert_int_equal(r.state, TM_REQ_COMPLETED);
+    assert_int_equal(r.response_len, 8);
+    assert_memory_equal(r.response, "answer-1", 8);
+    tm_request_rec_clear(&r);
+    assert_int_equal(tm_store_request_get(st, "s1", "i:2", &r), 0);
+    assert_string_equal(r.message, "{\"m\":2}");
+    tm_request_rec_clear(&r);
+    int unfinished = 0;
+    assert_int_equal(tm_store_requests_unfinished(st, count_unfinished, &unfinished), 0);
+    assert_int_equal(unfinished, 1);
+    tm_request_rec again = {.session = "s1", .key = "i:1", .tool = "add", .stream = "r9",
+                            .message = "{}", .state = TM_REQ_STARTED};
+    assert_int_equal(tm_store_request_begin(st, &again, 1), TIDEMARK_EEXIST);
+    tm_request_rec fresh = {.session = "s1", .key = "i:3", .tool = "add", .stream = "r3",
+                            .message = "{}", .state = TM_REQ_STARTED};
+    assert_int_equal(tm_store_request_begin(st, &fresh, 1), 0);
+    tm_store_close(st);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    json_t *rows = NULL;
+    assert_int_equal(tm_sqlite_query_json(db, "SELECT rid, key FROM tm_requests ORDER BY rid", NULL, 0,
+                                          &rows), 0);
+    assert_int_equal(json_array_size(rows), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 2), "key")), "i:3");
+    json_decref(rows);
+    assert_int_equal(tm_sqlite_query_json(db, "SELECT name FROM sqlite_schema WHERE name ="
+                                          " 'tm_requests_state'", NULL, 0, &rows), 0);
+    assert_int_equal(json_array_size(rows), 1);
+    json_decref(rows);
+    sqlite3_close(db);
+}
+
 /* The SQLite transaction (txn.h) on its own, as the client's state uses it:
  * a database without tm_rows gets it with its first row, in the caller's
  * transaction; SQL runs there; the public functions check their arguments. */
@@ -236,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
         cmocka_unit_test(test_stream_names_unique_across_reopen),
         cmocka_unit_test(test_old_database_gains_attrs),
+        cmocka_unit_test(test_old_database_moves_requests),
         cmocka_unit_test(test_txn_sqlite),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
