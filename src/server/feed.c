@@ -17,6 +17,7 @@ typedef struct feed {
     tm_store *store;
     char *session, *stream;
     uint64_t delivered;
+    uint64_t began;        /* delivered when attached (feed_has_events) */
     uint64_t replay_until;
     int announce;          /* emit-early: announce the durable head */
     uint64_t announced;    /* last durable head announced */
@@ -174,6 +175,13 @@ static int feed_pull(void *ud, tm_buf *out)
     return pull_caught_up(f, out);
 }
 
+/* Whether the feed has given an event (or a gap) past where it began. */
+static int feed_has_events(void *ud)
+{
+    const feed *f = ud;
+    return f->delivered > f->began;
+}
+
 static void feed_free(void *ud)
 {
     feed *f = ud;
@@ -204,6 +212,7 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     f->session = strdup(o->session);
     f->stream = strdup(o->stream);
     f->delivered = o->after_seq;
+    f->began = o->after_seq;
     f->replay_until = o->replay_until;
     f->announce = o->announce_durable;
     f->announced = o->after_seq;
@@ -228,7 +237,8 @@ int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o
         return TIDEMARK_ENOMEM;
     char key[TM_HTTP_KEY_MAX];
     key_of(key, sizeof key, o->session, o->stream);
-    tm_http_source src = {.pull = feed_pull, .free = feed_free, .ud = f};
+    tm_http_source src = {.pull = feed_pull, .free = feed_free, .ud = f,
+                          .has_events = o->defer ? feed_has_events : NULL};
     int rc = live_count(f->store, f->session, 1);
     f->counted = rc == 0;
     if (rc == 0)

@@ -20,6 +20,9 @@ typedef struct tm_feed_opts {
     size_t prelude_len;
     int announce_durable;   /* emit-early: "event: tidemark-durable" as the durable
                                head passes what was sent */
+    int defer;              /* a POST's call stream: nothing sent before its first
+                               event; whole by then, one response with its length
+                               (tm_http_source.has_events) */
     /* Called once when the connection ends (2026-07-28 streams): completed
      * is 1 when the stream was closed and everything in it was sent. */
     void (*on_end)(void *ud, int completed);

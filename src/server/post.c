@@ -384,7 +384,8 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
     if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
-                             .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
+                      .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
+                      .defer = 1};
     if (j->modern) {
         if (rc == 0)
             j->lazy = r; /* answered as JSON, or attached by the call's first notification */

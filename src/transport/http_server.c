@@ -107,6 +107,8 @@ struct tm_http_req {
     char peer[64];
     int handled;
     int suspended;
+    struct sconn *sc;          /* a deferred stream answer (tm_http_source.defer) */
+    int sc_waited;             /* it slept until its first wake */
     struct MHD_Response *resp; /* ready to queue */
     unsigned status;
     hdr *headers;
@@ -564,20 +566,28 @@ static void apply_headers(tm_http_req *r, struct MHD_Response *resp)
         MHD_add_response_header(resp, x->name, x->value);
 }
 
-/* Publish a built response; resume the connection if it sleeps. */
-static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
+/* The request's own headers on resp (a 500 instead, if one was lost). */
+static struct MHD_Response *decorate(tm_http_req *r, struct MHD_Response *resp, unsigned *status)
 {
     if (r->lost_header) { /* never an answer without a header it needs */
         MHD_destroy_response(resp);
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        status = 500;
+        *status = 500;
     }
     apply_headers(r, resp);
     if (r->framing) /* the rest of the connection's bytes cannot be trusted */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    return resp;
+}
+
+/* Publish a built response (or a deferred stream, sc); resume the
+ * connection if it sleeps. */
+static void publish(tm_http_req *r, struct MHD_Response *resp, unsigned status, sconn *sc)
+{
     pthread_mutex_lock(&r->mu);
     r->resp = resp;
     r->status = status;
+    r->sc = sc;
     int wake = r->suspended;
     r->suspended = 0;
     struct MHD_Connection *conn = r->conn;
@@ -587,6 +597,12 @@ static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
      * suspended nothing else can complete it, so conn is still valid here. */
     if (wake)
         MHD_resume_connection(conn);
+}
+
+static void finish(tm_http_req *r, struct MHD_Response *resp, unsigned status)
+{
+    resp = decorate(r, resp, &status);
+    publish(r, resp, status, NULL);
 }
 
 void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,
@@ -601,6 +617,27 @@ void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, co
     if (content_type && len > 0)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     finish(r, resp, status);
+}
+
+static void sse_headers(struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+}
+
+/* The response that sends s as it comes (chunked). The block is the
+ * response's own buffer, zeroed at creation; MHD reads a chunked (HTTP/1.1)
+ * stream into the connection's buffer instead, so it serves HTTP/1.0 peers
+ * only: 512 bytes (32 KiB cost ~33,000 instructions per SSE answer, zeroing
+ * memory never used; 4 KiB was 35 MB of RSS with 10,000 open streams). */
+static struct MHD_Response *stream_response(sconn *s)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 512, sconn_read, s, sconn_free);
+    if (resp)
+        sse_headers(resp);
+    return resp;
 }
 
 /* Put s in the hub under its key, taking over from a connection that is
@@ -655,21 +692,16 @@ int tm_http_reply_source(tm_http_req *r, const char *key, const tm_http_source *
         sconn_destroy(s);
         return rc;
     }
-    /* The block is the response's own buffer, zeroed at creation; MHD reads
-     * a chunked (HTTP/1.1) stream into the connection's buffer instead, so
-     * it serves HTTP/1.0 peers only: 512 bytes (32 KiB cost ~33,000
-     * instructions per SSE answer, zeroing memory never used; 4 KiB was
-     * 35 MB of RSS with 10,000 open streams). */
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 512, sconn_read, s, sconn_free);
+    if (src->has_events) { /* answered by handle(), on its I/O thread: stream_answer */
+        publish(r, NULL, 200, s);
+        return 0;
+    }
+    struct MHD_Response *resp = stream_response(s);
     if (!resp) {
         s->src.free = NULL;
         sconn_free(s);
         return TIDEMARK_ENOMEM;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     set_state(h, r->tc, C_STREAM);
     finish(r, resp, 200);
     return 0;
@@ -686,6 +718,8 @@ static void req_free(tm_http_req *r)
     }
     if (r->resp)
         MHD_destroy_response(r->resp);
+    if (r->sc) /* a deferred stream never answered */
+        sconn_free(r->sc);
     tm_buf_free(&r->body);
     free(r->method);
     free(r->path);
@@ -732,6 +766,68 @@ static tm_http_req *req_new(tm_http *h, struct MHD_Connection *c, const char *ur
     return r;
 }
 
+/* Pull s until it waits or ends: 1 when it ended, all of it in s->out.
+ * s->mu held. */
+static int gather_whole(sconn *s)
+{
+    if (atomic_load(&s->h->stopping) || s->superseded || s->end_now)
+        return 0;
+    for (;;) {
+        int st = s->src.pull(s->src.ud, &s->out);
+        if (st == TM_HTTP_END)
+            return 1;
+        if (st != TM_HTTP_MORE)
+            return 0;
+    }
+}
+
+/* The response for a deferred stream s whose source ended: all of it, with
+ * its length (NULL: out of memory). s->mu held. */
+static struct MHD_Response *whole_response(sconn *s)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(s->out.len, s->out.data, MHD_RESPMEM_MUST_COPY);
+    if (resp)
+        sse_headers(resp);
+    return resp;
+}
+
+/* A deferred stream answer (tm_http_source.has_events), on the
+ * connection's I/O thread: a stream that ended goes out whole; one with no
+ * event yet sleeps until its first wake, once (a wake between the pull and
+ * the sleep waits for s->mu, so none is lost); otherwise, or after that,
+ * the stream goes on as usual (chunked) with what it has. */
+static enum MHD_Result stream_answer(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+{
+    sconn *s = r->sc;
+    pthread_mutex_lock(&s->mu);
+    int whole = gather_whole(s);
+    if (!whole && !r->sc_waited && !s->src.has_events(s->src.ud)) {
+        r->sc_waited = 1;
+        s->suspended = 1; /* tm_http_wake, tm_http_signal, a keep-alive resume it */
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&s->mu);
+        return MHD_YES;
+    }
+    struct MHD_Response *resp = whole ? whole_response(s) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    r->sc = NULL;
+    if (resp) {
+        sconn_free(s); /* out of the hub; the source is done */
+    } else if ((resp = stream_response(s)) != NULL) {
+        set_state(h, r->tc, C_STREAM);
+    } else {
+        sconn_free(s);
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        r->status = 500;
+    }
+    unsigned status = r->status;
+    resp = decorate(r, resp, &status);
+    enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* The request is complete (or must be answered now): hand it to the
  * handler once, then queue its answer or sleep until it comes. */
 static enum MHD_Result handle(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
@@ -748,6 +844,10 @@ static enum MHD_Result handle(tm_http *h, tm_http_req *r, struct MHD_Connection 
         enum MHD_Result ret = queue_ready(r);
         pthread_mutex_unlock(&r->mu);
         return ret;
+    }
+    if (r->sc) { /* r->sc is this thread's now: publish has run */
+        pthread_mutex_unlock(&r->mu);
+        return stream_answer(h, r, c);
     }
     r->suspended = 1;
     MHD_suspend_connection(c);

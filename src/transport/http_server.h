@@ -114,6 +114,13 @@ typedef struct tm_http_source {
     int (*pull)(void *ud, tm_buf *out);
     void (*free)(void *ud);
     void *ud;
+    /* NULL, or: whether pull has given any of the stream's events (not
+     * just a head). Given, nothing is sent, headers included, until it has
+     * (at the latest at the first wake, or the end): a stream that has
+     * ended by then goes out as one response with its length, in one
+     * write; otherwise the stream goes on as usual. For a POST's call
+     * stream, whose first events are durable at its first commit. */
+    int (*has_events)(void *ud);
 } tm_http_source;
 
 #define TM_HTTP_KEY_MAX 256

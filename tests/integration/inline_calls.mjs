@@ -13,7 +13,9 @@
 // call asking no progress writes nothing at all. ledger_append (atomic,
 // non-blocking) also runs inline: about N commits for N calls, each row
 // once; with delay_ms its handler says TIDEMARK_EAGAIN and the call runs
-// again on a worker. Before inline calls a call cost two commits (its
+// again on a worker. An SSE answer whose stream has ended by its first
+// commit is sent whole, with its length, in one write; a stream with events
+// before its end goes out as they come (chunked). Before inline calls a call cost two commits (its
 // stream, record and priming event; then its response); before quiet
 // calls a 2025 echo was an SSE stream and a commit.
 //   node inline_calls.mjs TIDEMARK_SERVER
@@ -97,6 +99,12 @@ async function modernCalls(url, meta = {}) {
   return whole;
 }
 
+// An SSE answer sent whole: its length known, not chunked.
+function whole(res) {
+  return (res.headers.get("content-type") ?? "").startsWith("text/event-stream") &&
+    Number(res.headers.get("content-length")) > 0 && !res.headers.get("transfer-encoding");
+}
+
 const dir = mkdtempSync(join(tmpdir(), "tidemark-inline-"));
 const s = await startServer(bin, ["--store", "sqlite:" + join(dir, "t.db"), "--durability", "power"]);
 try {
@@ -142,16 +150,20 @@ try {
     `${used} commits`);
   // ledger_append: atomic and non-blocking: inline, its row in the same commit
   before = await commits(s.url);
-  let appended = 0;
+  let appended = 0, sized = 0;
   const firstLedgerId = nextId;
   for (let i = 0; i < N; i++) {
     const id = nextId++;
-    const m = await messages(await post(s.url, sid, toolCall(id, "ledger_append", { entry: "inline-" + i }),
-      LEGACY));
+    const res = await post(s.url, sid, toolCall(id, "ledger_append", { entry: "inline-" + i }), LEGACY);
+    if (whole(res)) sized++;
+    const m = await messages(res);
     if (m.msgs.find((x) => x.id === id)?.result?.structuredContent?.entry === "inline-" + i) appended++;
   }
   used = (await commits(s.url)) - before;
   t.check(`2025: ${N} ledger_append calls answered`, appended === N, `${appended}`);
+  // Its stream was whole at its first commit: one response with its length
+  t.check(`2025: ${N} ledger_append SSE answers each sent whole, with a Content-Length`,
+    sized === N, `${sized}`);
   t.check(`2025: ${N} serial ledger_append calls in at most ${N + SLACK} commits`, used <= N + SLACK,
     `${used} commits`);
   // Each call's record was begun and completed in one commit (written once,
@@ -168,11 +180,17 @@ try {
   const rows = await ledgerRows(s.url, sid);
   t.check(`the ledger holds each of the ${N} entries once`,
     rows.length === N && new Set(rows.map((r) => r.entry)).size === N, `${rows.length} rows`);
-  // With delay_ms the handler says TIDEMARK_EAGAIN and runs again on a worker
-  const led = await messages(await post(s.url, sid, toolCall(900, "ledger_append",
-    { entry: "slow-x", delay_ms: 50 }), { headers: { "mcp-protocol-version": "2025-11-25" } }));
+  // With delay_ms the handler says TIDEMARK_EAGAIN and runs again on a
+  // worker: its stream has its priming event before its answer, so it is
+  // sent as it comes (chunked), not held until the call ends.
+  const ledRes = await post(s.url, sid, toolCall(900, "ledger_append", { entry: "slow-x", delay_ms: 50 }),
+    { headers: { "mcp-protocol-version": "2025-11-25" } });
+  const chunked = ledRes.headers.get("transfer-encoding") === "chunked";
+  const led = await messages(ledRes);
   t.check("a call that would block runs again on a worker and answers",
     led.msgs.find((x) => x.id === 900)?.result?.structuredContent?.entry === "slow-x");
+  t.check("... its stream sent as it comes (chunked)", chunked,
+    `transfer-encoding ${ledRes.headers.get("transfer-encoding")}`);
   const slow = (await ledgerRows(s.url, sid)).filter((r) => r.entry === "slow-x");
   t.check("... its row once", slow.length === 1, `${slow.length}`);
 } finally {
