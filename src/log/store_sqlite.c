@@ -2806,7 +2806,8 @@ static int setup(sqstore *q)
         return rc;
     if (have_head && (rc = check_head(q, existed, &h)))
         return rc;
-    if ((rc = migrate_attrs(q)) || (rc = migrate_requests(q)) || (rc = setup_epoch(q)) || (rc = tm_head_open(q->path, &q->head)))
+    if ((rc = migrate_attrs(q)) || (rc = migrate_requests(q)) || (rc = setup_epoch(q)) ||
+        (rc = tm_head_open(q->path, &q->head)))
         return rc;
     tm_head_rec now = {.commits = q->commits, .clean = 0};
     memcpy(now.dbid, q->dbid, sizeof now.dbid);

@@ -107,7 +107,7 @@ struct tm_http_req {
     char peer[64];
     int handled;
     int suspended;
-    struct sconn *sc;          /* a deferred stream answer (tm_http_source.defer) */
+    struct sconn *sc;          /* a held stream answer (tm_http_source.has_events) */
     int sc_waited;             /* it slept until its first wake */
     struct MHD_Response *resp; /* ready to queue */
     unsigned status;
@@ -766,18 +766,17 @@ static tm_http_req *req_new(tm_http *h, struct MHD_Connection *c, const char *ur
     return r;
 }
 
-/* Pull s until it waits or ends: 1 when it ended, all of it in s->out.
- * s->mu held. */
+/* Pull s until it waits or ends: TM_HTTP_END when it ended, all of it in
+ * s->out; TM_HTTP_WAIT when it waits; TM_HTTP_MORE when it must not be
+ * asked (stopping, superseded, ending now: sconn_read ends it). s->mu held. */
 static int gather_whole(sconn *s)
 {
     if (atomic_load(&s->h->stopping) || s->superseded || s->end_now)
-        return 0;
+        return TM_HTTP_MORE;
     for (;;) {
         int st = s->src.pull(s->src.ud, &s->out);
-        if (st == TM_HTTP_END)
-            return 1;
         if (st != TM_HTTP_MORE)
-            return 0;
+            return st;
     }
 }
 
@@ -801,8 +800,9 @@ static enum MHD_Result stream_answer(tm_http *h, tm_http_req *r, struct MHD_Conn
 {
     sconn *s = r->sc;
     pthread_mutex_lock(&s->mu);
-    int whole = gather_whole(s);
-    if (!whole && !r->sc_waited && !s->src.has_events(s->src.ud)) {
+    int st = gather_whole(s);
+    int whole = st == TM_HTTP_END;
+    if (st == TM_HTTP_WAIT && !r->sc_waited && !s->src.has_events(s->src.ud)) {
         r->sc_waited = 1;
         s->suspended = 1; /* tm_http_wake, tm_http_signal, a keep-alive resume it */
         MHD_suspend_connection(c);

@@ -121,22 +121,27 @@ static void test_stream_names_unique_across_reopen(void **state)
     tm_store_close(st);
 }
 
+/* A database file named name in the scratch folder, made by sql (an
+ * older layout). OUT path. */
+static void old_db(char *path, size_t n, const char *name, const char *sql)
+{
+    snprintf(path, n, "%s/%s", g_dir, name);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
 /* A database made before sessions had attributes gets the column at open. */
 static void test_old_database_gains_attrs(void **state)
 {
     (void)state;
     char path[128];
-    snprintf(path, sizeof path, "%s/old.db", g_dir);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "CREATE TABLE tm_sessions(id TEXT PRIMARY KEY, version TEXT, client TEXT,"
-                                  " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL"
-                                  " DEFAULT 1) WITHOUT ROWID;"
-                                  "INSERT INTO tm_sessions VALUES('old', '2025-06-18', '{}', 1, 1, 1);",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    old_db(path, sizeof path, "old.db",
+           "CREATE TABLE tm_sessions(id TEXT PRIMARY KEY, version TEXT, client TEXT,"
+           " created_ms INTEGER, last_seen_ms INTEGER, next_r INTEGER NOT NULL"
+           " DEFAULT 1) WITHOUT ROWID;"
+           "INSERT INTO tm_sessions VALUES('old', '2025-06-18', '{}', 1, 1, 1);");
     tm_store *st = open_path(path);
     tm_session_rec rec;
     assert_int_equal(tm_store_session_get(st, "old", &rec), 0);
@@ -166,22 +171,16 @@ static void test_old_database_moves_requests(void **state)
 {
     (void)state;
     char path[128];
-    snprintf(path, sizeof path, "%s/oldreq.db", g_dir);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "CREATE TABLE tm_requests(session TEXT NOT NULL, key TEXT NOT NULL,"
-                                  " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT,"
-                                  " response BLOB, updated_ms INTEGER, PRIMARY KEY(session, key))"
-                                  " WITHOUT ROWID;"
-                                  "CREATE INDEX tm_requests_state ON tm_requests(state) WHERE state = 1;"
-                                  "INSERT INTO tm_requests VALUES('s1', 'i:1', 2, 'add', 'r1', '{}',"
-                                  " CAST('answer-1' AS BLOB), 5);"
-                                  "INSERT INTO tm_requests VALUES('s1', 'i:2', 1, 'add', 'r2', '{\"m\":2}',"
-                                  " NULL, 6);",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    old_db(path, sizeof path, "oldreq.db",
+           "CREATE TABLE tm_requests(session TEXT NOT NULL, key TEXT NOT NULL,"
+           " state INTEGER NOT NULL, tool TEXT, stream TEXT, message TEXT,"
+           " response BLOB, updated_ms INTEGER, PRIMARY KEY(session, key))"
+           " WITHOUT ROWID;"
+           "CREATE INDEX tm_requests_state ON tm_requests(state) WHERE state = 1;"
+           "INSERT INTO tm_requests VALUES('s1', 'i:1', 2, 'add', 'r1', '{}',"
+           " CAST('answer-1' AS BLOB), 5);"
+           "INSERT INTO tm_requests VALUES('s1', 'i:2', 1, 'add', 'r2', '{\"m\":2}',"
+           " NULL, 6);");
     tm_store *st = open_path(path);
     tm_request_rec r;
     assert_int_equal(tm_store_request_get(st, "s1", "i:1", &r), 0);
@@ -202,6 +201,7 @@ static void test_old_database_moves_requests(void **state)
                             .message = "{}", .state = TM_REQ_STARTED};
     assert_int_equal(tm_store_request_begin(st, &fresh, 1), 0);
     tm_store_close(st);
+    sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     json_t *rows = NULL;
     assert_int_equal(tm_sqlite_query_json(db, "SELECT rid, key FROM tm_requests ORDER BY rid", NULL, 0,
