@@ -23,6 +23,7 @@
 #include "store.h"
 #include "writer.h"
 #include "sqlite_util.h"
+#include "walbuf.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
 #include "../base/log.h"
@@ -355,12 +356,13 @@ static void pending_inc(sqstore *q, sstream *s)
 
 /* ---- read connections ------------------------------------------------------ */
 
-static int open_conn(sqstore *q, int readonly, sqlite3 **out)
+/* vfs: NULL for the default. */
+static int open_conn_vfs(sqstore *q, int readonly, const char *vfs, sqlite3 **out)
 {
     int flags = readonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     flags |= SQLITE_OPEN_NOMUTEX;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(q->path, &db, flags, NULL);
+    int rc = sqlite3_open_v2(q->path, &db, flags, vfs);
     if (rc != SQLITE_OK) {
         TM_ERROR("sqlite: cannot open %s: %s", q->path, db ? sqlite3_errmsg(db) : "?");
         sqlite3_close(db);
@@ -369,6 +371,11 @@ static int open_conn(sqstore *q, int readonly, sqlite3 **out)
     sqlite3_busy_timeout(db, 10000);
     *out = db;
     return 0;
+}
+
+static int open_conn(sqstore *q, int readonly, sqlite3 **out)
+{
+    return open_conn_vfs(q, readonly, NULL, out);
 }
 
 static sqlite3 *rconn_get(sqstore *q)
@@ -2543,10 +2550,13 @@ static const struct tm_store_ops sqlite_ops = {
 /* Open the write connection and create (or upgrade) the schema. */
 static int setup_schema(sqstore *q)
 {
-    int rc = open_conn(q, 0, &q->wdb);
+    /* power: every commit syncs the WAL, so the writer's frames may be
+     * gathered into few writes until then (walbuf.c). */
+    int power = q->opt.durability != TM_DURABILITY_PROCESS;
+    int rc = open_conn_vfs(q, 0, power ? tm_walbuf_vfs() : NULL, &q->wdb);
     if (rc)
         return rc;
-    const char *sync = q->opt.durability == TM_DURABILITY_PROCESS ? "NORMAL" : "FULL";
+    const char *sync = power ? "FULL" : "NORMAL";
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;"
