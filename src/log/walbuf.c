@@ -43,16 +43,18 @@ static sqlite3_vfs *wb_base;
 #define WB(f) ((wb_file *)(f))
 #define REAL(f) (WB(f)->real)
 
-/* Writes what is gathered. On failure it is dropped: the caller's sync or
- * read fails, and SQLite rolls back the transaction that wrote it. */
+/* Writes what is gathered. On failure it stays gathered, for the next
+ * flush: a read that needed it fails, and SQLite may roll back only that
+ * statement and then commit, whose sync must still write it (or fail). */
 static int wb_flush(sqlite3_file *f)
 {
     wb_file *w = WB(f);
     if (w->len == 0)
         return SQLITE_OK;
-    int n = w->len;
-    w->len = 0;
-    return REAL(f)->pMethods->xWrite(REAL(f), w->buf, n, w->at);
+    int rc = REAL(f)->pMethods->xWrite(REAL(f), w->buf, w->len, w->at);
+    if (rc == SQLITE_OK)
+        w->len = 0;
+    return rc;
 }
 
 static int wb_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off)

@@ -6,6 +6,7 @@
  *   before SQLite publishes them);
  *   a writer killed right after its commits loses none;
  *   a write that fails at the sync fails the commit, and nothing else;
+ *   a write that fails when a read needs it keeps what was gathered;
  *   a file that pads commits to a sector is not gathered. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -258,6 +259,47 @@ static void test_failed_write_fails_the_commit(void **state)
     sqlite3_close(r);
 }
 
+/* A read of gathered bytes needs them written first; that write fails (a
+ * full disk), the read fails, and SQLite may roll back only the statement
+ * and go on to commit. So the gathered bytes must stay gathered, and go out
+ * at the next flush: dropped, the commit would publish frames never
+ * written. Through the VFS's methods directly, on a file opened as a WAL. */
+static void test_failed_flush_keeps_bytes(void **state)
+{
+    (void)state;
+    sqlite3_vfs *vfs = sqlite3_vfs_find(tm_walbuf_vfs());
+    assert_non_null(vfs);
+    char db[200], jr[256], wal[256];
+    snprintf(db, sizeof db, "%s/direct.db", g_dir);
+    snprintf(jr, sizeof jr, "%s-journal", db);
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    FILE *dbf = fopen(db, "w"); /* the unix VFS looks at the database beside a WAL */
+    assert_non_null(dbf);
+    fclose(dbf);
+    /* A filename as SQLite makes them (the VFS reads its URI parameters). */
+    sqlite3_filename names = sqlite3_create_filename(db, jr, wal, 0, NULL);
+    sqlite3_file *f = calloc(1, (size_t)vfs->szOsFile);
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_WAL;
+    assert_int_equal(vfs->xOpen(vfs, sqlite3_filename_wal(names), f, flags, &flags), SQLITE_OK);
+    unsigned char frame[4120], back[4120];
+    for (size_t i = 0; i < sizeof frame; i++)
+        frame[i] = (unsigned char)(i * 7 + 1);
+    assert_int_equal(f->pMethods->xWrite(f, frame, 24, 0), SQLITE_OK); /* gathered */
+    assert_int_equal(f->pMethods->xWrite(f, frame + 24, 4096, 24), SQLITE_OK);
+    atomic_store(&cv_fail, 1);
+    assert_int_not_equal(f->pMethods->xRead(f, back, 4096, 24), SQLITE_OK);
+    atomic_store(&cv_fail, 0);
+    assert_int_equal(f->pMethods->xSync(f, SQLITE_SYNC_NORMAL), SQLITE_OK);
+    sqlite3_int64 size = 0;
+    assert_int_equal(f->pMethods->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, (sqlite3_int64)sizeof frame);
+    assert_int_equal(f->pMethods->xRead(f, back, (int)sizeof back, 0), SQLITE_OK);
+    assert_memory_equal(back, frame, sizeof frame);
+    assert_int_equal(f->pMethods->xClose(f), SQLITE_OK);
+    free(f);
+    sqlite3_free_filename(names);
+}
+
 static void test_padded_wal_not_gathered(void **state)
 {
     (void)state;
@@ -286,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_reader_sees_each_commit),
         cmocka_unit_test(test_killed_writer_keeps_commits),
         cmocka_unit_test(test_failed_write_fails_the_commit),
+        cmocka_unit_test(test_failed_flush_keeps_bytes),
         cmocka_unit_test(test_padded_wal_not_gathered),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
