@@ -357,7 +357,7 @@ static void pending_inc(sqstore *q, sstream *s)
 /* ---- read connections ------------------------------------------------------ */
 
 /* vfs: NULL for the default. */
-static int open_conn_vfs(sqstore *q, int readonly, const char *vfs, sqlite3 **out)
+static int open_conn(sqstore *q, int readonly, const char *vfs, sqlite3 **out)
 {
     int flags = readonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     flags |= SQLITE_OPEN_NOMUTEX;
@@ -373,11 +373,6 @@ static int open_conn_vfs(sqstore *q, int readonly, const char *vfs, sqlite3 **ou
     return 0;
 }
 
-static int open_conn(sqstore *q, int readonly, sqlite3 **out)
-{
-    return open_conn_vfs(q, readonly, NULL, out);
-}
-
 static sqlite3 *rconn_get(sqstore *q)
 {
     pthread_mutex_lock(&q->r_mu);
@@ -391,7 +386,7 @@ static sqlite3 *rconn_get(sqstore *q)
             q->nropen++;
             pthread_mutex_unlock(&q->r_mu);
             sqlite3 *db;
-            if (open_conn(q, 1, &db) == 0)
+            if (open_conn(q, 1, NULL, &db) == 0)
                 return db;
             pthread_mutex_lock(&q->r_mu);
             q->nropen--;
@@ -2342,7 +2337,7 @@ static void *ckpt_main(void *arg)
 {
     sqstore *q = arg;
     sqlite3 *db = NULL;
-    if (open_conn(q, 0, &db) != 0)
+    if (open_conn(q, 0, NULL, &db) != 0)
         return NULL;
     /* RESTART and TRUNCATE wait for the writer and readers: briefly. */
     sqlite3_busy_timeout(db, 50);
@@ -2553,7 +2548,7 @@ static int setup_schema(sqstore *q)
     /* power: every commit syncs the WAL, so the writer's frames may be
      * gathered into few writes until then (walbuf.c). */
     int power = q->opt.durability != TM_DURABILITY_PROCESS;
-    int rc = open_conn_vfs(q, 0, power ? tm_walbuf_vfs() : NULL, &q->wdb);
+    int rc = open_conn(q, 0, power ? tm_walbuf_vfs() : NULL, &q->wdb);
     if (rc)
         return rc;
     const char *sync = power ? "FULL" : "NORMAL";

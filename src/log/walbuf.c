@@ -96,7 +96,7 @@ static int wb_close(sqlite3_file *f)
     int rc = wb_flush(f);
     free(WB(f)->buf);
     WB(f)->buf = NULL;
-    int rc2 = REAL(f)->pMethods ? REAL(f)->pMethods->xClose(REAL(f)) : SQLITE_OK;
+    int rc2 = REAL(f)->pMethods->xClose(REAL(f)); /* set: wb_open gave f methods */
     return rc != SQLITE_OK ? rc : rc2;
 }
 
