@@ -40,6 +40,7 @@ if (!bin) {
 }
 const here = dirname(fileURLToPath(import.meta.url));
 const t = checker();
+let step = "start"; // where the run is, for the watchdog's report
 const cleanups = [];
 
 const b64u = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
@@ -61,8 +62,10 @@ const init = (id = 0) => ({ jsonrpc: "2.0", id, method: "initialize",
   params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
 const call = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
 
+// Every exchange has a deadline: a server that never answers fails the
+// check that waits for it, not the whole run at CTest's timeout.
 async function legacy(url, sid, body, tok) {
-  const r = await post(url, sid, body, { headers: bearer(tok) });
+  const r = await post(url, sid, body, { headers: bearer(tok), signal: AbortSignal.timeout(15000) });
   const www = r.headers.get("www-authenticate"), retry = r.headers.get("retry-after");
   const m = await messages(r);
   return { status: r.status, www, retry, sid: r.headers.get("mcp-session-id"), msg: m.msgs.find((x) => x.id !== undefined || x.error) };
@@ -363,18 +366,25 @@ async function cluster() {
   const asPort = await freePort();
   const c = new Cluster({ bin, nodes: 3 });
   cleanups.push(() => c.stop());
+  step = "redis";
   await c.startRedis();
-  c.nodePorts = [await freePort(), await freePort(), await freePort()];
-  await c.startLb(); // first: the resource is the balancer's URL
+  c.lbPort = await freePort(); // the resource is the balancer's URL
   const resource = c.url;
+  step = "authorization server";
   const as = await startAuthzServer({ port: asPort, resource });
   cleanups.push(() => as.stop().catch(() => {}));
   c.nodeArgs = authFlags(as, resource);
-  for (let i = 0; i < 3; i++) await c.startNode(i);
+  step = "nodes";
+  for (let i = 0; i < 3; i++) await c.startNode(i); // each binds a port of its own
+  step = "balancer";
+  await c.startLb();
+  step = "tokens";
   const tokA = await as.token({ client: "rs", scope: "mcp:tools" });
   const tokB = await as.token({ client: "es", scope: "mcp:tools" });
   const [a, , cNode] = c.nodes.map((n) => n.url);
+  step = "session on node A";
   const sid = await session(a, tokA);
+  step = "calls on node C and the balancer";
   const rB = await legacy(cNode, sid, call(1, "echo", { text: "b" }), tokB);
   t.check("principal B on node C with A's session (made on node A) -> 404 unknown_session",
     rB.status === 404 && reasonOf(rB.msg) === "unknown_session", JSON.stringify(rB));
@@ -385,6 +395,12 @@ async function cluster() {
   t.check("principal B through the balancer -> 404", viaLb.status === 404, JSON.stringify(viaLb));
 }
 
+// Fail with the step it was at, before CTest's 90 s timeout kills it silently.
+const watchdog = setTimeout(() => {
+  t.check(`${part} done within 80 s`, false, `still at: ${step}`);
+  t.done();
+}, 80000);
+watchdog.unref();
 try {
   await ({ table, sdk, cluster, introspect }[part] ?? (() => { throw new Error(`unknown part ${part}`); }))();
 } catch (e) {

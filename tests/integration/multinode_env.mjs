@@ -105,9 +105,11 @@ export class Cluster {
   }
 
   async startNode(i) {
+    // A node started for the first time binds port 0 and reports the port it
+    // got ("listening on URL"), so no other process can take a port picked
+    // here before the node binds it; a restart binds the port it had.
     if (!this.nodePorts) this.nodePorts = [];
-    if (!this.nodePorts[i]) this.nodePorts[i] = await freePort();
-    const port = this.nodePorts[i];
+    const port = this.nodePorts[i] || 0;
     const proc = reaped(spawn(this.bin, ["--listen", `127.0.0.1:${port}`, "--store", this.storeUri,
       "--log-level", this.quiet ? "warn" : "info", "--keepalive-ms", "1000", ...this.nodeArgs],
       { stdio: ["ignore", "pipe", "inherit"] }));
@@ -122,7 +124,8 @@ export class Cluster {
       proc.once("exit", (c, s) => { clearTimeout(t); reject(new Error(`node ${i} exited (${c ?? s})`)); });
     });
     proc.stdout.resume();
-    this.nodes[i] = { proc, url, port };
+    this.nodePorts[i] = Number(new URL(url).port);
+    this.nodes[i] = { proc, url, port: this.nodePorts[i] };
     return this.nodes[i];
   }
 
@@ -134,8 +137,10 @@ export class Cluster {
     this.nodes[i] = null;
   }
 
+  // After the nodes (its configuration names their ports). lbPort may be
+  // set before, when the nodes' flags must name the balancer's URL.
   async startLb() {
-    this.lbPort = await freePort();
+    if (!this.lbPort) this.lbPort = await freePort();
     // The configuration users get (examples/haproxy.cfg), with our ports:
     // its frontend port, and one server line per node in the shape of its first.
     const shipped = readFileSync(new URL("../../examples/haproxy.cfg", import.meta.url), "utf8");
