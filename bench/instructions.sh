@@ -9,6 +9,9 @@
 # makes calls for SECONDS, the counters are dumped (callgrind_control -d);
 # instructions/call = the dump's total (every thread of the server process,
 # user space) / the calls tidemark-rps counted. The issue's target: 60,000.
+# First the same count for tidemark-deps-floor (bench/deps_floor.c): what
+# libmicrohttpd and jansson alone cost for the exchange; each row is also
+# printed as a multiple of it.
 #
 #   bash bench/instructions.sh BUILD_DIR [SECONDS] [WARM]     (part of make bench)
 set -euo pipefail
@@ -29,11 +32,12 @@ trap cleanup EXIT
 measure() {
     local store="$1" era="$2" uri="$1" url=""
     [ "$store" = sqlite ] && uri="sqlite:$scratch/$era.db"
+    local cmd=("$bin/tidemark-server" --listen 127.0.0.1:0 --store "$uri" --log-level warn)
+    [ "$store" = deps ] && cmd=("$bin/tidemark-deps-floor")
     : >"$scratch/out"
     # self-contained dumps (no name compression across parts)
     valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
-        --callgrind-out-file="$scratch/cg.$store.$era.%p" \
-        "$bin/tidemark-server" --listen 127.0.0.1:0 --store "$uri" --log-level warn \
+        --callgrind-out-file="$scratch/cg.$store.$era.%p" "${cmd[@]}" \
         >"$scratch/out" 2>"$scratch/err" &
     pid=$!
     for _ in $(seq 600); do
@@ -64,12 +68,24 @@ measure() {
 echo
 echo "## Instructions per tools/call echo (callgrind, server process, ${secs} s from 1 connection)"
 printf '%-8s %-8s %8s %18s %10s\n' store era calls instructions/call target
+declare -A floor
+for era in legacy modern; do
+    m="$(measure deps "$era")" || exit 1
+    read -r calls per <<<"$m"
+    floor[$era]=$per
+done
 for store in memory sqlite; do
     for era in legacy modern; do
         m="$(measure "$store" "$era")" || exit 1
         read -r calls per <<<"$m"
         met="not met"
         [ "$per" -le 60000 ] && met="met"
-        printf '%-8s %-8s %8s %18s %10s %s\n' "$store" "$era" "$calls" "$per" 60000 "$met"
+        printf '%-8s %-8s %8s %18s %10s %-8s %5.2f x deps floor\n' "$store" "$era" "$calls" "$per" 60000 "$met" \
+            "$(awk -v a="$per" -v b="${floor[$era]}" 'BEGIN { print a / b }')"
     done
 done
+echo
+echo "deps floor (tidemark-deps-floor: libmicrohttpd with tidemark's options and pool, the body"
+echo "parsed, the answer built and dumped by jansson, nothing of tidemark's): legacy ${floor[legacy]},"
+echo "modern ${floor[modern]} instructions per call: what those two libraries cost here for the"
+echo "exchange, used as tidemark uses them, before any work of tidemark's."

@@ -208,11 +208,27 @@ json_t *tm_jsonrpc_request(json_t *id, const char *method, json_t *params)
     return o;
 }
 
+/* Most messages fit the stack buffer: one exact malloc, none of json_dumps'
+ * growing buffer and its copy. A longer one is dumped again into its size. */
 char *tm_jsonrpc_dump(const json_t *v, size_t *len)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (s && len)
-        *len = strlen(s);
+    const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
+    char stack[2048];
+    size_t n = json_dumpb(v, stack, sizeof stack, flags);
+    if (n == 0)
+        return NULL;
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    if (n <= sizeof stack)
+        memcpy(s, stack, n);
+    else if (json_dumpb(v, s, n, flags) != n) {
+        free(s);
+        return NULL;
+    }
+    s[n] = 0;
+    if (len)
+        *len = n;
     return s;
 }
 

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "mcp/jsonrpc.h"
+#include "tidemark/server.h"
 #include "tidemark/tidemark.h"
 
 #include <stdlib.h>
@@ -762,6 +763,52 @@ static void test_dump_compact(void **state)
     json_decref(v);
 }
 
+/* Dumps of every length around the stack buffer's (2048) are whole and exact. */
+static void test_dump_any_length(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {1, 2030, 2046, 2047, 2048, 2049, 2050, 5000, 70000};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char *text = malloc(sizes[i] + 1);
+        memset(text, 'x', sizes[i]);
+        text[sizes[i]] = 0;
+        json_t *v = json_string(text); /* dumps as "xxx...": 2 more bytes */
+        size_t len = 0;
+        char *s = dump(v, &len);
+        assert_int_equal(len, sizes[i] + 2);
+        assert_int_equal(strlen(s), len);
+        assert_int_equal(s[0], '"');
+        assert_int_equal(s[len - 1], '"');
+        assert_memory_equal(s + 1, text, sizes[i]);
+        free(s);
+        json_decref(v);
+        free(text);
+    }
+}
+
+/* The tool-answer helpers: their exact shape; NULL for text that is not UTF-8. */
+static void test_result_helpers(void **state)
+{
+    (void)state;
+    json_t *ok = tidemark_result_text("hi"), *err = tidemark_result_error("bad"), *empty = tidemark_content_text(NULL);
+    size_t len;
+    char *s = dump(ok, &len);
+    assert_string_equal(s, "{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}");
+    free(s);
+    s = dump(err, &len);
+    assert_string_equal(s, "{\"content\":[{\"type\":\"text\",\"text\":\"bad\"}],\"isError\":true}");
+    free(s);
+    s = dump(empty, &len);
+    assert_string_equal(s, "{\"type\":\"text\",\"text\":\"\"}");
+    free(s);
+    json_decref(ok);
+    json_decref(err);
+    json_decref(empty);
+    assert_null(tidemark_content_text("a\xff"));
+    assert_null(tidemark_result_text("a\xff"));
+    assert_null(tidemark_result_error("a\xff"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -790,6 +837,8 @@ int main(void)
         cmocka_unit_test(test_result_builder_echoes_id),
         cmocka_unit_test(test_notification_and_request_builders),
         cmocka_unit_test(test_dump_compact),
+        cmocka_unit_test(test_dump_any_length),
+        cmocka_unit_test(test_result_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
