@@ -10,6 +10,9 @@
 #   memory, SQLite process, SQLite power, Redis power
 #                   tidemark-server on --store memory, sqlite (process /
 #                   power durability), redis-server (appendfsync always)
+#   Redis, 3 nodes  three tidemark-server nodes on one redis-server behind
+#                   HAProxy round-robin (bench/cluster.mjs), when node and
+#                   haproxy are here
 # for `echo` (read-only) and `ledger_append` (non-idempotent, atomic; every
 # call a new entry), with the ratio of each cell to the floor's; the raw
 # one-row fsync'd SQLite commit loop (bench/sqlite_floor.c) in the same run;
@@ -98,9 +101,31 @@ start_redis() { # -> sets rport, or returns 1
     exit 1
 }
 
+# Three tidemark-server nodes on one Redis behind HAProxy (bench/cluster.mjs,
+# the multi-node tests' cluster); it stops when its stdin (fd 4) closes.
+start_cluster() { # -> sets url[redis3], or returns 1 with the reason in skipped[redis3]
+    command -v "$node" >/dev/null || { skipped[redis3]="no node"; return 1; }
+    mkfifo "$scratch/ctl"
+    "$node" "$root/bench/cluster.mjs" "$bin/tidemark-server" 3 <"$scratch/ctl" \
+        >"$scratch/cluster.out" 2>"$scratch/cluster.err" &
+    pids+=("$!")
+    local cpid=$! deadline=$((SECONDS + 30)) why
+    exec 4>"$scratch/ctl"
+    while [ $SECONDS -lt $deadline ]; do
+        url[redis3]="$(sed -n 's/^url //p' "$scratch/cluster.out")"
+        [ -n "${url[redis3]}" ] && return 0
+        why="$(sed -n 's/^skip //p' "$scratch/cluster.out")"
+        [ -n "$why" ] && { skipped[redis3]="no $why"; return 1; }
+        kill -0 "$cpid" 2>/dev/null || break
+        sleep 0.05
+    done
+    log "the 3-node cluster did not start: $(tail -3 "$scratch/cluster.err")"
+    exit 1
+}
+
 targets=(floor)
 declare -A label=([floor]="floor" [sdk]="TS SDK 1.32.2" [memory]="tidemark memory"
-    [sqlproc]="SQLite process" [sqlpower]="SQLite power" [redis]="Redis power")
+    [sqlproc]="SQLite process" [sqlpower]="SQLite power" [redis]="Redis power" [redis3]="Redis, 3 nodes")
 declare -A skipped
 tm=("$bin/tidemark-server" --listen 127.0.0.1:0 --log-level warn)
 start floor "$bin/tidemark-floor"
@@ -119,6 +144,7 @@ if start_redis; then
 else
     skipped[redis]="no redis-server"
 fi
+start_cluster && targets+=(redis3)
 
 median() { sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 field() { sed -n "s/^\(.* \)\{0,1\}$1=\([0-9.]*\).*/\2/p"; }
@@ -146,8 +172,9 @@ for r in $(seq "$reps"); do
     done
     "$bin/tidemark-sqlite-floor" "$scratch/raw.db" "$secs" >>"$scratch/raw"
 done
-for t in "${targets[@]}"; do [ "$t" = floor ] || stop "$t"; done
+for t in "${targets[@]}"; do [ "$t" = floor ] || [ "$t" = redis3 ] || stop "$t"; done
 stop floor
+[ -n "${url[redis3]:-}" ] && exec 4>&- # the cluster stops its processes
 
 cell() { # target tool conns -> "rps p50/p99 ratio"
     local f="$scratch/$1.$2.$3" fl="$scratch/floor.$2.$3"
@@ -164,7 +191,7 @@ for tool in "${tools[@]}"; do
     printf '%-16s' target
     for c in "${conns_list[@]}"; do printf ' | %-28s' "$c conns"; done
     echo
-    for t in floor sdk memory sqlproc sqlpower redis; do
+    for t in floor sdk memory sqlproc sqlpower redis redis3; do
         printf '%-16s' "${label[$t]}"
         if [ -n "${skipped[$t]:-}" ]; then echo " | skipped (${skipped[$t]})"; continue; fi
         for c in "${conns_list[@]}"; do printf ' | %s' "$(cell "$t" "$tool" "$c")"; done
@@ -188,6 +215,28 @@ verdict "16 conns echo: SQLite power / floor" "$(floor_ratio sqlpower echo 16)" 
 verdict "16 conns ledger_append: SQLite power / floor" "$(floor_ratio sqlpower ledger_append 16)" 0.15
 verdict "1 conn echo: tidemark memory / floor" "$(floor_ratio memory echo 1)" 0.60
 verdict "1 conn ledger_append: SQLite power / raw loop" "$(ratio "$(rps_of sqlpower ledger_append 1)" "$raw")" 0.80
+if [ -z "${skipped[redis]:-}" ]; then
+    verdict "16 conns echo: Redis power (1 node) / floor" "$(floor_ratio redis echo 16)" 0.15
+    if [ -z "${skipped[sdk]:-}" ]; then
+        verdict "16 conns echo: Redis power (1 node) / TS SDK" \
+            "$(ratio "$(rps_of redis echo 16)" "$(rps_of sdk echo 16)")" 5
+    fi
+    if [ -z "${skipped[redis3]:-}" ]; then
+        printf '%-52s %6.2f (beside 1 node: %.2f; no target)\n' "16 conns echo: Redis, 3 nodes / floor" \
+            "$(floor_ratio redis3 echo 16)" "$(floor_ratio redis echo 16)"
+    fi
+fi
+p99_verdict() { # target tool: p99 <= 5 x p50 at 16 connections
+    local f="$scratch/$1.$2.16"
+    awk -v n="16 conns $2: ${label[$1]} p99 / p50" -v a="$(field p99_ms <"$f" | median)" \
+        -v b="$(field p50_ms <"$f" | median)" \
+        'BEGIN {v = b > 0 ? a / b : 0; printf "%-52s %6.2f (target <= 5.00) %s\n", n, v, (b > 0 && v <= 5 ? "met" : "NOT met")}'
+}
+for tool in "${tools[@]}"; do
+    for t in memory sqlproc sqlpower redis redis3; do
+        if [ -z "${skipped[$t]:-}" ]; then p99_verdict "$t" "$tool"; fi
+    done
+done
 
 # Scale: N standalone streams (RSS), then N subscribed sessions and one update.
 scale_note=""
