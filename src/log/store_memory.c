@@ -184,39 +184,64 @@ static int m_session_set_attr(tm_store *st, const char *id, const char *name, co
 typedef struct ids_ctx {
     char **v;
     size_t n;
+    const char *const *names; /* NULL: every session; else one with any of them */
+    size_t n_names;
 } ids_ctx;
+
+static int has_any(const msession *s, const ids_ctx *c)
+{
+    for (size_t i = 0; s->attrs && i < c->n_names; i++)
+        if (json_object_get(s->attrs, c->names[i]))
+            return 1;
+    return 0;
+}
 
 static void collect_id(const char *k, void *v, void *ud)
 {
-    (void)v;
     ids_ctx *c = ud;
+    if (c->names && !has_any(v, c))
+        return;
     c->v[c->n] = tm_strdup(k);
     if (c->v[c->n])
         c->n++;
 }
 
-/* Copies the ids under the lock, then visits each record without it. */
-static int m_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
+/* Copies the ids of the sessions c selects under the lock, then visits each
+ * record without it. The attributes are looked up where they are kept, so a
+ * fan-out neither writes out nor parses the record of a session it skips. */
+static int visit(mstore *m, ids_ctx *c, int (*fn)(void *, const tm_session_rec *), void *ud)
 {
-    mstore *m = (mstore *)st;
     pthread_mutex_lock(&m->mu);
-    ids_ctx c = {calloc(tm_map_count(m->sessions) + 1, sizeof(char *)), 0};
-    if (c.v)
-        tm_map_each(m->sessions, collect_id, &c);
+    c->v = calloc(tm_map_count(m->sessions) + 1, sizeof(char *));
+    if (c->v)
+        tm_map_each(m->sessions, collect_id, c);
     pthread_mutex_unlock(&m->mu);
-    if (!c.v)
+    if (!c->v)
         return TIDEMARK_ENOMEM;
     int stop = 0;
-    for (size_t i = 0; i < c.n; i++) {
+    for (size_t i = 0; i < c->n; i++) {
         tm_session_rec rec;
-        if (!stop && m_session_get(st, c.v[i], &rec) == 0) {
+        if (!stop && m_session_get(&m->base, c->v[i], &rec) == 0) {
             stop = fn(ud, &rec);
             tm_session_rec_clear(&rec);
         }
-        free(c.v[i]);
+        free(c->v[i]);
     }
-    free(c.v);
+    free(c->v);
     return 0;
+}
+
+static int m_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    ids_ctx c = {0};
+    return visit((mstore *)st, &c, fn, ud);
+}
+
+static int m_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
+                                int (*fn)(void *, const tm_session_rec *), void *ud)
+{
+    ids_ctx c = {.names = names, .n_names = n};
+    return visit((mstore *)st, &c, fn, ud);
 }
 
 static int m_session_delete(tm_store *st, const char *id)
@@ -632,6 +657,7 @@ static const struct tm_store_ops memory_ops = {
     .query = m_query,
     .session_set_attr = m_session_set_attr,
     .sessions_each = m_sessions_each,
+    .sessions_with_attr = m_sessions_with_attr,
     .rows = m_rows,
     .sessions_expire = m_sessions_expire,
     .sync = m_sync,
