@@ -44,6 +44,21 @@ async function commits(url) {
   return line ? Number(line.split(/\s+/)[1]) : NaN;
 }
 
+// The commit count once the writes of what came before are in (a session's
+// touch, a worker call's records): the same on two reads 300 ms apart, or
+// NaN after 10 s, which fails the check that uses it.
+async function settledCommits(url) {
+  const end = Date.now() + 10000;
+  let last = await commits(url);
+  while (Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 300));
+    const now = await commits(url);
+    if (now === last) return now;
+    last = now;
+  }
+  return NaN;
+}
+
 let nextId = 1;
 async function ledgerRows(url, sid) {
   const id = nextId++;
@@ -133,13 +148,21 @@ try {
     quietStream.msgs.find((x) => x.id === 901)?.result?.content?.[0]?.text === `streamed ${few}`,
     JSON.stringify(quietStream.msgs));
   // Key-less, no progress asked, a read-only idempotent non-blocking tool:
-  // nothing to make durable, so nothing is written at all.
-  before = await commits(s.url);
-  const mw = await modernCalls(s.url);
-  used = (await commits(s.url)) - before;
+  // nothing to make durable, so nothing is written at all. A write of what
+  // came before (a session's touch, due every few seconds) can still fall in
+  // a window of calls, so up to three windows are tried: calls that wrote
+  // would leave no window without a commit.
+  const windows = [];
+  let mw = N;
+  for (let w = 0; w < 3 && !windows.includes(0); w++) {
+    before = await settledCommits(s.url);
+    const answered = await modernCalls(s.url);
+    if (answered < mw) mw = answered;
+    windows.push((await commits(s.url)) - before);
+  }
   t.check(`2026-07-28: ${N} echo calls answered`, mw === N, `${mw}`);
-  t.check(`2026-07-28: ${N} key-less echo calls without progress write nothing`, used === 0,
-    `${used} commits`);
+  t.check(`2026-07-28: ${N} key-less echo calls without progress write nothing`, windows.includes(0),
+    `commits in each window of ${N} calls: ${windows.join(", ")}`);
   // With a progress token the call has a stream (and its store session)
   before = await commits(s.url);
   const pw = await modernCalls(s.url, { progressToken: "p" });
