@@ -4,7 +4,7 @@
 # bench/http.sh, 0.5 s per cell and 200 streams; numbers not judged.
 add_test(NAME bench_http_smoke
   COMMAND bash ${CMAKE_SOURCE_DIR}/bench/http.sh ${CMAKE_BINARY_DIR} 1 0.5 200)
-set_tests_properties(bench_http_smoke PROPERTIES TIMEOUT 180 LABELS bench)
+set_tests_properties(bench_http_smoke PROPERTIES TIMEOUT 300 LABELS bench)
 if(NODE_EXECUTABLE)
   set_tests_properties(bench_http_smoke PROPERTIES ENVIRONMENT "NODE=${NODE_EXECUTABLE}")
 endif()

@@ -245,23 +245,27 @@ const parse = (s) => { try { return JSON.parse(s); } catch { return undefined; }
 const base = (state) => ["--protocol", "modern", "--state", state, "--record-effects", "--json",
   "--timeout-ms", String(CALL_TIMEOUT_MS)];
 
+// What the last failed attempt said, for the error.
+const said = (r) => `exit ${r.code ?? r.signal}${r.hung ? " (hung)" : ""}: ${(r.err || r.out).trim().slice(-400)}`;
 async function readState(state) {
+  let r;
   for (let a = 0; a < 5; a++) {
-    const r = await run(["--state", state, url, "state"], { watchdog: 10000 });
+    r = await run(["--state", state, url, "state"], { watchdog: 10000 });
     const j = parse(r.out);
     if (r.code === 0 && j) return j;
     await sleep(50);
   }
-  throw new Error(`cannot read state ${state}`);
+  throw new Error(`cannot read state ${state}: ${said(r)}`);
 }
 async function readEffects(state) {
+  let r;
   for (let a = 0; a < 5; a++) {
-    const r = await run(["--state", state, url, "effects"], { watchdog: 10000 });
+    r = await run(["--state", state, url, "effects"], { watchdog: 10000 });
     const j = parse(r.out);
     if (r.code === 0 && Array.isArray(j)) return j;
     await sleep(50);
   }
-  throw new Error(`cannot read effects of ${state}`);
+  throw new Error(`cannot read effects of ${state}: ${said(r)}`);
 }
 
 // The task id a result names: ledger_append's structuredContent.key and
