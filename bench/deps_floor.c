@@ -17,6 +17,7 @@
  *
  * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
  */
+#include "../src/transport/http_server.h" /* the pool tidemark gives each connection */
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -26,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define POOL_BYTES (8192 + 2048) /* TM_HTTP_MAX_HEADER_BYTES + TM_HTTP_POOL_RESERVE */
+#define POOL_BYTES (TM_HTTP_MAX_HEADER_BYTES + TM_HTTP_POOL_RESERVE)
 #define MAX_BODY (64 * 1024)
 
 typedef struct body {

@@ -1,7 +1,9 @@
 /* jsonrpc.c - JSON-RPC 2.0 parse, validate, build. */
 #include "jsonrpc.h"
 #include "tidemark/tidemark.h"
+#include "../base/buf.h"
 #include "../base/str.h"
+#include <stdint.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,24 +212,51 @@ json_t *tm_jsonrpc_request(json_t *id, const char *method, json_t *params)
 
 /* Most messages fit the stack buffer: one exact malloc, none of json_dumps'
  * growing buffer and its copy. A longer one is dumped again into its size. */
+/* Output of one dump: the first bytes on the caller's stack, the rest (when
+ * the message is longer) in a growable buffer, so the value is walked once. */
+typedef struct {
+    char *stack;
+    size_t cap, len;
+    tm_buf spill; /* holds every byte once the stack is full */
+} dump_out;
+
+static int dump_chunk(const char *p, size_t n, void *arg)
+{
+    dump_out *o = arg;
+    if (!o->spill.data && o->len + n <= o->cap) {
+        memcpy(o->stack + o->len, p, n);
+        o->len += n;
+        return 0;
+    }
+    if (!o->spill.data && tm_buf_add(&o->spill, o->stack, o->len))
+        return -1;
+    return tm_buf_add(&o->spill, p, n) ? -1 : 0;
+}
+
 char *tm_jsonrpc_dump(const json_t *v, size_t *len)
 {
-    const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
     char stack[2048];
-    size_t n = json_dumpb(v, stack, sizeof stack, flags);
-    if (n == 0)
-        return NULL;
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    if (n <= sizeof stack)
-        memcpy(s, stack, n);
-    else if (json_dumpb(v, s, n, flags) != n) {
-        free(s);
+    dump_out o = {.stack = stack, .cap = sizeof stack};
+    tm_buf_init(&o.spill, SIZE_MAX);
+    if (json_dump_callback(v, dump_chunk, &o, JSON_COMPACT | JSON_ENCODE_ANY) != 0) {
+        tm_buf_free(&o.spill);
         return NULL;
     }
-    s[n] = 0;
-    if (len)
+    size_t n = o.len;
+    char *s;
+    if (o.spill.data) {
+        s = tm_buf_steal(&o.spill, &n); /* NUL-terminated */
+        char *exact = realloc(s, n + 1); /* up to half the buffer was spare */
+        if (exact)
+            s = exact;
+    } else {
+        s = n ? malloc(n + 1) : NULL; /* n == 0: nothing dumped, as json_dumps */
+        if (s) {
+            memcpy(s, stack, n);
+            s[n] = 0;
+        }
+    }
+    if (s && len)
         *len = n;
     return s;
 }

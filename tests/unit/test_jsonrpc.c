@@ -786,6 +786,28 @@ static void test_dump_any_length(void **state)
     }
 }
 
+/* A message dumped in many small pieces (an array of short strings) across
+ * the stack buffer's end: the same bytes json_dumps writes. */
+static void test_dump_many_pieces(void **state)
+{
+    (void)state;
+    const int counts[] = {0, 1, 200, 400, 409, 410, 2000};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        json_t *v = json_array();
+        for (int k = 0; k < counts[i]; k++)
+            json_array_append_new(v, json_sprintf("%c", 'a' + k % 26));
+        char *want = json_dumps(v, JSON_COMPACT);
+        size_t len = 0;
+        char *s = dump(v, &len);
+        assert_non_null(s);
+        assert_string_equal(s, want);
+        assert_int_equal(len, strlen(want));
+        free(s);
+        free(want);
+        json_decref(v);
+    }
+}
+
 /* The tool-answer helpers: their exact shape; NULL for text that is not UTF-8. */
 static void test_result_helpers(void **state)
 {
@@ -838,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_notification_and_request_builders),
         cmocka_unit_test(test_dump_compact),
         cmocka_unit_test(test_dump_any_length),
+        cmocka_unit_test(test_dump_many_pieces),
         cmocka_unit_test(test_result_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
