@@ -103,6 +103,22 @@ int tm_store_session_get(tm_store *st, const char *id, tm_session_rec *out)
     return st->ops->session_get(st, id, out);
 }
 
+int tm_store_session_request_get(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                                 tm_request_rec *req, int *req_rc)
+{
+    memset(req, 0, sizeof *req);
+    *req_rc = 1;
+    int rc = st->ops->session_request_get ? st->ops->session_request_get(st, id, key, sess, req, req_rc)
+                                          : st->ops->session_get(st, id, sess);
+    if (rc && *req_rc == 0)
+        tm_request_rec_clear(req);
+    if (rc)
+        *req_rc = 1;
+    else if (!st->ops->session_request_get)
+        *req_rc = st->ops->request_get(st, id, key, req);
+    return rc;
+}
+
 int tm_store_session_touch(tm_store *st, const char *id, int64_t now_ms)
 {
     return st->ops->session_touch(st, id, now_ms);

@@ -149,6 +149,9 @@ struct tm_store_ops {
                        char out[TM_EPOCH_LEN + 1]);
     int (*append_ex)(tm_store *st, const tm_append_req *req);
     int (*request_get)(tm_store *st, const char *session, const char *key, tm_request_rec *out);
+    /* Optional (NULL: tm_store_session_request_get makes the two reads). */
+    int (*session_request_get)(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                               tm_request_rec *req, int *req_rc);
     int (*request_begin)(tm_store *st, const tm_request_rec *rec, int wait_durable);
     int (*requests_unfinished)(tm_store *st, tm_request_visitor fn, void *ud);
     int (*exec_schema)(tm_store *st, const char *sql);
@@ -229,6 +232,14 @@ int tm_store_can_queue_session_create(const tm_store *st);
 int tm_store_queued(const tm_store *st);
 /* Load a session; OUT rec must be released with tm_session_rec_clear(). */
 int tm_store_session_get(tm_store *st, const char *id, tm_session_rec *out);
+/* A session and one request record of it, read together: one round trip
+ * where the store is remote (Redis). Returns what tm_store_session_get
+ * returns. OUT sess (as tm_store_session_get); OUT *req_rc: what
+ * tm_store_request_get returns for key, 0 meaning req is filled (release it
+ * with tm_request_rec_clear()); 1 when the session read failed and the
+ * record's result is not known. */
+int tm_store_session_request_get(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                                 tm_request_rec *req, int *req_rc);
 int tm_store_session_touch(tm_store *st, const char *id, int64_t now_ms);
 /* Delete a session with all its streams. */
 int tm_store_session_delete(tm_store *st, const char *id);

@@ -597,6 +597,20 @@ static int pool_page(rstore *r, redisReply **x, const char *cmd, const char *key
     return pool_one(r, &a, x);
 }
 
+/* What a HGETALL's reply says: 0 (a hash), TIDEMARK_ENOTFOUND (none), or
+ * TIDEMARK_EIO; a reply that is not 0 is freed and *x set to NULL. */
+static int hash_reply(redisReply **x)
+{
+    int rc = (*x)->type != REDIS_REPLY_ARRAY ? TIDEMARK_EIO
+             : (*x)->elements == 0            ? TIDEMARK_ENOTFOUND
+                                              : 0;
+    if (rc) {
+        freeReplyObject(*x);
+        *x = NULL;
+    }
+    return rc;
+}
+
 /* HGETALL of a formatted key. OUT x: the field/value array (caller frees).
  * TIDEMARK_ENOTFOUND when the hash does not exist. */
 static int hgetall(rstore *r, redisReply **x, const char *f, ...) __attribute__((format(printf, 3, 4)));
@@ -615,15 +629,7 @@ static int hgetall(rstore *r, redisReply **x, const char *f, ...)
     *x = NULL;
     int rc = pool_one(r, &a, x);
     free(key);
-    if (rc == 0 && (*x)->type != REDIS_REPLY_ARRAY)
-        rc = TIDEMARK_EIO;
-    else if (rc == 0 && (*x)->elements == 0)
-        rc = TIDEMARK_ENOTFOUND;
-    if (rc) {
-        freeReplyObject(*x);
-        *x = NULL;
-    }
-    return rc;
+    return rc ? rc : hash_reply(x);
 }
 
 /* ---- reply helpers ------------------------------------------------------------- */
@@ -1857,14 +1863,9 @@ static char *attrs_of(const redisReply *kv)
     return out;
 }
 
-static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
+/* A session record from its HGETALL (x is freed). */
+static int session_of_hash(redisReply *x, tm_session_rec *out)
 {
-    rstore *r = (rstore *)st;
-    memset(out, 0, sizeof *out);
-    redisReply *x;
-    int rc = hgetall(r, &x, "tm:{%s}:sess", id);
-    if (rc)
-        return rc;
     out->id = kv_dup(x, "id");
     out->protocol_version = kv_dup(x, "version");
     out->client = kv_dup(x, "client");
@@ -1879,6 +1880,43 @@ static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
     return 0;
 }
 
+static int r_session_get(tm_store *st, const char *id, tm_session_rec *out)
+{
+    rstore *r = (rstore *)st;
+    memset(out, 0, sizeof *out);
+    redisReply *x;
+    int rc = hgetall(r, &x, "tm:{%s}:sess", id);
+    return rc ? rc : session_of_hash(x, out);
+}
+
+static void rec_from_hash(const redisReply *x, const char *session, const char *key,
+                          tm_request_rec *o);
+
+/* The session's hash and the record's, one pipeline: one round trip. */
+static int r_session_request_get(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                                 tm_request_rec *req, int *req_rc)
+{
+    rstore *r = (rstore *)st;
+    memset(sess, 0, sizeof *sess);
+    args a[2] = {{0}, {0}};
+    arg_str(&a[0], "HGETALL");
+    arg_fmt(&a[0], "tm:{%s}:sess", id);
+    arg_str(&a[1], "HGETALL");
+    arg_fmt(&a[1], "tm:{%s}:q:%s", id, key);
+    redisReply *x[2] = {NULL, NULL};
+    int rc = a[0].oom || a[1].oom ? TIDEMARK_ENOMEM : pool_run(r, a, 2, x);
+    args_free(&a[0]);
+    args_free(&a[1]);
+    if (rc)
+        return rc;
+    *req_rc = hash_reply(&x[1]);
+    if (*req_rc == 0) {
+        rec_from_hash(x[1], id, key, req);
+        freeReplyObject(x[1]);
+    }
+    rc = hash_reply(&x[0]);
+    return rc ? rc : session_of_hash(x[0], sess);
+}
 
 static int r_session_set_attr(tm_store *st, const char *id, const char *name, const char *value)
 {
@@ -3052,6 +3090,7 @@ static const struct tm_store_ops redis_ops = {
     .event_epoch = r_event_epoch,
     .append_ex = r_append_ex,
     .request_get = r_request_get,
+    .session_request_get = r_session_request_get,
     .request_begin = r_request_begin,
     .requests_unfinished = r_requests_unfinished,
     .exec_schema = r_exec_schema,

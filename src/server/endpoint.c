@@ -81,13 +81,19 @@ static int origin_allowed(tidemark_server_t *s, const char *origin)
 
 tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx)
 {
+    return tm_require_session_prefetch(srv, r, ctx, NULL, NULL);
+}
+
+tm_sess *tm_require_session_prefetch(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+                                     const char *key, tm_req_prefetch *pf)
+{
     const char *sid = ctx->sid;
     if (!sid) {
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "session_required",
                     "Bad Request: Mcp-Session-Id header is required", NULL);
         return NULL;
     }
-    tm_sess *s = tm_sess_find(srv, sid);
+    tm_sess *s = tm_sess_find_prefetch(srv, sid, key, pf);
     if (s && (strcmp(s->version, TIDEMARK_PROTOCOL_2026_07_28) == 0 ||
               strcmp(s->principal, ctx->principal) != 0)) {
         /* A 2026-07-28 call's or listener's store session is not a 2025

@@ -57,7 +57,7 @@ static void call_unregister(tidemark_call_t *c)
         return;
     pthread_mutex_lock(&c->sess->mu);
     if (tm_map_get(c->sess->calls, c->reqkey) == c)
-        tm_map_del(c->sess->calls, c->reqkey);
+        tm_sess_calls_del(c->sess, c->reqkey);
     c->registered = 0;
     pthread_mutex_unlock(&c->sess->mu);
 }

@@ -90,7 +90,8 @@ static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
  * the stored response, without running the tool again; running -> attach
  * to its stream. Returns 1 when the POST was answered here.
  */
-static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m)
+static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m,
+                         tm_req_prefetch *pf)
 {
     char key[TM_REQ_KEY_MAX], stream[TM_STREAM_MAX] = "";
     if (tm_request_key(m, key) != 0)
@@ -105,6 +106,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     }
     int same_id = 1;
     pthread_mutex_lock(&sess->mu);
+    int fresh = pf && pf->rc != 1 && pf->gone == sess->calls_gone; /* no call settled since */
     tidemark_call_t *live = tm_map_get(sess->calls, key);
     if (live && live->job && live->job->sse) {
         snprintf(stream, sizeof stream, "%s", live->job->stream);
@@ -117,9 +119,13 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     tm_request_rec rec;
     memset(&rec, 0, sizeof rec);
     if (!stream[0]) {
-        if (tm_sess_surely_unrecorded(sess, key) ||
-            tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+        if (fresh && pf->rc == 0) { /* read with the session: taken over */
+            rec = pf->rec;
+            pf->rc = 1;
+        } else if (fresh || tm_sess_surely_unrecorded(sess, key) ||
+                   tm_store_request_get(srv->store, sess->id, key, &rec) != 0) {
             return 0;
+        }
         if (rec.state == TM_REQ_COMPLETED && rec.response) {
             tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
             json_t *resp = json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL);
@@ -266,7 +272,8 @@ static void post_initialize(tidemark_server_t *srv, tm_http_req *r, const tm_req
 /* Everything that is answered before a job exists: a batch on a version
  * without batches, notifications and responses (202), a retry of a
  * recorded call, a session over its queue (429). 1 when answered. */
-static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm)
+static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                               tm_req_prefetch *pf)
 {
     if (pm->batch && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_03_26) != 0) {
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
@@ -284,7 +291,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
         tm_http_reply(r, 202, NULL, NULL, 0);
         return 1;
     }
-    if (!pm->batch && tm_is_call(&pm->m[0]) && answer_repeat(srv, r, sess, &pm->m[0]))
+    if (!pm->batch && tm_is_call(&pm->m[0]) && answer_repeat(srv, r, sess, &pm->m[0], pf))
         return 1;
     /* Admission before anything is recorded: a refused call never ran,
      * so the client may send it again under the same id. */
@@ -439,7 +446,7 @@ static void call_start(tm_job *j, tidemark_call_t *c)
         return;
     if (c->registered) {
         pthread_mutex_lock(&sess->mu);
-        tm_map_del(sess->calls, c->reqkey);
+        tm_sess_calls_del(sess, c->reqkey);
         pthread_mutex_unlock(&sess->mu);
     }
     json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR, "Server is stopping",
@@ -578,12 +585,17 @@ static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
         tm_reply_json(r, 400, tm_jsonrpc_error(pm->m[0].id, tm_invalid_code(&pm->m[0]),
                                                pm->m[0].detail, pm->m[0].why, NULL));
     } else {
-        tm_sess *sess = tm_require_session(srv, r, ctx);
-        if (sess && post_answered_early(srv, r, sess, pm))
+        /* A lone call's record is read with its session (a retry?). */
+        char key[TM_REQ_KEY_MAX];
+        int lone = !pm->batch && tm_is_call(&pm->m[0]) && tm_request_key(&pm->m[0], key) == 0;
+        tm_req_prefetch pf = TM_REQ_PREFETCH_INIT;
+        tm_sess *sess = tm_require_session_prefetch(srv, r, ctx, lone ? key : NULL, &pf);
+        if (sess && post_answered_early(srv, r, sess, pm, &pf))
             tm_sess_unref(sess);
         else if (sess) /* the store mark is taken before the records: a tool that
                           is not idempotent waits for them by it */
             tm_post_submit(srv, r, sess, pm, TM_POST_QUIET);
+        tm_req_prefetch_clear(&pf);
     }
     post_msgs_free(pm);
     free(pm);

@@ -175,7 +175,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
                 continue;
             if (c->registered) {
                 pthread_mutex_lock(&sess->mu);
-                tm_map_del(sess->calls, c->reqkey);
+                tm_sess_calls_del(sess, c->reqkey);
                 pthread_mutex_unlock(&sess->mu);
             }
         }

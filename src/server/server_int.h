@@ -42,6 +42,7 @@ typedef struct tm_sess {
     json_t *subs;            /* uri -> true: the resources subscribed to (a copy of
                                 the store's "sub:<uri>" attributes, for the limit) */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
+    unsigned calls_gone;     /* calls that have left calls (tm_sess_calls_del) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
     tm_map *recorded;        /* every key this session has a request record under, when
                                 that is known here: made by initialize on a store of
@@ -190,6 +191,24 @@ tm_sess *tm_sess_ref(tm_sess *s);
 void tm_sess_unref(tm_sess *s);
 /* Find a live session, loading it from the store after a restart. New ref. */
 tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id);
+/* A lone call's request record, read with its session where nodes share
+ * the store (one round trip; answer_repeat reads it instead of asking the
+ * store again). rc: 1 not read; else what tm_store_request_get returned
+ * (0: rec filled). gone: the session's calls_gone before the read; once it
+ * has moved, a call of the session may have settled since, and the record
+ * read may be stale. */
+typedef struct tm_req_prefetch {
+    int rc;
+    unsigned gone;
+    tm_request_rec rec;
+} tm_req_prefetch;
+#define TM_REQ_PREFETCH_INIT {.rc = 1}
+void tm_req_prefetch_clear(tm_req_prefetch *pf);
+/* tm_sess_find, reading key's request record into pf (key, pf may be NULL). */
+tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const char *key,
+                               tm_req_prefetch *pf);
+/* Out of the session's calls (s->mu held). */
+void tm_sess_calls_del(tm_sess *s, const char *key);
 /* The session's record keys, kept from now on (a new session, one node). */
 void tm_sess_know_records(tm_sess *s);
 /* key gets a request record (called before it is begun). */
@@ -234,6 +253,9 @@ int tm_refuse_version(tm_http_req *r);
 /* The request's session (new ref), or NULL after answering 400/404: a
  * session of another principal is answered 404 as one that does not exist. */
 tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx);
+/* The same, reading key's request record with it (tm_sess_find_prefetch). */
+tm_sess *tm_require_session_prefetch(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+                                     const char *key, tm_req_prefetch *pf);
 /* endpoint.c: the authorization gate. Called on the I/O thread once the
  * request's JSON-RPC messages are known (msgs NULL, n 0: GET, DELETE): the
  * headers cont needs are copied into a tm_reqctx, then, with authorization

@@ -129,7 +129,49 @@ int tm_sess_surely_unrecorded(tm_sess *s, const char *key)
     return absent;
 }
 
+void tm_sess_calls_del(tm_sess *s, const char *key)
+{
+    if (tm_map_del(s->calls, key))
+        s->calls_gone++;
+}
+
+void tm_req_prefetch_clear(tm_req_prefetch *pf)
+{
+    if (pf && pf->rc == 0)
+        tm_request_rec_clear(&pf->rec);
+    if (pf)
+        pf->rc = 1;
+}
+
+/* The store's word on s, a session nodes share: another node may have
+ * deleted it (or Redis lost it, FLUSHALL) or changed an attribute. With
+ * key: its request record read in the same round trip. */
+static int shared_check(tidemark_server_t *srv, tm_sess *s, const char *key, tm_req_prefetch *pf)
+{
+    tm_session_rec chk;
+    int rc;
+    if (key && pf) {
+        pthread_mutex_lock(&s->mu);
+        pf->gone = s->calls_gone;
+        pthread_mutex_unlock(&s->mu);
+        rc = tm_store_session_request_get(srv->store, s->id, key, &chk, &pf->rec, &pf->rc);
+    } else {
+        rc = tm_store_session_get(srv->store, s->id, &chk);
+    }
+    if (rc == 0) {
+        tm_sess_apply_attrs(s, chk.attrs);
+        tm_session_rec_clear(&chk);
+    }
+    return rc;
+}
+
 tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
+{
+    return tm_sess_find_prefetch(srv, id, NULL, NULL);
+}
+
+tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const char *key,
+                               tm_req_prefetch *pf)
 {
     if (!id || strlen(id) != TM_SESSION_ID_LEN)
         return NULL;
@@ -138,27 +180,17 @@ tm_sess *tm_sess_find(tidemark_server_t *srv, const char *id)
     if (s)
         tm_sess_ref(s);
     pthread_mutex_unlock(&srv->mu);
-    if (s && tm_store_shared(srv->store)) {
-        /* Nodes share the store: another node may have deleted the session
-         * (or Redis lost it, FLUSHALL): the store decides, not our memory. */
-        tm_session_rec chk;
-        int rc = tm_store_session_get(srv->store, id, &chk);
-        if (rc == 0) { /* another node may have changed an attribute */
-            tm_sess_apply_attrs(s, chk.attrs);
-            tm_session_rec_clear(&chk);
+    if (s && tm_store_shared(srv->store) && shared_check(srv, s, key, pf) == TIDEMARK_ENOTFOUND) {
+        pthread_mutex_lock(&srv->mu);
+        tm_sess *m = tm_map_get(srv->sessions, id);
+        if (m == s && tm_map_del(srv->sessions, id) == s) {
+            tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+            tm_sess_unref(s); /* the map's reference */
         }
-        if (rc == TIDEMARK_ENOTFOUND) {
-            pthread_mutex_lock(&srv->mu);
-            tm_sess *m = tm_map_get(srv->sessions, id);
-            if (m == s && tm_map_del(srv->sessions, id) == s) {
-                tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
-                tm_sess_unref(s); /* the map's reference */
-            }
-            pthread_mutex_unlock(&srv->mu);
-            tm_sess_close(s);
-            tm_sess_unref(s);
-            return NULL;
-        }
+        pthread_mutex_unlock(&srv->mu);
+        tm_sess_close(s);
+        tm_sess_unref(s);
+        return NULL;
     }
     if (s)
         return s;

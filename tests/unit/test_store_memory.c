@@ -1114,6 +1114,46 @@ static void test_request_complete(void **state)
     tm_store_close(st);
 }
 
+/* A session and one of its records read together: the same as the two
+ * reads alone (Redis makes them one round trip). */
+static void test_session_request_get(void **state)
+{
+    (void)state;
+    tm_store *st = open_store(0);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    begin_rec(st, "a", "i:7", "r1", 1);
+    static const char resp[] = {'{', '"', 'r', '"', ':', '\0', '1', '}'};
+    complete_rec(st, "a", "r1", "i:7", resp, sizeof resp);
+    tm_session_rec s;
+    tm_request_rec q;
+    int qrc = -1;
+    assert_int_equal(tm_store_session_request_get(st, "a", "i:7", &s, &q, &qrc), 0);
+    assert_string_equal(s.id, "a");
+    assert_string_equal(s.protocol_version, "2025-06-18");
+    assert_string_equal(s.client, "{\"clientInfo\":{\"name\":\"t\"}}");
+    assert_int_equal(qrc, 0);
+    assert_string_equal(q.session, "a");
+    assert_string_equal(q.key, "i:7");
+    assert_int_equal(q.state, TM_REQ_COMPLETED);
+    assert_string_equal(q.stream, "r1");
+    assert_int_equal(q.response_len, sizeof resp);
+    assert_memory_equal(q.response, resp, sizeof resp);
+    tm_session_rec_clear(&s);
+    tm_request_rec_clear(&q);
+    /* no record under the key: the session all the same */
+    assert_int_equal(tm_store_session_request_get(st, "a", "i:8", &s, &q, &qrc), 0);
+    assert_string_equal(s.id, "a");
+    assert_int_equal(qrc, TIDEMARK_ENOTFOUND);
+    assert_null(q.key);
+    tm_session_rec_clear(&s);
+    /* no session: its record is not known */
+    assert_int_equal(tm_store_session_request_get(st, "zz", "i:7", &s, &q, &qrc), TIDEMARK_ENOTFOUND);
+    assert_int_equal(qrc, 1);
+    assert_null(q.key);
+    tm_store_close(st);
+}
+
 typedef struct rec_seen {
     int n, stop_at;
     char what[8][64]; /* "session key stream" */
@@ -1246,6 +1286,7 @@ int main(void)
         cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_request_begin_get),
         cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_session_request_get),
         cmocka_unit_test(test_requests_unfinished),
         cmocka_unit_test(test_request_keys_any_bytes),
     };

@@ -298,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_request_begin_get),
         cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_session_request_get),
         cmocka_unit_test(test_requests_unfinished),
         cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_attrs_and_rows_survive_reopen),
