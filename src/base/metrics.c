@@ -20,6 +20,7 @@ static const counter_def counters[TM_M_COUNTER_COUNT] = {
     [TM_M_RESUME_UNKNOWN_STREAM] = {"tidemark_resumes_total", "outcome=\"unknown_stream\"", NULL},
     [TM_M_RESUME_CONFLICT] = {"tidemark_resumes_total", "outcome=\"conflict\"", NULL},
     [TM_M_REQUESTS_DEDUPLICATED] = {"tidemark_requests_deduplicated_total", "", "Repeated requests answered from their record."},
+    [TM_M_REQUEST_LOOKUPS] = {"tidemark_request_lookups_total", "", "Store reads of a request record to tell a retry from a new request."},
     [TM_M_OUTCOME_UNKNOWN] = {"tidemark_outcome_unknown_total", "", "Requests ended with outcome_unknown after a crash."},
     [TM_M_REQUESTS_RECOVERED] = {"tidemark_requests_recovered_total", "", "Requests re-run after a crash (atomic or idempotent tools)."},
     [TM_M_COMMITS] = {"tidemark_commits_total", "", "Group commits."},

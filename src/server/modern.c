@@ -633,7 +633,10 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
     char key[TM_REQ_KEY_MAX];
     tm_request_rec rec;
     memset(&rec, 0, sizeof rec);
-    if (tm_request_key(m, key) != 0 || tm_store_request_get(srv->store, sid, key, &rec) != 0)
+    if (tm_request_key(m, key) != 0)
+        return 0;
+    tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+    if (tm_store_request_get(srv->store, sid, key, &rec) != 0)
         return 0;
     json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
     int same = orig && same_call(orig, m->raw);

@@ -122,9 +122,12 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
         if (fresh && pf->rc == 0) { /* read with the session: taken over */
             rec = pf->rec;
             pf->rc = 1;
-        } else if (fresh || tm_sess_surely_unrecorded(sess, key) ||
-                   tm_store_request_get(srv->store, sess->id, key, &rec) != 0) {
+        } else if (fresh || tm_sess_surely_unrecorded(sess, key)) {
             return 0;
+        } else {
+            tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+            if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+                return 0;
         }
         if (rec.state == TM_REQ_COMPLETED && rec.response) {
             tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);

@@ -44,11 +44,16 @@ typedef struct tm_sess {
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
     unsigned calls_gone;     /* calls that have left calls (tm_sess_calls_del) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
-    tm_map *recorded;        /* every key this session has a request record under, when
-                                that is known here: made by initialize on a store of
-                                one node (this process writes all its records); NULL
-                                once past TM_SESS_RECORDED_MAX or for a session read
-                                back from the store (ask the store) */
+    int records_known;       /* every request record of this session is begun here:
+                                made by initialize on a store of one node (this
+                                process writes all its records); 0 for a session
+                                read back from the store (ask the store) */
+    tm_map *recorded;        /* records_known: every key it has a record under, until
+                                past TM_SESS_RECORDED_MAX (then NULL) */
+    int64_t max_int_key;     /* records_known: the highest integer request id with a
+                                record ("i:N"), when has_int_key; a client's ids
+                                mostly rise, so a new one is surely unrecorded */
+    int has_int_key;
     uint64_t next_req;
 } tm_sess;
 #define TM_SESS_RECORDED_MAX 256

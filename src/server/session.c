@@ -8,6 +8,7 @@
 #include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <gnutls/crypto.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,19 +101,43 @@ void tm_sess_unref(tm_sess *s)
 
 /* A retry is told from a new request by its record; a session whose
  * records were all begun here knows its keys without asking the store
- * (a quiet call, which has none, needs no lookup). Bounded: a session
- * with many records asks the store again. */
+ * (a quiet call, which has none, needs no lookup). Bounded: past
+ * TM_SESS_RECORDED_MAX keys only the highest integer id is kept, which
+ * still answers for a client whose ids rise; any other key asks the store. */
 void tm_sess_know_records(tm_sess *s)
 {
     pthread_mutex_lock(&s->mu);
-    if (!s->recorded)
-        s->recorded = tm_map_new(); /* NULL: the store is asked, as before */
+    if (!s->records_known) {
+        s->records_known = 1;
+        s->recorded = tm_map_new(); /* NULL: only the integer ids are known */
+    }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* key names an integer request id ("i:N", as tm_jsonrpc_id_key writes it).
+ * OUT v: N. */
+static int int_key(const char *key, int64_t *v)
+{
+    if (strncmp(key, "i:", 2) != 0 || !key[2])
+        return 0;
+    errno = 0;
+    char *end;
+    long long n = strtoll(key + 2, &end, 10);
+    if (*end || errno)
+        return 0;
+    *v = n;
+    return 1;
 }
 
 void tm_sess_note_record(tm_sess *s, const char *key)
 {
+    int64_t n;
+    int is_int = int_key(key, &n);
     pthread_mutex_lock(&s->mu);
+    if (s->records_known && is_int && (!s->has_int_key || n > s->max_int_key)) {
+        s->max_int_key = n;
+        s->has_int_key = 1;
+    }
     if (s->recorded && (tm_map_count(s->recorded) >= TM_SESS_RECORDED_MAX ||
                         tm_map_put(s->recorded, key, s) != 0)) {
         tm_map_free(s->recorded);
@@ -123,8 +148,12 @@ void tm_sess_note_record(tm_sess *s, const char *key)
 
 int tm_sess_surely_unrecorded(tm_sess *s, const char *key)
 {
+    int64_t n;
+    int is_int = int_key(key, &n);
     pthread_mutex_lock(&s->mu);
-    int absent = s->recorded && !tm_map_get(s->recorded, key);
+    int absent = s->records_known &&
+                 (s->recorded ? !tm_map_get(s->recorded, key)
+                              : is_int && (!s->has_int_key || n > s->max_int_key));
     pthread_mutex_unlock(&s->mu);
     return absent;
 }
@@ -154,6 +183,7 @@ static int shared_check(tidemark_server_t *srv, tm_sess *s, const char *key, tm_
         pthread_mutex_lock(&s->mu);
         pf->gone = s->calls_gone;
         pthread_mutex_unlock(&s->mu);
+        tm_metric_inc(TM_M_REQUEST_LOOKUPS); /* with the session's read */
         rc = tm_store_session_request_get(srv->store, s->id, key, &chk, &pf->rec, &pf->rc);
     } else {
         rc = tm_store_session_get(srv->store, s->id, &chk);
