@@ -141,7 +141,15 @@ void tm_session_rec_clear(tm_session_rec *rec)
     free(rec->protocol_version);
     free(rec->client);
     free(rec->attrs);
+    json_decref(rec->attrs_obj);
     memset(rec, 0, sizeof *rec);
+}
+
+json_t *tm_session_rec_attrs(const tm_session_rec *rec)
+{
+    if (rec->attrs_obj)
+        return json_incref(rec->attrs_obj);
+    return rec->attrs ? json_loads(rec->attrs, 0, NULL) : NULL;
 }
 
 int tm_store_stream_open(tm_store *st, const char *session, const char *name,

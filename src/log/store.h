@@ -45,6 +45,10 @@ typedef struct tm_session_rec {
     int64_t last_seen_ms;
     char *attrs;        /* JSON text or NULL: state the server keeps per session
                            (log level, subscriptions, standalone stream opened) */
+    json_t *attrs_obj;  /* or, in a visit (sessions_each, sessions_with_attr) of a
+                           store that keeps them parsed (memory), the same as an
+                           object it owns, attrs NULL: read either with
+                           tm_session_rec_attrs() */
 } tm_session_rec;
 
 /* Called after an append is durable (status 0, seq assigned) or failed. */
@@ -249,6 +253,9 @@ int tm_store_session_delete(tm_store *st, const char *id);
  * Elsewhere it is tm_store_session_delete. */
 int tm_store_session_delete_queued(tm_store *st, const char *id);
 void tm_session_rec_clear(tm_session_rec *rec);
+/* The record's attributes as an object (new reference), or NULL when it has
+ * none or they are not JSON. */
+json_t *tm_session_rec_attrs(const tm_session_rec *rec);
 
 /* Open a stream of a session. name "g" opens (or reopens) the standalone
  * stream; NULL creates the next POST stream "r<n>". OUT out: its name. */

@@ -120,31 +120,39 @@ static int m_session_create(tm_store *st, const tm_session_rec *rec)
     return rc;
 }
 
-static int m_session_get(tm_store *st, const char *id, tm_session_rec *out)
+/* A copy of s's record (caller holds the lock). parsed: its attributes as
+ * an object (a visit's), else as text. */
+static int copy_record(const msession *s, tm_session_rec *out, int parsed)
 {
-    mstore *m = (mstore *)st;
-    int rc = 0;
+    out->id = tm_strdup(s->rec.id);
+    out->protocol_version = tm_strdup(s->rec.protocol_version);
+    out->client = tm_strdup(s->rec.client);
+    out->created_ms = s->rec.created_ms;
+    out->last_seen_ms = s->rec.last_seen_ms;
+    int some = s->attrs && json_object_size(s->attrs);
+    if (some && parsed)
+        out->attrs_obj = json_deep_copy(s->attrs);
+    else if (some)
+        out->attrs = json_dumps(s->attrs, JSON_COMPACT | JSON_SORT_KEYS);
+    return !out->id || (some && !out->attrs && !out->attrs_obj) ? TIDEMARK_ENOMEM : 0;
+}
+
+/* OUT out: session id's record (parsed: see copy_record). */
+static int get_record(mstore *m, const char *id, tm_session_rec *out, int parsed)
+{
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&m->mu);
     msession *s = tm_map_get(m->sessions, id);
-    if (!s) {
-        rc = TIDEMARK_ENOTFOUND;
-    } else {
-        out->id = tm_strdup(s->rec.id);
-        out->protocol_version = tm_strdup(s->rec.protocol_version);
-        out->client = tm_strdup(s->rec.client);
-        out->created_ms = s->rec.created_ms;
-        out->last_seen_ms = s->rec.last_seen_ms;
-        out->attrs = s->attrs && json_object_size(s->attrs)
-                         ? json_dumps(s->attrs, JSON_COMPACT | JSON_SORT_KEYS)
-                         : NULL;
-        if (!out->id || (s->attrs && json_object_size(s->attrs) && !out->attrs))
-            rc = TIDEMARK_ENOMEM;
-    }
+    int rc = s ? copy_record(s, out, parsed) : TIDEMARK_ENOTFOUND;
     pthread_mutex_unlock(&m->mu);
     if (rc)
         tm_session_rec_clear(out);
     return rc;
+}
+
+static int m_session_get(tm_store *st, const char *id, tm_session_rec *out)
+{
+    return get_record((mstore *)st, id, out, 0);
 }
 
 static int m_session_touch(tm_store *st, const char *id, int64_t now_ms)
@@ -221,7 +229,7 @@ static int visit(mstore *m, ids_ctx *c, int (*fn)(void *, const tm_session_rec *
     int stop = 0;
     for (size_t i = 0; i < c->n; i++) {
         tm_session_rec rec;
-        if (!stop && m_session_get(&m->base, c->v[i], &rec) == 0) {
+        if (!stop && get_record(m, c->v[i], &rec, 1) == 0) { /* attributes not re-parsed */
             stop = fn(ud, &rec);
             tm_session_rec_clear(&rec);
         }

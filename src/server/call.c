@@ -408,7 +408,7 @@ typedef struct fanout {
 static int notify_one(void *ud, const tm_session_rec *rec)
 {
     fanout *f = ud;
-    json_t *a = rec->attrs ? json_loads(rec->attrs, 0, NULL) : NULL;
+    json_t *a = tm_session_rec_attrs(rec);
     json_t *lmsg = NULL;
     if (json_object_get(a, "listen")) { /* a 2026-07-28 listener: its filter decides */
         if (tm_modern_listener_msg(a, f->method, f->params, &lmsg) &&

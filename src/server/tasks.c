@@ -661,9 +661,9 @@ typedef struct notify_ctx {
 static int notify_listener(void *ud, const tm_session_rec *rec)
 {
     notify_ctx *n = ud;
-    if (!rec->attrs || !strstr(rec->attrs, "taskIds")) /* cheap: most sessions are not */
+    if (rec->attrs && !strstr(rec->attrs, "taskIds")) /* cheap: most sessions are not */
         return 0;
-    json_t *a = json_loads(rec->attrs, 0, NULL);
+    json_t *a = tm_session_rec_attrs(rec); /* its filter decides */
     json_t *msg = NULL;
     if (tm_modern_listener_msg(a, "notifications/tasks", n->params, &msg) &&
         tm_session_append(n->srv, rec->id, "g", msg, 0) != 0)

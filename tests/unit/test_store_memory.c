@@ -981,6 +981,13 @@ static int collect_ids(void *ud, const tm_session_rec *rec)
     return 0;
 }
 
+/* Each visited session's attributes, as tm_session_rec_attrs reads them. */
+static int collect_attrs(void *ud, const tm_session_rec *rec)
+{
+    json_object_set_new(ud, rec->id, tm_session_rec_attrs(rec));
+    return 0;
+}
+
 static void test_sessions_with_attr(void **state)
 {
     (void)state;
@@ -1006,6 +1013,13 @@ static void test_sessions_with_attr(void **state)
     seen = json_object();
     assert_int_equal(tm_store_sessions_with_attr(st, names, 2, collect_ids, seen), 0);
     want = json_pack("{s:i}", "d", 1);
+    assert_true(json_equal(seen, want));
+    json_decref(want);
+    json_decref(seen);
+    /* the visitor reads the attributes, whichever form the store gives */
+    seen = json_object();
+    assert_int_equal(tm_store_sessions_with_attr(st, names, 2, collect_attrs, seen), 0);
+    want = json_pack("{s:{s:b,s:{s:{}}}}", "d", "sub:test://x", 1, "listen", "f");
     assert_true(json_equal(seen, want));
     json_decref(want);
     json_decref(seen);
