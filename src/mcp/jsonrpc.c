@@ -3,8 +3,8 @@
 #include "tidemark/tidemark.h"
 #include "../base/buf.h"
 #include "../base/str.h"
-#include <stdint.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,10 +210,9 @@ json_t *tm_jsonrpc_request(json_t *id, const char *method, json_t *params)
     return o;
 }
 
-/* Most messages fit the stack buffer: one exact malloc, none of json_dumps'
- * growing buffer and its copy. A longer one is dumped again into its size. */
-/* Output of one dump: the first bytes on the caller's stack, the rest (when
- * the message is longer) in a growable buffer, so the value is walked once. */
+/* Output of one dump: the bytes on the caller's stack while they fit (one
+ * exact malloc after, none of json_dumps' growing buffer and its copy);
+ * past that all of them in a growable buffer. The value is walked once. */
 typedef struct {
     char *stack;
     size_t cap, len;
