@@ -51,9 +51,8 @@ typedef struct tm_sess {
     tm_map *recorded;        /* records_known: every key it has a record under, until
                                 past TM_SESS_RECORDED_MAX (then NULL) */
     int64_t max_int_key;     /* records_known: the highest integer request id with a
-                                record ("i:N"), when has_int_key; a client's ids
-                                mostly rise, so a new one is surely unrecorded */
-    int has_int_key;
+                                record ("i:N"; INT64_MIN before any); a client's ids
+                                mostly rise, so a higher one is surely unrecorded */
     uint64_t next_req;
 } tm_sess;
 #define TM_SESS_RECORDED_MAX 256

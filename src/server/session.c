@@ -109,6 +109,7 @@ void tm_sess_know_records(tm_sess *s)
     pthread_mutex_lock(&s->mu);
     if (!s->records_known) {
         s->records_known = 1;
+        s->max_int_key = INT64_MIN;
         s->recorded = tm_map_new(); /* NULL: only the integer ids are known */
     }
     pthread_mutex_unlock(&s->mu);
@@ -134,10 +135,8 @@ void tm_sess_note_record(tm_sess *s, const char *key)
     int64_t n;
     int is_int = int_key(key, &n);
     pthread_mutex_lock(&s->mu);
-    if (s->records_known && is_int && (!s->has_int_key || n > s->max_int_key)) {
+    if (s->records_known && is_int && n > s->max_int_key)
         s->max_int_key = n;
-        s->has_int_key = 1;
-    }
     if (s->recorded && (tm_map_count(s->recorded) >= TM_SESS_RECORDED_MAX ||
                         tm_map_put(s->recorded, key, s) != 0)) {
         tm_map_free(s->recorded);
@@ -153,7 +152,7 @@ int tm_sess_surely_unrecorded(tm_sess *s, const char *key)
     pthread_mutex_lock(&s->mu);
     int absent = s->records_known &&
                  (s->recorded ? !tm_map_get(s->recorded, key)
-                              : is_int && (!s->has_int_key || n > s->max_int_key));
+                              : is_int && n > s->max_int_key);
     pthread_mutex_unlock(&s->mu);
     return absent;
 }
