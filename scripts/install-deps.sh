@@ -11,7 +11,9 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
       libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libgnutls28-dev
-      librhonabwy-dev)
+      librhonabwy-dev
+      # libpq-dev: the PostgreSQL store's client library
+      libpq-dev)
 test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
       # llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's
@@ -20,7 +22,14 @@ test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # openssl: the CA and certificates tls_transport makes
       openssl
       # valgrind: callgrind's instruction counts (bench/instructions.sh)
-      valgrind)
+      valgrind
+      # postgresql-15: the clusters the PostgreSQL store tests start (initdb,
+      # pg_basebackup, pg_ctl; never the system cluster); patroni + etcd-server:
+      # the failover manager in the HA test
+      postgresql-15 postgresql-client-15 patroni etcd-server
+      # spin: the model checker (make model); dwarves (pahole) and
+      # abigail-tools (abidiff): the public ABI checks
+      spin dwarves abigail-tools)
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
 [ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
