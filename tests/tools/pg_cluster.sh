@@ -14,8 +14,12 @@
 #   pg_cluster.sh kill DIR N            SIGKILL node N's postmaster and its children
 #   pg_cluster.sh start-node DIR N      start node N (as it is configured)
 #   pg_cluster.sh stop-node DIR N       stop node N (fast shutdown)
-#   pg_cluster.sh promote DIR N         promote standby N; waits until it accepts writes
+#   pg_cluster.sh promote DIR N         promote standby N; waits until it accepts writes;
+#                                       its synchronous_standby_names become
+#                                       'ANY 1 (the other nodes' names)'
 #   pg_cluster.sh follow DIR N M        make standby N stream from node M; waits
+#   pg_cluster.sh rejoin DIR N M        node N (a former primary, say) copied afresh
+#                                       from node M (pg_basebackup), streaming from it
 #   pg_cluster.sh lsn DIR N             primary: current WAL LSN; standby: received
 #                                       (replayed when nothing received yet)
 #   pg_cluster.sh most-advanced DIR N.. the node among N.. with the highest received LSN
@@ -23,8 +27,8 @@
 #                                       the rows unaligned, no header
 #   pg_cluster.sh uri DIR [N]           the URI of every node, or of node N alone
 #
-# Every node has synchronous_standby_names = 'ANY 1 (s1, .., sSTANDBYS)' (a
-# standby uses it once promoted), fsync and synchronous_commit on, trust
+# Node N's application name is sN. Every node starts with
+# synchronous_standby_names = 'ANY 1 (s1, .., sSTANDBYS)' (none with no standby), fsync and synchronous_commit on, trust
 # authentication on loopback and the socket. Only the URI (or the asked
 # value) goes to stdout; progress and errors go to stderr. Exit 77 when the
 # PostgreSQL server binaries are not installed (scripts/install-deps.sh --test).
@@ -332,7 +336,35 @@ cmd_promote() {
     (( $(now_s) < deadline )) || die "node $n not read-write after promote"
     sleep 0.05
   done
-  log "node $n promoted"
+  # The new primary waits for ANY 1 of the other nodes (their application names).
+  local i names=""
+  for ((i = 0; i < NODES; i++)); do (( i == n )) || names+="${names:+, }s$i"; done
+  if [[ -n "$(sync_names)" && -n "$names" ]]; then
+    q "$n" "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 ($names)'" >/dev/null
+    q "$n" "SELECT pg_reload_conf()" >/dev/null
+  fi
+  log "node $n promoted (synchronous_standby_names 'ANY 1 ($names)')"
+}
+
+# rejoin N M: node N (a dead or diverged former primary, say) copied afresh
+# from node M and streaming from it.
+cmd_rejoin() {
+  local n=$1 m=$2
+  [[ "$n" != "$m" ]] || die "a node cannot follow itself"
+  if [[ -n "$(pid_of "$n")" ]]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$(datadir "$n")" -m immediate -w -t 10 stop >/dev/null 2>&1 || true
+  fi
+  kill_node "$n"
+  rm -rf "$(datadir "$n")"
+  as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$(port_of "$m")" -U postgres -D "$(datadir "$n")" \
+    -R -X stream -c fast -N >"$DIR/basebackup$n.log" 2>&1 ||
+    { cat "$DIR/basebackup$n.log" >&2; die "pg_basebackup of node $n from node $m failed"; }
+  as_pg sed -i '/^primary_conninfo/d' "$(datadir "$n")/postgresql.auto.conf"
+  write_node_conf "$n" "$(port_of "$n")" "$(port_of "$m")"
+  pg_start "$n"
+  wait_streaming "$m" "s$n"
+  write_env
+  log "node $n copied from node $m and streaming from it"
 }
 
 cmd_follow() {
@@ -375,8 +407,8 @@ cmd_most_advanced() {
 main() {
   local cmd=${1:-}; shift || true
   case "$cmd" in
-    start|stop|kill|start-node|stop-node|promote|follow|lsn|most-advanced|psql|uri) ;;
-    *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    start|stop|kill|start-node|stop-node|promote|follow|rejoin|lsn|most-advanced|psql|uri) ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
   PG_BIN=$(find_pg_bin)
   if [[ -z "$PG_BIN" || ! -x "$PG_BIN/initdb" || ! -x "$PG_BIN/pg_ctl" ]]; then
@@ -399,6 +431,7 @@ main() {
       write_env ;;
     promote) cmd_promote "${1:?N missing}"; write_env ;;
     follow) cmd_follow "${1:?N missing}" "${2:?M missing}" ;;
+    rejoin) cmd_rejoin "${1:?N missing}" "${2:?M missing}" ;;
     lsn) lsn_of "${1:?N missing}" ;;
     most-advanced) (( $# )) || die "most-advanced needs node numbers"; cmd_most_advanced "$@" ;;
     psql) q "${1:?N missing}" "${2:?SQL missing}" ;;
