@@ -28,6 +28,8 @@ int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out)
         return tm_store_sqlite_open(uri + 7, opt, out);
     if (strncmp(uri, "redis://", 8) == 0)
         return tm_store_redis_open(uri, opt, out);
+    if (strncmp(uri, "postgresql://", 13) == 0 || strncmp(uri, "postgres://", 11) == 0)
+        return tm_store_pg_open(uri, opt, out);
     return TIDEMARK_ENOTSUP;
 }
 
@@ -341,6 +343,11 @@ uint64_t tm_retain_first_by_count(const tm_store_options *opt, uint64_t first, u
 int64_t tm_retain_cutoff_ms(const tm_store_options *opt, int64_t now_ms)
 {
     return opt->retain_ms > 0 ? now_ms - opt->retain_ms : INT64_MIN;
+}
+
+const char *tm_store_unavailable_reason(tm_store *st)
+{
+    return tm_store_pg_not_replicated(st) ? "store_not_replicated" : "store_unavailable";
 }
 
 int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }

@@ -67,6 +67,8 @@ typedef enum tm_durability {
     TM_DURABILITY_POWER = 0, /* survives power loss (fsync every commit) */
     TM_DURABILITY_PROCESS,   /* survives a killed process */
     TM_DURABILITY_NONE,      /* memory only */
+    TM_DURABILITY_REPLICATED, /* PostgreSQL: power, on a primary with a synchronous standby
+                                 (writes refused while it has none) */
 } tm_durability;
 
 typedef struct tm_store_options {
@@ -78,6 +80,8 @@ typedef struct tm_store_options {
                                  keep it well below the session TTL */
     int accept_loss;          /* SQLite: open even when the database holds fewer commits
                                  than its head file recorded (else TIDEMARK_ERANGE) */
+    int64_t store_timeout_ms; /* PostgreSQL: a batch's commit waits this long for the primary
+                                 (and its standby), then fails as not acknowledged (0 = 5000) */
     int64_t ready_wait_ms;    /* Redis: how long to wait for a server that is still
                                  loading its dataset, at open and on reconnect (0 = 60000) */
     /* Told of durable events and bus messages from the moment the store's
@@ -193,7 +197,8 @@ struct tm_store {
     void *bus_ud;
 };
 
-/* Open a store by URI: "memory", "sqlite:PATH" or "redis://HOST[:PORT][/DB]".
+/* Open a store by URI: "memory", "sqlite:PATH", "redis://HOST[:PORT][/DB]" or a
+ * PostgreSQL connection URI ("postgresql://..." or "postgres://...").
  * Returns 0 or a negative code. */
 int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out);
 /* Set the listener told of every durable event. Call before any write, and
@@ -355,6 +360,11 @@ void tm_store_release(tm_store *st);
  * database is found damaged. For /readyz and typed errors; cheap (no I/O). */
 int tm_store_writable(tm_store *st);
 
+/* The typed reason of a 503 while the store refuses writes:
+ * "store_not_replicated" (a PostgreSQL primary without its synchronous
+ * standby, durability replicated) or "store_unavailable". */
+const char *tm_store_unavailable_reason(tm_store *st);
+
 /* Backend constructors. */
 int tm_store_memory_open(const tm_store_options *opt, tm_store **out);
 /* Besides the database (WAL mode) it keeps PATH.lock (one writer per file:
@@ -373,6 +383,15 @@ size_t tm_store_sqlite_cached_streams(tm_store *st);
  * A restarted server found loading on reconnect is waited for as long before
  * queued writes fail. */
 int tm_store_redis_open(const char *uri, const tm_store_options *opt, tm_store **out);
+
+/* uri: a libpq connection URI. TIDEMARK_EIO when no writable primary answers;
+ * TIDEMARK_ENOTSUP with emit_early; TIDEMARK_ERANGE when the database's schema
+ * is newer than this build's. */
+int tm_store_pg_open(const char *uri, const tm_store_options *opt, tm_store **out);
+/* 1 while a PostgreSQL store opened with durability replicated refuses
+ * writes because its primary has no synchronous standby; 0 otherwise and on
+ * every other store. */
+int tm_store_pg_not_replicated(tm_store *st);
 
 /* For backends: deliver the commit notification. */
 void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq);

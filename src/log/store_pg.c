@@ -1,0 +1,766 @@
+/*
+ * store_pg.c - the event log on PostgreSQL, shared by many nodes, with the
+ * store node itself replicated (synchronous standbys, a failover manager).
+ * URI: any libpq connection URI, "postgresql://" or "postgres://"; every
+ * libpq parameter and the PG* environment variables apply. Several hosts
+ * with target_session_attrs=read-write let a node find the new primary
+ * after a failover by itself.
+ *
+ * PostgreSQL is the only authority (schema: store_pg_schema.h). A stream's
+ * seq is taken by the UPDATE that locks the stream's row in the transaction
+ * that writes the event (tm_append), so seqs are dense and a node learns one
+ * only from a COMMIT that returned: commit, then emit.
+ *
+ * Threads. The group-commit writer (writer.h) owns the write connection:
+ * every batch is one transaction sent in libpq's pipeline mode (BEGIN, one
+ * statement per op, one NOTIFY naming the batch's streams, COMMIT, then one
+ * Sync: a round trip per batch). An atomic effect runs its own statements
+ * inside a savepoint of that transaction, out of pipeline mode. Readers use
+ * a small pool of connections. One thread LISTENs for other nodes' commits
+ * and bus messages and renews this node's lease.
+ *
+ * Commit outcome. A batch whose COMMIT did not answer OK within the store
+ * timeout, whose connection dropped, or whose COMMIT drew PostgreSQL's
+ * "already committed locally, but might not have been replicated" warning
+ * has an unknown outcome: every op of it fails with TIDEMARK_EIO, nothing
+ * is emitted, and the connection is closed, never cancelled (a cancelled
+ * wait for a standby would make the commit visible unreplicated). The
+ * request record decides on a retry.
+ *
+ * Epochs. A new random epoch at every open and at every reconnect of the
+ * writer (a failover among them): an event written under a new primary can
+ * never be taken for one an old primary lost. Every event stores its
+ * writer's epoch.
+ *
+ * Local state is a hint, never the truth: per stream this node's appends
+ * queued and the highest seq it saw committed (bounds' "assigned"), whether
+ * a close is queued, and per session a block of reserved stream numbers.
+ *
+ * Lock order: c_mu before the writer queue's lock; p_mu and e_mu are leaves.
+ * Callbacks and the commit listener run with no store lock held.
+ */
+#include "store.h"
+#include "store_pg_int.h"
+#include "store_pg_schema.h"
+#include "txn.h"
+#include "writer.h"
+#include "../base/buf.h"
+#include "../base/clock.h"
+#include "../base/crash.h"
+#include "../base/log.h"
+#include "../base/map.h"
+#include "../base/random.h"
+#include "../base/str.h"
+#include "tidemark/tidemark.h"
+#include <libpq-fe.h>
+#include <inttypes.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+char *tm_pg_cache_key(const char *session, const char *name)
+{
+    size_t a = strlen(session), b = strlen(name);
+    char *k = malloc(a + b + 2);
+    if (k) {
+        memcpy(k, session, a);
+        k[a] = '\x1f';
+        memcpy(k + a + 1, name, b + 1);
+    }
+    return k;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void tm_pg_epoch(pgstore *p, char out[TM_EPOCH_LEN + 1])
+{
+    pthread_mutex_lock(&p->e_mu);
+    memcpy(out, p->epoch, TM_EPOCH_LEN + 1);
+    pthread_mutex_unlock(&p->e_mu);
+}
+
+void tm_pg_new_epoch(pgstore *p)
+{
+    char e[TM_EPOCH_LEN + 1];
+    if (tm_random_hex(e, TM_EPOCH_LEN / 2) != 0)
+        return;
+    pthread_mutex_lock(&p->e_mu);
+    memcpy(p->epoch, e, sizeof e);
+    pthread_mutex_unlock(&p->e_mu);
+}
+
+int64_t tm_pg_i64(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+char *tm_pg_str(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : tm_strdup(PQgetvalue(r, row, col));
+}
+
+/* A binary bigint column. */
+int64_t tm_pg_bin_i64(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 8)
+        return 0;
+    const unsigned char *b = (const unsigned char *)PQgetvalue(r, row, col);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return (int64_t)v;
+}
+
+/* A text[] literal {"a","b"} of n strings, quotes and backslashes escaped.
+ * A new string (free), NULL when out of memory. */
+char *tm_pg_text_array(const char *const *v, size_t n)
+{
+    tm_buf b;
+    tm_buf_init(&b, (size_t)64 << 20);
+    int rc = tm_buf_adds(&b, "{");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = tm_buf_adds(&b, i ? ",\"" : "\"");
+        for (const char *c = v[i]; *c && rc == 0; c++)
+            rc = *c == '"' || *c == '\\' ? tm_buf_printf(&b, "\\%c", *c) : tm_buf_add(&b, c, 1);
+        if (rc == 0)
+            rc = tm_buf_adds(&b, "\"");
+    }
+    if (rc == 0)
+        rc = tm_buf_adds(&b, "}");
+    if (rc) {
+        tm_buf_free(&b);
+        return NULL;
+    }
+    return tm_buf_steal(&b, NULL);
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+static const char *sync_commit_level(const pgstore *p)
+{
+    return p->opt.durability == TM_DURABILITY_PROCESS ? "local" : "on";
+}
+
+PGconn *tm_pg_connect(pgstore *p, const char *role)
+{
+    char app[64];
+    snprintf(app, sizeof app, "tidemark-%s-%s", role, p->node);
+    /* The URI comes last: what it says wins over these defaults. */
+    const char *keys[] = {"connect_timeout", "application_name", "dbname", NULL};
+    const char *vals[] = {"3", app, p->uri, NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+        TM_DEBUG("postgresql: connect (%s): %s", role, c ? PQerrorMessage(c) : "out of memory");
+        PQfinish(c);
+        return NULL;
+    }
+    /* The writer bounds its batches itself (it closes, never cancels, a
+     * commit that waits too long); every other connection's statements,
+     * small commits included, end with the store timeout. */
+    char set[128];
+    snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld",
+             sync_commit_level(p), strcmp(role, "write") == 0 ? 0LL : (long long)p->timeout_ms);
+    PGresult *r = PQexec(c, set);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Run one statement with text parameters (NULL: SQL NULL). rfmt: 1 for
+ * binary results. Returns the result (PQclear it), or NULL on failure (the
+ * connection's state is then to be checked with PQstatus). */
+PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt)
+{
+    PGresult *r = PQexecParams(c, sql, n, NULL, vals, NULL, NULL, rfmt);
+    ExecStatusType s = PQresultStatus(r);
+    if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
+        return r;
+    TM_DEBUG("postgresql: %.60s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    return NULL;
+}
+
+PGconn *tm_pg_pool_get(pgstore *p)
+{
+    pthread_mutex_lock(&p->p_mu);
+    PGconn *c = p->npool ? p->pool[--p->npool] : NULL;
+    pthread_mutex_unlock(&p->p_mu);
+    return c ? c : tm_pg_connect(p, "read");
+}
+
+/* Give c back; a broken connection is closed instead. */
+void tm_pg_pool_put(pgstore *p, PGconn *c)
+{
+    if (!c)
+        return;
+    if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE) {
+        PQfinish(c);
+        return;
+    }
+    pthread_mutex_lock(&p->p_mu);
+    if (p->npool < POOL_MAX) {
+        p->pool[p->npool++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&p->p_mu);
+    PQfinish(c);
+}
+
+/* One statement on a pooled connection, tried again once on a fresh
+ * connection when the first one was broken (the primary moved). OUT *res.
+ * Returns 0, TIDEMARK_EIO (unreachable) or TIDEMARK_EINVAL (refused). */
+int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                  const int *fmts, int rfmt, PGresult **res)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PGconn *c = tm_pg_pool_get(p);
+        if (!c)
+            continue;
+        *res = PQexecParams(c, sql, n, NULL, vals, lens, fmts, rfmt);
+        ExecStatusType s = PQresultStatus(*res);
+        if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+            TM_DEBUG("postgresql: %.60s: %s", sql, PQresultErrorMessage(*res));
+            PQclear(*res);
+            *res = NULL;
+        }
+        int broken = !*res && PQstatus(c) != CONNECTION_OK;
+        tm_pg_pool_put(p, c);
+        if (*res)
+            return 0;
+        if (!broken)
+            return TIDEMARK_EINVAL;
+    }
+    *res = NULL;
+    return TIDEMARK_EIO;
+}
+
+int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt, PGresult **res)
+{
+    return tm_pg_query_f(p, sql, n, vals, NULL, NULL, rfmt, res);
+}
+
+static void pool_drain(pgstore *p)
+{
+    pthread_mutex_lock(&p->p_mu);
+    while (p->npool)
+        PQfinish(p->pool[--p->npool]);
+    pthread_mutex_unlock(&p->p_mu);
+}
+
+/* ---- schema ------------------------------------------------------------------------- */
+
+static int migrate_locked(PGconn *c, int *from)
+{
+    PGresult *r = tm_pg_exec(c, "SELECT v FROM tm_meta WHERE k = 'schema'", 0, NULL, 0);
+    if (!r)
+        return TIDEMARK_EIO;
+    int have = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
+    PQclear(r);
+    *from = have;
+    if (have > TM_PG_SCHEMA_VERSION) {
+        TM_ERROR("postgresql: the database's schema is version %d, newer than this build's %d",
+                 have, TM_PG_SCHEMA_VERSION);
+        return TIDEMARK_ERANGE;
+    }
+    for (int v = have + 1; v <= TM_PG_SCHEMA_VERSION; v++) {
+        r = PQexec(c, tm_pg_migrations[v - 1]);
+        int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        if (!ok)
+            TM_ERROR("postgresql: schema migration to %d failed: %s", v, PQresultErrorMessage(r));
+        PQclear(r);
+        if (!ok)
+            return TIDEMARK_EIO;
+    }
+    char ver[16];
+    snprintf(ver, sizeof ver, "%d", TM_PG_SCHEMA_VERSION);
+    const char *a[1] = {ver};
+    r = tm_pg_exec(c, "INSERT INTO tm_meta(k, v) VALUES ('schema', $1) "
+                      "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", 1, a, 0);
+    PQclear(r);
+    return r ? 0 : TIDEMARK_EIO;
+}
+
+/* Create or migrate the schema in one transaction under an advisory lock:
+ * nodes starting at once wait for each other; the first does the work. */
+static int schema_ensure(pgstore *p)
+{
+    PGconn *c = tm_pg_connect(p, "schema");
+    if (!c)
+        return TIDEMARK_EIO;
+    PGresult *r = PQexec(c, "BEGIN; SELECT pg_advisory_xact_lock(" TM_PG_LOCK_KEY ");"
+                            "CREATE TABLE IF NOT EXISTS tm_meta(k text PRIMARY KEY, v text)");
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : TIDEMARK_EIO;
+    if (rc)
+        TM_ERROR("postgresql: cannot prepare the schema: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    int from = 0;
+    if (rc == 0)
+        rc = migrate_locked(c, &from);
+    r = PQexec(c, rc == 0 ? "COMMIT" : "ROLLBACK");
+    if (rc == 0 && PQresultStatus(r) != PGRES_COMMAND_OK)
+        rc = TIDEMARK_EIO;
+    PQclear(r);
+    PQfinish(c);
+    if (rc == 0 && from < TM_PG_SCHEMA_VERSION)
+        TM_INFO("postgresql: schema %d -> %d", from, TM_PG_SCHEMA_VERSION);
+    return rc;
+}
+
+/* ---- replication check -------------------------------------------------------------- */
+
+/* With durability replicated: whether the primary c is on has a
+ * synchronous standby configured (synchronous_commit is ours: on). */
+void tm_pg_check_replicated(pgstore *p, PGconn *c)
+{
+    if (p->opt.durability != TM_DURABILITY_REPLICATED)
+        return;
+    PGresult *r = tm_pg_exec(c, "SELECT current_setting('synchronous_standby_names')", 0, NULL, 0);
+    if (!r)
+        return;
+    int none = PQntuples(r) != 1 || PQgetvalue(r, 0, 0)[0] == '\0';
+    PQclear(r);
+    int was = atomic_exchange(&p->not_replicated, none);
+    if (none && !was)
+        TM_ERROR("postgresql: durability replicated, but the primary has no "
+                 "synchronous_standby_names: writes refused (store_not_replicated)");
+    else if (!none && was)
+        TM_INFO("postgresql: the primary has synchronous standbys again: writes accepted");
+}
+
+int tm_store_pg_not_replicated(tm_store *st)
+{
+    return st->ops == &tm_pg_ops && atomic_load(&((pgstore *)st)->not_replicated);
+}
+
+/* ---- the listener: other nodes' commits and bus messages, and the lease -------------- */
+
+typedef struct wake_set {
+    char **keys;
+    size_t n;
+} wake_set;
+
+static void collect_wake(const char *k, void *val, void *ud)
+{
+    (void)val;
+    wake_set *w = ud;
+    w->keys[w->n] = strdup(k);
+    w->n += w->keys[w->n] != NULL;
+}
+
+/* Wake this node's readers of every stream it knows: after the listener
+ * reconnected, a notification may have been lost; they catch up by cursor. */
+static void wake_all(pgstore *p)
+{
+    wake_set w = {NULL, 0};
+    pthread_mutex_lock(&p->c_mu);
+    w.keys = calloc(tm_map_count(p->streams) + 1, sizeof *w.keys);
+    if (w.keys)
+        tm_map_each(p->streams, collect_wake, &w);
+    pthread_mutex_unlock(&p->c_mu);
+    for (size_t i = 0; i < w.n; i++) {
+        char *sep = strchr(w.keys[i], '\x1f');
+        if (sep) {
+            *sep = '\0';
+            tm_store_notify_commit(&p->base, w.keys[i], sep + 1, 0);
+        }
+        free(w.keys[i]);
+    }
+    free(w.keys);
+}
+
+/* "<node>\n<session>\t<stream>\t<head>\n..." or "<node>\n*": wake those readers. */
+static void on_commits(pgstore *p, char *msg)
+{
+    char *line = strchr(msg, '\n');
+    if (!line)
+        return;
+    *line++ = '\0';
+    if (strcmp(msg, p->node) == 0) /* this node's own: woken by the writer */
+        return;
+    if (strcmp(line, "*") == 0) {
+        wake_all(p);
+        return;
+    }
+    while (*line) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (t2) {
+            *t1 = *t2 = '\0';
+            tm_store_notify_commit(&p->base, line, t1 + 1, strtoull(t2 + 1, NULL, 10));
+        }
+        if (!end)
+            break;
+        line = end + 1;
+    }
+}
+
+static int unhex(const char *h, size_t n, unsigned char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = h[2 * i + k];
+            v = v * 16 + (unsigned)(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 99);
+        }
+        if (v > 255)
+            return -1;
+        out[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+/* A large bus message waits in tm_busmsg: "#<id>". */
+static unsigned char *bus_fetch(pgstore *p, const char *id, size_t *len)
+{
+    const char *a[1] = {id};
+    PGresult *r = NULL;
+    if (tm_pg_query(p, "SELECT data FROM tm_busmsg WHERE id = $1", 1, a, 1, &r) != 0)
+        return NULL;
+    unsigned char *d = NULL;
+    if (PQntuples(r) == 1) {
+        *len = (size_t)PQgetlength(r, 0, 0);
+        d = (unsigned char *)tm_memdup(PQgetvalue(r, 0, 0), *len);
+    }
+    PQclear(r);
+    return d;
+}
+
+/* "<node>\t<channel>\t<hex bytes>" or "<node>\t<channel>\t#<id>". */
+static void on_bus(pgstore *p, const char *msg)
+{
+    const char *t1 = strchr(msg, '\t');
+    const char *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+    if (!t2)
+        return;
+    if ((size_t)(t1 - msg) == strlen(p->node) && strncmp(msg, p->node, strlen(p->node)) == 0)
+        return; /* this node's own: told by store.c */
+    char channel[64];
+    snprintf(channel, sizeof channel, "%.*s", (int)(t2 - t1 - 1), t1 + 1);
+    const char *body = t2 + 1;
+    size_t len = 0;
+    unsigned char *data = NULL;
+    if (body[0] == '#') {
+        data = bus_fetch(p, body + 1, &len);
+    } else {
+        len = strlen(body) / 2;
+        data = malloc(len + 1);
+        if (data && unhex(body, len, data) != 0) {
+            free(data);
+            data = NULL;
+        }
+    }
+    if (data)
+        tm_store_notify_bus(&p->base, channel, data, len);
+    free(data);
+}
+
+static PGconn *listen_connect(pgstore *p)
+{
+    PGconn *c = tm_pg_connect(p, "listen");
+    if (!c)
+        return NULL;
+    PGresult *r = PQexec(c, "LISTEN tm_commits; LISTEN tm_bus");
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* This node's lease, on the database's clock; also the moment to check the
+ * primary's replication settings and drop old bus messages. */
+static int lease_renew(pgstore *p, PGconn *c)
+{
+    char ms[24];
+    snprintf(ms, sizeof ms, "%d", LEASE_MS);
+    const char *a[2] = {p->node, ms};
+    PGresult *r = tm_pg_exec(c, "INSERT INTO tm_nodes(node, until_ms) VALUES ($1, tm_now() + $2) "
+                                "ON CONFLICT (node) DO UPDATE SET until_ms = EXCLUDED.until_ms",
+                             2, a, 0);
+    PQclear(r);
+    if (!r)
+        return TIDEMARK_EIO;
+    tm_pg_check_replicated(p, c);
+    return 0;
+}
+
+static void drain_notifies(pgstore *p, PGconn *c)
+{
+    PGnotify *n;
+    while ((n = PQnotifies(c)) != NULL) {
+        if (strcmp(n->relname, "tm_commits") == 0)
+            on_commits(p, n->extra);
+        else if (strcmp(n->relname, "tm_bus") == 0)
+            on_bus(p, n->extra);
+        PQfreemem(n);
+    }
+}
+
+/* Serve one connection until it breaks or the store stops. */
+static void listen_serve(pgstore *p, PGconn *c)
+{
+    int64_t renew_at = 0;
+    while (!atomic_load(&p->stopping)) {
+        if (tm_now_ms() >= renew_at) {
+            if (lease_renew(p, c) != 0 && PQstatus(c) != CONNECTION_OK)
+                return;
+            renew_at = tm_now_ms() + LEASE_RENEW_MS;
+        }
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+        if (pfd.fd < 0 || (poll(&pfd, 1, 200) < 0 && errno != EINTR))
+            return;
+        if (!PQconsumeInput(c))
+            return;
+        drain_notifies(p, c);
+    }
+}
+
+static void *listen_main(void *arg)
+{
+    pgstore *p = arg;
+    int backoff = 20, first = 1;
+    while (!atomic_load(&p->stopping)) {
+        PGconn *c = listen_connect(p);
+        if (!c) {
+            sleep_ms(backoff);
+            backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+            continue;
+        }
+        backoff = 20;
+        atomic_store(&p->listening, 1);
+        if (!first) /* a notification may have been lost meanwhile */
+            wake_all(p);
+        first = 0;
+        listen_serve(p, c);
+        atomic_store(&p->listening, 0);
+        PQfinish(c);
+    }
+    return NULL;
+}
+
+/* ---- bus ------------------------------------------------------------------------------ */
+
+static int pg_publish(tm_store *st, const char *channel, const void *data, size_t len)
+{
+    pgstore *p = (pgstore *)st;
+    size_t head = strlen(p->node) + strlen(channel) + 2;
+    char *msg = malloc(head + 2 * len + 24);
+    if (!msg)
+        return TIDEMARK_ENOMEM;
+    int n = snprintf(msg, head + 1, "%s\t%s\t", p->node, channel);
+    int rc;
+    PGresult *r = NULL;
+    if (head + 2 * len <= NOTIFY_MAX) {
+        static const char hx[] = "0123456789abcdef";
+        for (size_t i = 0; i < len; i++) {
+            msg[n++] = hx[((const unsigned char *)data)[i] >> 4];
+            msg[n++] = hx[((const unsigned char *)data)[i] & 15];
+        }
+        msg[n] = '\0';
+        const char *a[1] = {msg};
+        rc = tm_pg_query(p, "SELECT pg_notify('tm_bus', $1)", 1, a, 0, &r);
+    } else { /* too long for a NOTIFY: the message waits in a row */
+        const char *vals[2] = {data, msg};
+        int lens[2] = {(int)len, 0}, fmts[2] = {1, 0};
+        PGconn *c = tm_pg_pool_get(p);
+        r = c ? PQexecParams(c, "WITH m AS (INSERT INTO tm_busmsg(ms, data) VALUES (tm_now(), $1) "
+                                "RETURNING id) SELECT pg_notify('tm_bus', $2 || '#' || id) FROM m",
+                             2, NULL, vals, lens, fmts, 0)
+              : NULL;
+        rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : TIDEMARK_EIO;
+        tm_pg_pool_put(p, c);
+    }
+    PQclear(r);
+    free(msg);
+    return rc;
+}
+
+/* ---- the writer's queue ---------------------------------------------------------------- */
+
+static int pg_sync(tm_store *st) { return tm_writer_sync(((pgstore *)st)->writer); }
+static int pg_sync_since(tm_store *st, uint64_t mark)
+{
+    return tm_writer_sync_since(((pgstore *)st)->writer, mark);
+}
+static uint64_t pg_mark(tm_store *st) { return tm_writer_mark(((pgstore *)st)->writer); }
+static void pg_hold(tm_store *st, int on)
+{
+    pgstore *p = (pgstore *)st;
+    if (on)
+        tm_writer_hold(p->writer);
+    else
+        tm_writer_release(p->writer);
+}
+
+static int pg_writable(tm_store *st)
+{
+    pgstore *p = (pgstore *)st;
+    return atomic_load(&p->w_down) || atomic_load(&p->not_replicated) ? TIDEMARK_EIO : 0;
+}
+
+/* ---- open and close ------------------------------------------------------------------- */
+
+static void free_hint(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
+
+static void pg_free(pgstore *p)
+{
+    tm_writer_free(p->writer);
+    PQfinish(p->wc);
+    pool_drain(p);
+    if (p->streams)
+        tm_map_each(p->streams, free_hint, NULL);
+    if (p->resv)
+        tm_map_each(p->resv, free_hint, NULL);
+    tm_map_free(p->streams);
+    tm_map_free(p->resv);
+    pthread_mutex_destroy(&p->e_mu);
+    pthread_mutex_destroy(&p->c_mu);
+    pthread_mutex_destroy(&p->p_mu);
+    free(p->uri);
+    free(p);
+}
+
+static void pg_close(tm_store *st)
+{
+    pgstore *p = (pgstore *)st;
+    if (p->writer)
+        tm_writer_stop(p->writer); /* commits what is queued */
+    atomic_store(&p->stopping, 1);
+    if (p->lstarted)
+        pthread_join(p->lthread, NULL);
+    if (p->wc) { /* the lease goes with the node: its records may be claimed at once */
+        const char *a[1] = {p->node};
+        PQclear(tm_pg_exec(p->wc, "DELETE FROM tm_nodes WHERE node = $1", 1, a, 0));
+    }
+    TM_INFO("postgresql store closed (writer %s)", p->node);
+    pg_free(p);
+}
+
+const struct tm_store_ops tm_pg_ops = {
+    .name = "postgresql",
+    .close = pg_close,
+    .session_create = tm_pg_session_create,
+    .session_get = tm_pg_session_get,
+    .session_touch = tm_pg_session_touch,
+    .session_delete = tm_pg_session_delete,
+    .session_set_attr = tm_pg_session_set_attr,
+    .sessions_each = tm_pg_sessions_each,
+    .sessions_with_attr = tm_pg_sessions_with_attr,
+    .stream_open = tm_pg_stream_open,
+    .close_stream = tm_pg_close_stream,
+    .read = tm_pg_read,
+    .bounds = tm_pg_bounds,
+    .event_epoch = tm_pg_event_epoch,
+    .append_ex = tm_pg_append_ex,
+    .request_get = tm_pg_request_get,
+    .request_begin = tm_pg_request_begin,
+    .requests_unfinished = tm_pg_requests_unfinished,
+    .exec_schema = tm_pg_exec_schema,
+    .query = tm_pg_query_json,
+    .rows = tm_pg_rows,
+    .sessions_expire = tm_pg_sessions_expire,
+    .sync = pg_sync,
+    .sync_since = pg_sync_since,
+    .mark = pg_mark,
+    .writable = pg_writable,
+    .publish = pg_publish,
+    .request_claim = tm_pg_request_claim,
+    .hold = pg_hold,
+};
+
+static int check_options(const tm_store_options *opt)
+{
+    if (opt->emit_early) {
+        TM_ERROR("postgresql: emit-early is not offered on this store (commit, then emit)");
+        return TIDEMARK_ENOTSUP;
+    }
+    if (opt->durability == TM_DURABILITY_NONE)
+        return TIDEMARK_EINVAL;
+    return 0;
+}
+
+/* Threads start once the schema is there and this node holds its lease
+ * (nothing is recorded under its name before). */
+static int start(pgstore *p)
+{
+    int rc = schema_ensure(p);
+    if (rc)
+        return rc;
+    if (tm_pg_writer_connect(p) != 0) {
+        TM_ERROR("postgresql: no writable primary at open");
+        return TIDEMARK_EIO;
+    }
+    if (lease_renew(p, p->wc) != 0)
+        return TIDEMARK_EIO;
+    TM_INFO("postgresql store opened on %s:%s (epoch %s, writer %s, synchronous_commit %s%s)",
+            PQhost(p->wc), PQport(p->wc), p->base.epoch, p->node, sync_commit_level(p),
+            p->opt.durability == TM_DURABILITY_REPLICATED ? ", replicated required" : "");
+    if (tm_writer_start(p->writer) != 0)
+        return TIDEMARK_EIO;
+    if (pthread_create(&p->lthread, NULL, listen_main, p) != 0)
+        return TIDEMARK_EIO;
+    p->lstarted = 1;
+    /* Subscribed before the first caller can miss another node's wake-up
+     * (bounded: the listener keeps trying on its own). */
+    for (int i = 0; i < 400 && !atomic_load(&p->listening); i++)
+        sleep_ms(5);
+    return 0;
+}
+
+int tm_store_pg_open(const char *uri, const tm_store_options *opt, tm_store **out)
+{
+    int rc = check_options(opt);
+    if (rc)
+        return rc;
+    pgstore *p = calloc(1, sizeof *p);
+    if (!p)
+        return TIDEMARK_ENOMEM;
+    pthread_mutex_init(&p->e_mu, NULL);
+    pthread_mutex_init(&p->c_mu, NULL);
+    pthread_mutex_init(&p->p_mu, NULL);
+    p->opt = *opt;
+    p->timeout_ms = opt->store_timeout_ms > 0 ? opt->store_timeout_ms : TIMEOUT_DEFAULT_MS;
+    p->uri = strdup(uri);
+    p->streams = tm_map_new();
+    p->resv = tm_map_new();
+    rc = tm_store_init_base(&p->base, &tm_pg_ops, opt);
+    if (rc == 0)
+        rc = tm_random_hex(p->node, sizeof p->node / 2);
+    memcpy(p->epoch, p->base.epoch, sizeof p->epoch);
+    tm_writer_config wc = {.name = "postgresql", .store = &p->base, .be = p,
+                           .hooks = &tm_pg_writer_hooks, .batch_max = BATCH_MAX,
+                           .maintain_ms = 1000, .touch_every_ms = opt->touch_every_ms};
+    if (rc == 0 && (!p->uri || !p->streams || !p->resv || tm_writer_new(&wc, &p->writer) != 0))
+        rc = TIDEMARK_ENOMEM;
+    if (rc == 0)
+        rc = start(p);
+    if (rc) {
+        pg_close(&p->base);
+        return rc;
+    }
+    *out = &p->base;
+    return 0;
+}

@@ -1,0 +1,154 @@
+/*
+ * store_pg_int.h - what the PostgreSQL store's files share (store_pg.c:
+ * connections, schema, listener, open; store_pg_write.c: the writer's ops
+ * and batches; store_pg_read.c: reads, sessions, records, rows). Private to
+ * src/log.
+ */
+#ifndef TM_STORE_PG_INT_H
+#define TM_STORE_PG_INT_H
+#include "store.h"
+#include "writer.h"
+#include "../base/map.h"
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define POOL_MAX 8
+#define RESERVE_R 32          /* stream numbers a node reserves at a time */
+#define LEASE_MS 3000         /* a node not heard of this long is dead */
+#define LEASE_RENEW_MS 750
+#define CACHE_MAX 4096        /* stream hints kept before idle ones are dropped */
+#define READ_CHUNK 512        /* events per read query */
+#define PAGE 500              /* sessions per visit query */
+#define BATCH_MAX 512
+#define TIMEOUT_DEFAULT_MS 5000
+#define NOTIFY_MAX 7900       /* NOTIFY payloads stay under PostgreSQL's 8000 bytes */
+#define BUSMSG_KEEP_MS 60000
+
+enum op_kind { OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_DELETE,
+               OP_SET_ATTR, OP_REQ_BEGIN };
+
+typedef struct pop {
+    tm_wop w;                 /* first */
+    enum op_kind kind;
+    char *session;
+    char *name;               /* stream, attribute or request key */
+    char *data;               /* append bytes, attribute value, request message, client */
+    size_t len;
+    char *alt;                /* append: fallback bytes; session: version; request: tool */
+    size_t alt_len;
+    char *extra;              /* append: request key completed; request: stream */
+    unsigned flags;
+    tm_effect_fn effect;
+    void *effect_ud;
+    int64_t ms, ms2;
+    int fresh;                /* open: a stream this node made (a cache entry to drop on failure) */
+} pop;
+
+typedef struct pstream {
+    uint64_t known;    /* highest seq this node saw committed */
+    unsigned pending;  /* appends queued here, not settled */
+    int closing;       /* a final append or close is queued or committed */
+    unsigned opening;  /* this node's open of it is queued, not settled */
+} pstream;
+
+typedef struct resv {
+    uint64_t next, end; /* stream numbers next..end are this node's to use */
+} resv;
+
+typedef struct pgstore pgstore;
+struct pgstore {
+    tm_store base;
+    tm_store_options opt;
+    char *uri;
+    char node[17];             /* this node's name: leases, records, NOTIFY senders */
+    int64_t timeout_ms;
+    tm_writer *writer;
+    PGconn *wc;                /* the writer's connection (writer thread only) */
+    int64_t deadline;          /* the writer's current batch (writer thread only) */
+    int doubt;                 /* the last COMMIT drew a replication warning (writer thread) */
+    pthread_mutex_t e_mu;      /* epoch */
+    char epoch[TM_EPOCH_LEN + 1];
+    pthread_mutex_t c_mu;      /* streams, resv */
+    tm_map *streams;           /* "session\x1fname" -> pstream */
+    tm_map *resv;              /* session -> resv */
+    pthread_mutex_t p_mu;      /* pool */
+    PGconn *pool[POOL_MAX];
+    int npool;
+    pthread_t lthread;
+    int lstarted;
+    atomic_int stopping;
+    atomic_int listening;      /* the listener is subscribed */
+    atomic_int w_down;         /* the writer's last attempt failed */
+    atomic_int not_replicated; /* durability replicated, and the primary has no sync standby */
+};
+
+extern const struct tm_store_ops tm_pg_ops;
+extern const tm_writer_hooks tm_pg_writer_hooks;
+
+/* Connections (store_pg.c). role names the connection in application_name. */
+PGconn *tm_pg_connect(pgstore *p, const char *role);
+PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt);
+PGconn *tm_pg_pool_get(pgstore *p);
+void tm_pg_pool_put(pgstore *p, PGconn *c);
+int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
+                PGresult **res);
+/* The same with parameter formats: lens[i] and fmts[i] (1: binary) as libpq's. */
+int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                  const int *fmts, int rfmt, PGresult **res);
+void tm_pg_epoch(pgstore *p, char out[TM_EPOCH_LEN + 1]);
+char *tm_pg_cache_key(const char *session, const char *name);
+char *tm_pg_text_array(const char *const *v, size_t n);
+int64_t tm_pg_i64(const PGresult *r, int row, int col);
+int64_t tm_pg_bin_i64(const PGresult *r, int row, int col);
+char *tm_pg_str(const PGresult *r, int row, int col);
+
+void tm_pg_new_epoch(pgstore *p);
+/* With durability replicated: note whether the primary c is on has a
+ * synchronous standby configured. */
+void tm_pg_check_replicated(pgstore *p, PGconn *c);
+
+/* Ops (store_pg_write.c). */
+#define PG_FX_FAILED 0x100u /* an append's effect failed: its fallback is written */
+pop *tm_pg_op_new(enum op_kind k);
+void tm_pg_op_free(pop *o);
+char *tm_pg_placeholders(const char *sql);
+
+/* The store's operations (store_pg_write.c: queued writes; store_pg_read.c). */
+int tm_pg_append_ex(tm_store *st, const tm_append_req *q);
+int tm_pg_close_stream(tm_store *st, const char *session, const char *stream);
+int tm_pg_stream_open(tm_store *st, const char *session, const char *name, char out[TM_STREAM_MAX]);
+int tm_pg_session_create(tm_store *st, const tm_session_rec *rec);
+int tm_pg_session_touch(tm_store *st, const char *id, int64_t now_ms);
+int tm_pg_session_delete(tm_store *st, const char *id);
+int tm_pg_session_set_attr(tm_store *st, const char *id, const char *name, const char *value);
+int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable);
+int tm_pg_session_get(tm_store *st, const char *id, tm_session_rec *out);
+int tm_pg_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud);
+int tm_pg_sessions_with_attr(tm_store *st, const char *const *names, size_t n,
+                             int (*fn)(void *, const tm_session_rec *), void *ud);
+int tm_pg_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const char *), void *ud);
+int tm_pg_read(tm_store *st, const char *session, const char *stream, uint64_t after, size_t max_events,
+               tm_event_visitor fn, void *ud);
+int tm_pg_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
+int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stream_bounds *out);
+int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
+                      char out[TM_EPOCH_LEN + 1]);
+int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out);
+int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud);
+int tm_pg_request_claim(tm_store *st, const char *session, const char *key);
+int tm_pg_exec_schema(tm_store *st, const char *sql);
+int tm_pg_query_json(tm_store *st, const char *sql, const char *const *args, size_t nargs,
+                     json_t **rows);
+int tm_pg_rows(tm_store *st, const char *table, json_t **rows);
+
+/* The writer's connection (store_pg_write.c): connect, lost. */
+int tm_pg_writer_connect(pgstore *p);
+void tm_pg_writer_lost(pgstore *p);
+/* Forget the hints of session id (deleted or expired). */
+void tm_pg_forget_session(pgstore *p, const char *id);
+/* A stream's hint, made when missing (c_mu held). NULL when out of memory. */
+pstream *tm_pg_stream_hint(pgstore *p, const char *session, const char *name);
+
+#endif

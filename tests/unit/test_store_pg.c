@@ -1,0 +1,469 @@
+/*
+ * test_store_pg.c - the PostgreSQL backend through the store.h API, on a
+ * real PostgreSQL 15 cluster this test starts (tests/tools/pg_cluster.sh:
+ * a primary and one synchronous standby on loopback ports it picks) and
+ * stops; exits 77 (skipped) when PostgreSQL's server binaries are missing.
+ *
+ * The store contract is the memory backend's (store_contract.h), each case
+ * on a fresh database. Then what a shared, replicated store has: two nodes,
+ * claims, effects in SQL committed with the result, schema versions and
+ * concurrent starts, durability replicated, and a commit that waits for a
+ * standby that is gone: it fails as not acknowledged within the timeout.
+ */
+#include "log/store.h"
+#include "tidemark/server.h"
+#include "tidemark/tidemark.h"
+#include "tidemark/txn.h"
+#include <libpq-fe.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_dir[64];
+static char g_uri[512]; /* the cluster's URI, database "tidemark" */
+static int g_next_db = 1;
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the test's own cluster --------------------------------------------------------- */
+
+/* Run pg_cluster.sh with ARGS; OUT (if any) its first line of stdout.
+ * Returns its exit status. */
+static int cluster(const char *args, char *out, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "bash %s %s", TM_PG_CLUSTER, args);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    char line[1024] = "";
+    if (!fgets(line, sizeof line, f))
+        line[0] = '\0';
+    while (fgetc(f) != EOF) {
+    }
+    int st = pclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    if (out)
+        snprintf(out, n, "%s", line);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The URI of database name on the cluster. */
+static void uri_of(const char *name, char *out, size_t n)
+{
+    const char *slash = strstr(g_uri, "/tidemark?");
+    snprintf(out, n, "%.*s/%s%s", (int)(slash - g_uri), g_uri, name, slash + 9);
+}
+
+static void admin_sql(const char *db, const char *sql)
+{
+    char u[600];
+    uri_of(db, u, sizeof u);
+    PGconn *c = PQconnectdb(u);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* A fresh database: "t<n>". */
+static int new_db(void)
+{
+    int db = g_next_db++;
+    char sql[64];
+    snprintf(sql, sizeof sql, "CREATE DATABASE t%d", db);
+    admin_sql("postgres", sql);
+    return db;
+}
+
+static int open_uri_db(int db, const tm_store_options *opt, tm_store **out)
+{
+    char name[16], u[600];
+    snprintf(name, sizeof name, "t%d", db);
+    uri_of(name, u, sizeof u);
+    tm_store_options def = {0};
+    return tm_store_open(u, opt ? opt : &def, out);
+}
+
+/* ---- the memory backend's contract, on PostgreSQL -------------------------------------- */
+
+static int contract_open(const char *uri, const tm_store_options *opt, tm_store **out)
+{
+    (void)uri;
+    tm_store_options o = *opt;
+    o.durability = TM_DURABILITY_POWER;
+    return open_uri_db(new_db(), &o, out);
+}
+
+#include "store_contract.h"
+
+static tm_store *open_db(int db, const tm_store_options *opt)
+{
+    tm_store *st = NULL;
+    assert_int_equal(open_uri_db(db, opt, &st), 0);
+    return st;
+}
+
+/* ---- two nodes -------------------------------------------------------------------------- */
+
+typedef struct watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t seq; /* highest seq heard for the watched stream */
+    char key[64];
+} watch;
+
+static void watch_fn(void *ud, const char *session, const char *stream, uint64_t seq)
+{
+    watch *w = ud;
+    char k[64];
+    snprintf(k, sizeof k, "%s/%s", session, stream);
+    pthread_mutex_lock(&w->mu);
+    if (strcmp(k, w->key) == 0 && seq > w->seq)
+        w->seq = seq;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int watch_wait(watch *w, uint64_t seq, int ms)
+{
+    long long deadline = now_ms() + ms;
+    pthread_mutex_lock(&w->mu);
+    while (w->seq < seq && now_ms() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    int ok = w->seq >= seq;
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+static void test_two_nodes(void **state)
+{
+    (void)state;
+    int db = new_db();
+    watch wb = {.key = "s/r1"};
+    pthread_mutex_init(&wb.mu, NULL);
+    pthread_cond_init(&wb.cv, NULL);
+    tm_store_options ob = {.listener = watch_fn, .listener_ud = &wb};
+    tm_store *a = open_db(db, NULL), *b = open_db(db, &ob);
+    const char *ea = tm_store_epoch(a), *eb = tm_store_epoch(b);
+    assert_string_not_equal(ea, eb);
+    mk_session(a, "s");
+    open_stream(a, "s", NULL, "r1");
+    fill(a, "s", "r1", 3);
+    /* B is woken by A's NOTIFY, with the head, and reads A's events */
+    assert_true(watch_wait(&wb, 3, 5000));
+    collected c = {0};
+    read_all(b, "s", "r1", 0, 10, &c);
+    expect_run(&c, 1, 3);
+    assert_string_equal(c.epoch[2], ea);
+    /* B continues the stream: seqs stay dense across nodes */
+    assert_int_equal(tm_store_append(b, "s", "r1", "ev-4", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_int_equal(tm_store_append(a, "s", "r1", "ev-5", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    read_all(a, "s", "r1", 0, 10, &c);
+    expect_run(&c, 1, 5);
+    assert_string_equal(c.epoch[3], eb);
+    assert_string_equal(c.epoch[4], ea);
+    /* stream numbers come in blocks: A holds r1..r32 since it made the
+     * session; B's first open takes the next block */
+    open_stream(b, "s", NULL, "r33");
+    open_stream(a, "s", NULL, "r2");
+    assert_int_equal(tm_store_sync(a), 0);
+    tm_stream_bounds bb;
+    assert_int_equal(tm_store_bounds(b, "s", "r2", &bb), 0);
+    assert_int_equal(bb.head, 0);
+    tm_session_rec rec = {.id = "s"};
+    assert_int_equal(tm_store_session_create(b, &rec), TIDEMARK_EEXIST);
+    /* a close on A ends the stream for B */
+    assert_int_equal(tm_store_close_stream(a, "s", "r1"), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(tm_store_bounds(b, "s", "r1", &bb), 0);
+    assert_int_equal(bb.closed, 1);
+    assert_int_equal(tm_store_append(b, "s", "r1", "x", 1, 0, NULL, NULL), TIDEMARK_ECLOSED);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
+typedef struct rec_list {
+    int n;
+} rec_list;
+
+static int count_rec(void *ud, const tm_request_rec *r)
+{
+    (void)r;
+    ((rec_list *)ud)->n++;
+    return 0;
+}
+
+static void test_request_claim(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *owner = open_db(db, NULL), *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(owner, "s");
+    open_stream(owner, "s", NULL, "r1");
+    tm_request_rec r = {.session = "s", .key = "i:7", .tool = "t", .stream = "r1", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(owner, &r, 1), 0);
+    assert_int_equal(tm_store_request_begin(a, &r, 1), TIDEMARK_EEXIST);
+    assert_int_equal(tm_store_request_claim(a, "s", "i:7"), TIDEMARK_EBUSY); /* its owner lives */
+    rec_list l = {0};
+    assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
+    assert_int_equal(l.n, 0);
+    tm_store_close(owner); /* its lease goes with it */
+    assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(tm_store_request_claim(a, "s", "i:7"), 0);
+    assert_int_equal(tm_store_request_claim(b, "s", "i:7"), TIDEMARK_EBUSY); /* a took it */
+    tm_append_req q = {.session = "s", .stream = "r1", .data = "{}", .len = 2,
+                       .flags = TM_APPEND_FINAL, .request_key = "i:7"};
+    assert_int_equal(tm_store_append_ex(a, &q), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(b, "s", "i:7", &got), 0);
+    assert_int_equal(got.state, TM_REQ_COMPLETED);
+    assert_int_equal(got.response_len, 2);
+    assert_memory_equal(got.response, "{}", 2);
+    tm_request_rec_clear(&got);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
+/* ---- effects in SQL, committed with the result ------------------------------------------ */
+
+static int fx_sql(void *ud, tm_txn *txn)
+{
+    const char *args[1] = {ud};
+    int rc = tidemark_txn_exec(txn, "INSERT INTO ledger(k) VALUES (?1)", args, 1);
+    if (rc)
+        return rc;
+    json_t *row = json_pack("{s:s}", "k", (const char *)ud);
+    rc = tidemark_txn_insert(txn, "rows", row);
+    json_decref(row);
+    return rc ? rc : strcmp(ud, "bad") == 0 ? TIDEMARK_EINVAL : 0;
+}
+
+static void test_effects_sql(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *st = open_db(db, NULL);
+    assert_int_equal(tm_store_exec_schema(st, "CREATE TABLE IF NOT EXISTS ledger(k text UNIQUE)"), 0);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    const char *keys[] = {"good", "bad", "good", "other"}; /* bad fails; the 2nd good breaks UNIQUE */
+    for (int i = 0; i < 4; i++) {
+        tm_append_req q = {.session = "a", .stream = "r1", .data = "done", .len = 4, .effect = fx_sql,
+                           .effect_ud = (void *)keys[i], .fallback = "fell", .fallback_len = 4};
+        assert_int_equal(tm_store_append_ex(st, &q), 0);
+    }
+    assert_int_equal(tm_store_sync(st), 0);
+    collected c = {0};
+    read_all(st, "a", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 4);
+    const char *want[] = {"done", "fell", "fell", "done"};
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(c.data[i], want[i], 4);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(st, "SELECT k FROM ledger ORDER BY k", NULL, 0, &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT);
+    assert_string_equal(txt, "[{\"k\":\"good\"},{\"k\":\"other\"}]");
+    free(txt);
+    json_decref(rows);
+    assert_int_equal(tm_store_rows(st, "rows", &rows), 0);
+    txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(txt, "[{\"id\":1,\"k\":\"good\"},{\"id\":2,\"k\":\"other\"}]");
+    free(txt);
+    json_decref(rows);
+    const char *arg[1] = {"good"};
+    assert_int_equal(tm_store_query(st, "SELECT count(*) AS n FROM ledger WHERE k = ?1;", arg, 1, &rows), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "n")), 1);
+    json_decref(rows);
+    tm_store_close(st);
+}
+
+/* ---- schema ------------------------------------------------------------------------------ */
+
+static void *open_close(void *arg)
+{
+    tm_store *st = NULL;
+    int rc = open_uri_db(*(int *)arg, NULL, &st);
+    if (rc == 0)
+        tm_store_close(st);
+    return (void *)(intptr_t)rc;
+}
+
+static void test_schema(void **state)
+{
+    (void)state;
+    int db = new_db();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) /* nodes starting at once on an empty database */
+        assert_int_equal(pthread_create(&t[i], NULL, open_close, &db), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        pthread_join(t[i], &rc);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    char name[16];
+    snprintf(name, sizeof name, "t%d", db);
+    admin_sql(name, "UPDATE tm_meta SET v = '99' WHERE k = 'schema'");
+    tm_store *st = NULL;
+    assert_int_equal(open_uri_db(db, NULL, &st), TIDEMARK_ERANGE); /* a newer build's */
+    tm_store_options early = {.emit_early = 1};
+    assert_int_equal(open_uri_db(db, &early, &st), TIDEMARK_ENOTSUP);
+}
+
+/* ---- durability replicated, and a standby that is gone ------------------------------------ */
+
+static int session_visible(tm_store *st, const char *id)
+{
+    tm_session_rec rec;
+    int rc = tm_store_session_get(st, id, &rec);
+    if (rc == 0)
+        tm_session_rec_clear(&rec);
+    return rc == 0;
+}
+
+static void test_standby_lost(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store_options o = {.durability = TM_DURABILITY_REPLICATED, .store_timeout_ms = 1000};
+    tm_store *st = open_db(db, &o);
+    assert_int_equal(tm_store_writable(st), 0);
+    assert_int_equal(tm_store_pg_not_replicated(st), 0);
+    mk_session(st, "before");
+    char args[128];
+    snprintf(args, sizeof args, "stop-node %s 1", g_dir);
+    assert_int_equal(cluster(args, NULL, 0), 0);
+    /* the commit waits for a standby that is gone: not acknowledged, in time */
+    long long t0 = now_ms();
+    tm_session_rec rec = {.id = "during", .created_ms = 1, .last_seen_ms = 1};
+    assert_int_equal(tm_store_session_create(st, &rec), TIDEMARK_EIO);
+    long long took = now_ms() - t0;
+    assert_true(took >= 900 && took < 4000);
+    assert_false(session_visible(st, "during")); /* no reader sees it either */
+    snprintf(args, sizeof args, "start-node %s 1", g_dir);
+    assert_int_equal(cluster(args, NULL, 0), 0);
+    /* service back once the standby is */
+    int ok = 0;
+    for (long long deadline = now_ms() + 15000; !ok && now_ms() < deadline;) {
+        tm_session_rec r2 = {.id = "after", .created_ms = 1, .last_seen_ms = 1};
+        ok = tm_store_session_create(st, &r2) == 0;
+    }
+    assert_true(ok);
+    assert_true(session_visible(st, "after"));
+    tm_store_close(st);
+}
+
+static void test_not_replicated(void **state)
+{
+    (void)state;
+    int db = new_db();
+    char name[16];
+    snprintf(name, sizeof name, "t%d", db);
+    tm_store_options o = {.durability = TM_DURABILITY_REPLICATED, .store_timeout_ms = 2000};
+    tm_store *st = open_db(db, &o);
+    admin_sql("postgres", "ALTER SYSTEM SET synchronous_standby_names = ''");
+    admin_sql("postgres", "SELECT pg_reload_conf()");
+    int refused = 0;
+    for (long long deadline = now_ms() + 5000; !refused && now_ms() < deadline; usleep(20000))
+        refused = tm_store_pg_not_replicated(st);
+    assert_true(refused);
+    assert_int_equal(tm_store_writable(st), TIDEMARK_EIO);
+    assert_string_equal(tm_store_unavailable_reason(st), "store_not_replicated");
+    tm_session_rec rec = {.id = "x", .created_ms = 1, .last_seen_ms = 1};
+    assert_int_equal(tm_store_session_create(st, &rec), TIDEMARK_EIO);
+    assert_false(session_visible(st, "x"));
+    admin_sql("postgres", "ALTER SYSTEM RESET synchronous_standby_names");
+    admin_sql("postgres", "SELECT pg_reload_conf()");
+    for (long long deadline = now_ms() + 5000; refused && now_ms() < deadline; usleep(20000))
+        refused = tm_store_pg_not_replicated(st);
+    assert_false(refused);
+    assert_int_equal(tm_store_session_create(st, &rec), 0);
+    assert_string_equal(tm_store_unavailable_reason(st), "store_unavailable");
+    tm_store_close(st);
+}
+
+int main(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/tm-pg-test-XXXXXX");
+    if (!mkdtemp(g_dir))
+        return 1;
+    char args[128];
+    snprintf(args, sizeof args, "start %s 1", g_dir);
+    int rc = cluster(args, g_uri, sizeof g_uri);
+    if (rc == 77) {
+        fprintf(stderr, "test_store_pg: PostgreSQL is not installed: skipped\n");
+        return 77;
+    }
+    if (rc != 0 || !strstr(g_uri, "/tidemark?")) {
+        fprintf(stderr, "test_store_pg: cannot start a PostgreSQL cluster (%d)\n", rc);
+        snprintf(args, sizeof args, "stop %s", g_dir);
+        cluster(args, NULL, 0);
+        return 1;
+    }
+    (void)memory_contract_main;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_session_create_get),
+        cmocka_unit_test(test_session_touch),
+        cmocka_unit_test(test_session_delete),
+        cmocka_unit_test(test_stream_open_numbering),
+        cmocka_unit_test(test_stream_g_reopen_keeps_seqs),
+        cmocka_unit_test(test_append_seqs_cb_listener),
+        cmocka_unit_test(test_append_final_closes),
+        cmocka_unit_test(test_close_stream),
+        cmocka_unit_test(test_read_order_and_limits),
+        cmocka_unit_test(test_read_after_max_seq),
+        cmocka_unit_test(test_bytes_exact),
+        cmocka_unit_test(test_retention_trimming),
+        cmocka_unit_test(test_retention_long_run),
+        cmocka_unit_test(test_event_epoch_untrimmed),
+        cmocka_unit_test(test_effect_rows),
+        cmocka_unit_test(test_session_attrs),
+        cmocka_unit_test(test_sessions_with_attr),
+        cmocka_unit_test(test_request_begin_get),
+        cmocka_unit_test(test_request_complete),
+        cmocka_unit_test(test_session_request_get),
+        cmocka_unit_test(test_requests_unfinished),
+        cmocka_unit_test(test_request_keys_any_bytes),
+        cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_request_claim),
+        cmocka_unit_test(test_effects_sql),
+        cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_not_replicated),
+        cmocka_unit_test(test_standby_lost),
+    };
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    snprintf(args, sizeof args, "stop %s", g_dir);
+    cluster(args, NULL, 0);
+    return rc;
+}
