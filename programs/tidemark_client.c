@@ -21,6 +21,7 @@
  * otherwise.
  */
 #include "tidemark/client.h"
+#include "common/help.h"
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -39,9 +40,12 @@ static int quiet;
 static int progress_tty;   /* stderr is a terminal: progress is one line, rewritten */
 static int progress_shown; /* ... and that line is on the screen now */
 
+/* The library's defaults, as --help shows them (help.h). */
+static const help_default client_defaults[] = {TIDEMARK_CLIENT_DEFAULTS(HELP_DEFAULT)};
+
 static void usage(FILE *f)
 {
-    fprintf(f,
+    help_print(f,
             "Usage: " PROG " [options] URL COMMAND [ARGS...]\n"
             "\n"
             "Commands:\n"
@@ -106,12 +110,12 @@ static void usage(FILE *f)
             "  --log-level LEVEL          modern: ask for log notifications at LEVEL (debug,\n"
             "                             info, notice, warning, error, ...) on every request\n"
             "  --timeout-ms MS            per-request timeout, reconnect waits included\n"
-            "                             (default 60000)\n"
+            "                             (default {timeout_ms})\n"
             "  --retry-min-ms MS          a server's SSE retry: is clamped to at least MS\n"
-            "                             (default 50)\n"
-            "  --retry-max-ms MS          ... and to at most MS (default 30000)\n"
+            "                             (default {retry_min_ms})\n"
+            "  --retry-max-ms MS          ... and to at most MS (default {retry_max_ms})\n"
             "  --max-held-bytes BYTES     events of an emit-early server held back until\n"
-            "                             announced durable, at most BYTES (default 8388608);\n"
+            "                             announced durable, at most BYTES (default {max_held_bytes});\n"
             "                             past it the stream is refused (held_back_overflow)\n"
             "  --token TOKEN              a bearer token to send (also $TIDEMARK_TOKEN); never\n"
             "                             logged\n"
@@ -140,7 +144,8 @@ static void usage(FILE *f)
             "(typed reason); 5 the session was lost; 6 the protocol could not be followed:\n"
             "no version in common, a forced era the server does not speak, a malformed or\n"
             "endless input request, an input request that cannot be answered, a tool with\n"
-            "invalid x-mcp-header annotations (typed reason).\n");
+            "invalid x-mcp-header annotations (typed reason).\n",
+            client_defaults, sizeof client_defaults / sizeof client_defaults[0]);
 }
 
 /* The typed reasons of a stream (or a re-send) the client refused: exit 4. */

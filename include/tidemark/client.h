@@ -38,8 +38,11 @@
  *    different threads. on_request runs on one of the client's two worker
  *    threads. Which thread runs each callback is said at its type below.
  *
- * JSON values are jansson's json_t. Results handed out are new references
- * the caller decrefs.
+ * JSON values are jansson's json_t. Who frees what follows tidemark.h's
+ * rules ("Who frees what"): results handed out (OUT json_t **) are new
+ * references the caller decrefs, also on failure when one was set; json_t
+ * arguments are borrowed; strings the library hands out are freed with
+ * tidemark_free; the config's strings and JSON values are copied.
  */
 #ifndef TIDEMARK_CLIENT_H
 #define TIDEMARK_CLIENT_H
@@ -113,8 +116,9 @@ typedef void (*tidemark_notification_fn)(json_t *message, void *ud);
  * The person's part of the authorization code grant: show (or open)
  * authorization_url, and when the authorization server redirected to
  * redirect_uri, store that whole URL (with its query: code, state, iss)
- * into *callback_url (malloc'd; the library frees it) and return 0; a
- * negative code gives up. Thread: the one whose request met the 401 (never
+ * into *callback_url, made with tidemark_strdup() (the library frees it;
+ * a URL tidemark_loopback_wait handed out may be passed on as is), and
+ * return 0; a negative code gives up. Thread: the one whose request met the 401 (never
  * the I/O thread). tidemark_authorize_follow is one for servers that
  * redirect at once (tests); tidemark_loopback_wait one for a browser.
  */
@@ -153,41 +157,57 @@ typedef enum tidemark_protocol_mode {
 /* The modern protocol version this client speaks. */
 #define TIDEMARK_CLIENT_MODERN_VERSION "2026-07-28"
 /* Default bound of InputRequiredResult rounds per request. */
-#define TIDEMARK_CLIENT_MAX_INPUT_ROUNDS 16u
+#define TIDEMARK_CLIENT_MAX_INPUT_ROUNDS 16
 
-/* Defaults of the reconnection and hold-back bounds (tidemark_client_config_init). */
-#define TIDEMARK_CLIENT_RETRY_MIN_MS 50u
-#define TIDEMARK_CLIENT_RETRY_MAX_MS 30000u
-#define TIDEMARK_CLIENT_MAX_HELD_BYTES ((size_t)8 << 20)
+/* Defaults of the reconnection and hold-back bounds (the table below). */
+#define TIDEMARK_CLIENT_RETRY_MIN_MS 50
+#define TIDEMARK_CLIENT_RETRY_MAX_MS 30000
+#define TIDEMARK_CLIENT_MAX_HELD_BYTES 8388608 /* 8 MiB */
 
-/* Filled by the caller: start from tidemark_client_config_init(). Fields
- * are only ever added at the end (tidemark.h, "Structs a caller fills").
- * The client keeps copies of the strings and JSON values it points to;
- * schema is used once, by tidemark_client_new. */
+/* Filled by the caller: start from tidemark_client_config_init(), which
+ * gives every field the default its comment names, from the one table
+ * below (TIDEMARK_CLIENT_DEFAULTS); a zero a field's comment does not give
+ * a meaning of its own also means that default. Durations are int64_t
+ * milliseconds; a negative one (but timeout_ms's) or one above UINT32_MAX
+ * is refused with TIDEMARK_EINVAL. The client keeps copies of the strings
+ * and JSON values it points to; schema is used once, by
+ * tidemark_client_new.
+ *
+ * Layout rule of this growable struct (tidemark.h, "Structs a caller
+ * fills"): no hole and no tail padding. 4-byte fields go in pairs; a new
+ * field goes at the end, and a lone 4-byte one takes the place of
+ * reserved0 or a reserved partner. A field's default is named in its own
+ * trailing comment ("default N"), as the table below has it. */
 typedef struct tidemark_client_config {
     const char *url;               /* the server endpoint, e.g. http://127.0.0.1:8080/mcp */
     const char *state_path;        /* SQLite file for durable state; NULL = in memory only */
     tidemark_persist_t persist;    /* default TIDEMARK_PERSIST_ATOMIC */
+    tidemark_opaque_policy_t opaque_policy; /* default TIDEMARK_OPAQUE_SAFE_ONLY */
     int idempotent_handlers;       /* a replayed, already-dispatched event is suppressed
                                       instead of failing closed (duplicate_effect) */
-    tidemark_opaque_policy_t opaque_policy;
     int open_standalone;           /* after connect, keep the standalone GET stream open on a
                                       thread of the client (server requests and notifications
                                       that belong to no request arrive there); legacy era only:
                                       modern has tidemark_client_subscribe */
-    const char *name, *version;    /* clientInfo; default "tidemark-client", TIDEMARK_VERSION */
-    const char *protocol_version;  /* offered; default 2025-11-25 */
+    const char *name;              /* clientInfo.name; default "tidemark-client" */
+    const char *version;           /* clientInfo.version; default TIDEMARK_VERSION */
+    const char *protocol_version;  /* offered; default TIDEMARK_PROTOCOL_LATEST */
     unsigned max_attempts;         /* reconnect attempts in a row without progress (a new
                                       event accepted; pings and comments are not); default 8 */
-    unsigned backoff_ms;           /* first backoff when the server sent no retry; default 250 */
-    unsigned backoff_max_ms;       /* cap of the exponential backoff (full jitter); default 5000 */
-    unsigned retry_min_ms;         /* a server's retry: is clamped to [retry_min_ms, */
-    unsigned retry_max_ms;         /*   retry_max_ms]; defaults TIDEMARK_CLIENT_RETRY_*_MS */
+    unsigned max_input_rounds;     /* modern: InputRequiredResult rounds answered per request
+                                      before input_rounds_exceeded; default
+                                      TIDEMARK_CLIENT_MAX_INPUT_ROUNDS */
+    int64_t backoff_ms;            /* first backoff when the server sent no retry; default 250 */
+    int64_t backoff_max_ms;        /* cap of the exponential backoff (full jitter); default 5000 */
+    int64_t retry_min_ms;          /* a server's retry: is clamped to [retry_min_ms,
+                                      retry_max_ms]; default TIDEMARK_CLIENT_RETRY_MIN_MS */
+    int64_t retry_max_ms;          /* default TIDEMARK_CLIENT_RETRY_MAX_MS */
     size_t max_held_bytes;         /* events of an emit-early server held back until announced
                                       durable, at most this many bytes (event data plus a
                                       fixed per-event overhead); past it the stream is refused
                                       (held_back_overflow); default TIDEMARK_CLIENT_MAX_HELD_BYTES */
-    int timeout_ms;                /* per request, reconnect waits included; default 60000 */
+    int64_t timeout_ms;            /* per request, reconnect waits included; default 60000
+                                      (0 or less: the default) */
     json_t *capabilities;          /* client capabilities (copied); default from callbacks */
     json_t *roots;                 /* array of {uri, name} answered to roots/list (copied) */
     const char *schema;            /* application DDL run in the state file at open (effect tables) */
@@ -195,41 +215,11 @@ typedef struct tidemark_client_config {
     tidemark_server_request_fn on_request; /* sampling / elicitation; NULL = not supported */
     tidemark_notification_fn on_notification; /* notifications, after dispatch; may be NULL */
     void *ud;                      /* passed to on_event, on_request, on_notification */
-    /* Added with the 2026-07-28 protocol (at the end: older callers get the
-     * defaults). */
+    /* The 2026-07-28 protocol. */
     tidemark_protocol_mode_t protocol; /* which era to speak; default TIDEMARK_PROTOCOL_AUTO */
+    int no_cache;                  /* modern: do not keep cacheable results (ttlMs) in memory */
     const char *log_level;         /* modern: _meta logLevel on every request (the server then
                                       sends notifications/message at that level); NULL = none */
-    unsigned max_input_rounds;     /* modern: InputRequiredResult rounds answered per request
-                                      before input_rounds_exceeded; default 16 */
-    int no_cache;                  /* modern: do not keep cacheable results (ttlMs) in memory */
-    /* Added with authorization (OAuth 2.1, at the end as well). A server
-     * that answers 401 (or 403 insufficient_scope) is authorized against:
-     * its Protected Resource Metadata, its authorization server's metadata
-     * (the issuer checked), a client registration (pre-registered, a Client
-     * ID Metadata Document, or dynamic registration), then a token by the
-     * client credentials grant or the authorization code grant with PKCE,
-     * and the request is sent again with the token. Tokens and
-     * registrations are kept in the state file by issuer. */
-    const char *access_token;      /* a bearer token to send from the start (never logged) */
-    const char *client_id;         /* a pre-registered client; NULL = register */
-    const char *client_secret;     /* ... its secret (NULL: a public client) */
-    const char *client_issuer;     /* the issuer the pre-registered client belongs to (NULL:
-                                      whichever the server names) */
-    const char *client_metadata_url; /* the https URL of this client's metadata document,
-                                      used as client_id where the server supports it */
-    const char *redirect_uri;      /* the authorization code grant's redirect URI (e.g. that
-                                      of tidemark_loopback_open); NULL = no such grant */
-    int client_credentials;        /* get tokens by the client credentials grant (needs
-                                      client_id and client_secret) */
-    tidemark_authorize_fn on_authorize; /* show the authorization URL, OUT the redirect */
-    void *authorize_ud;            /* passed to on_authorize */
-    unsigned max_step_up;          /* re-authorizations for more scope per request (403
-                                      insufficient_scope); default 2 */
-    const char *ca_file;           /* PEM file of the CAs https servers (the MCP server and
-                                      authorization servers) are verified against; NULL:
-                                      the system's. Verification is always on. */
-    /* Added with the tasks extension (io.modelcontextprotocol/tasks). */
     int tasks;                     /* modern: declare the extension on tools/call. A call
                                       the server answers with a task (CreateTaskResult) has
                                       the task id committed to the state first, then polls
@@ -243,7 +233,55 @@ typedef struct tidemark_client_config {
                                       transaction with the end of the outstanding call,
                                       whatever the persistence mode. A killed client's
                                       tidemark_client_resume polls the same task. */
+    int reserved0;                 /* must be 0 (a later 4-byte field takes its place) */
+    /* Authorization (OAuth 2.1). A server that answers 401 (or 403
+     * insufficient_scope) is authorized against: its Protected Resource
+     * Metadata, its authorization server's metadata (the issuer checked), a
+     * client registration (pre-registered, a Client ID Metadata Document,
+     * or dynamic registration), then a token by the client credentials
+     * grant or the authorization code grant with PKCE, and the request is
+     * sent again with the token. Tokens and registrations are kept in the
+     * state file by issuer. */
+    const char *access_token;      /* a bearer token to send from the start (never logged) */
+    const char *client_id;         /* a pre-registered client; NULL = register */
+    const char *client_secret;     /* ... its secret (NULL: a public client) */
+    const char *client_issuer;     /* the issuer the pre-registered client belongs to (NULL:
+                                      whichever the server names) */
+    const char *client_metadata_url; /* the https URL of this client's metadata document,
+                                      used as client_id where the server supports it */
+    const char *redirect_uri;      /* the authorization code grant's redirect URI (e.g. that
+                                      of tidemark_loopback_open); NULL = no such grant */
+    int client_credentials;        /* get tokens by the client credentials grant (needs
+                                      client_id and client_secret) */
+    unsigned max_step_up;          /* re-authorizations for more scope per request (403
+                                      insufficient_scope); default 2; 0 = none */
+    tidemark_authorize_fn on_authorize; /* show the authorization URL, OUT the redirect */
+    void *authorize_ud;            /* passed to on_authorize */
+    const char *ca_file;           /* PEM file of the CAs https servers (the MCP server and
+                                      authorization servers) are verified against; NULL:
+                                      the system's. Verification is always on. */
 } tidemark_client_config_t;
+
+/*
+ * The defaults of tidemark_client_config_t, one table: X(field, value) for
+ * every field whose default is not zero or NULL. tidemark_client_config_init
+ * is made from it, and so are the "(default ...)" of tidemark-client --help;
+ * a test (tests/unit/test_api.c) checks that the comments above name the
+ * same values.
+ */
+#define TIDEMARK_CLIENT_DEFAULTS(X)                                                          \
+    X(name, "tidemark-client")                                                               \
+    X(version, TIDEMARK_VERSION)                                                             \
+    X(protocol_version, TIDEMARK_PROTOCOL_LATEST)                                            \
+    X(max_attempts, 8)                                                                       \
+    X(max_input_rounds, TIDEMARK_CLIENT_MAX_INPUT_ROUNDS)                                    \
+    X(backoff_ms, 250)                                                                       \
+    X(backoff_max_ms, 5000)                                                                  \
+    X(retry_min_ms, TIDEMARK_CLIENT_RETRY_MIN_MS)                                            \
+    X(retry_max_ms, TIDEMARK_CLIENT_RETRY_MAX_MS)                                            \
+    X(max_held_bytes, TIDEMARK_CLIENT_MAX_HELD_BYTES)                                        \
+    X(timeout_ms, 60000)                                                                     \
+    X(max_step_up, 2)
 
 /* Fill a config with the defaults. Returns 0, or TIDEMARK_EINVAL for a
  * NULL cfg. */
@@ -281,8 +319,8 @@ TIDEMARK_API int tidemark_client_protocol_version(tidemark_client_t *c, char *bu
 TIDEMARK_API int tidemark_client_server_info(tidemark_client_t *c, json_t **info);
 
 /*
- * Send a request and wait for its response, on the calling thread (which
- * runs the callbacks of the request's stream). OUT result: the result
+ * Send a request (params borrowed, may be NULL) and wait for its response,
+ * on the calling thread (which runs the callbacks of the request's stream). OUT result: the result
  * object, or on TIDEMARK_EPEER the JSON-RPC error object; on other
  * failures a typed error {code, message, data:{reason}} when one is known
  * (cannot_connect, no_endpoint, session_lost, timeout, client_stopped,
@@ -379,7 +417,10 @@ TIDEMARK_API int tidemark_client_query(tidemark_client_t *c, const char *sql,
  * 127.0.0.1:port (0 = a free port) and writes its redirect URI
  * (http://127.0.0.1:PORT/callback) into uri; tidemark_loopback_wait waits
  * at most timeout_ms for the browser's request of it, answers it, and
- * OUT callback_url (malloc'd): the URL requested. TIDEMARK_ETIMEDOUT.
+ * OUT callback_url: the URL requested (free it with tidemark_free, or hand
+ * it to the library as on_authorize's answer). TIDEMARK_ETIMEDOUT.
+ * tidemark_authorize_follow's OUT callback_url is the same kind of string.
+ * tidemark_loopback_close frees lb (NULL is fine).
  */
 TIDEMARK_API int tidemark_authorize_follow(const char *authorization_url, const char *redirect_uri,
                                            char **callback_url, void *ud);

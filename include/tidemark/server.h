@@ -15,8 +15,12 @@
  * start once the input arrives, so it must make its effects on the atomic
  * path (tidemark_call_set_effect) or after its last input.
  *
- * JSON values are jansson's json_t. Ownership: arguments passed to handlers
- * are borrowed; a handler's result is handed over (the library decrefs it).
+ * JSON values are jansson's json_t. Who frees what follows tidemark.h's
+ * rules ("Who frees what"): arguments passed to handlers are borrowed; a
+ * handler's result is handed over (the library decrefs it); json_t
+ * arguments of the functions below are borrowed, OUT json_t ** are new
+ * references the caller decrefs; strings and structs passed in are copied
+ * where kept.
  *
  * Return values: every function returning int returns 0 or a negative
  * TIDEMARK_E* code, except the two predicates that say so (1/0:
@@ -69,59 +73,86 @@ typedef enum tidemark_durability {
 
 typedef struct tidemark_server_config {
     const char *host;            /* bind address; default "127.0.0.1" */
-    unsigned port;               /* 0 picks a free port (see tidemark_server_port) */
+/*
+ * The server's settings. Start from tidemark_server_config_init(): it gives
+ * every field the default its comment names, from the one table below
+ * (TIDEMARK_SERVER_DEFAULTS); a zero a field's comment does not give a
+ * meaning of its own also means that default. Durations are int64_t
+ * milliseconds (except the *_seconds fields, kept until 1.0: docs/design.md
+ * "The public API and ABI"); a negative one, or one above UINT32_MAX, is
+ * refused with TIDEMARK_EINVAL. The port is an int in [0, 65535].
+ *
+ * Layout rule of this growable struct (tidemark.h, "Structs a caller
+ * fills"): no hole and no tail padding, so every byte a caller passes
+ * belongs to a named field that an initializer zeroes. 4-byte fields go in
+ * pairs; a new field goes at the end, and a lone 4-byte one takes a
+ * reserved partner. The build asserts the size (src/base/abi.c) and make
+ * test runs pahole over the library (tests/abi). A field's default is
+ * named in its own trailing comment ("default N"), as the table below
+ * has it.
+ */
     const char *path;            /* endpoint; default "/mcp" */
-    const char *store;           /* store URI: "memory" (default) or "sqlite:PATH" */
-    tidemark_durability_t durability;
+    /* Where it listens, and what it keeps. */
+    const char *store;           /* store URI: "sqlite:PATH", "redis://HOST:PORT[/DB]",
+                                    "postgresql://..." or "memory"; default "memory" */
+    int port;                    /* 0 (default) picks a free port (tidemark_server_port) */
+    tidemark_durability_t durability; /* default TIDEMARK_DURABILITY_POWER */
     uint64_t retain_events;      /* per-stream retention by count; 0 = keep all */
     uint64_t retain_seconds;     /* per-stream retention by age; 0 = keep all */
     uint64_t session_ttl_seconds; /* idle sessions expire after this; default 86400
                                     (24 h: clients that never DELETE theirs must not
                                     grow the store for ever); 0 = never */
     int emit_early;              /* emit before durable, announce the durable head
-                                    (docs/design.md, "Emit-then-reconcile") */
-    unsigned retry_ms;           /* SSE "retry:" advertised; 0 = none; default 1000 */
-    unsigned keepalive_ms;       /* SSE keep-alive comment interval; default 15000 */
-    size_t max_body;             /* request body limit in bytes; default 4 MiB */
-    unsigned workers;            /* handler threads; default 16 */
+                                    (docs/design.md, "Emit-then-reconcile"); default 0 */
+    int accept_loss;             /* SQLite: start even when the database holds fewer commits
+                                    than its head file (PATH.head) recorded as durable (a
+                                    damaged WAL, an older copy put back); default 0: refuse */
+    tidemark_on_gap_t on_gap;    /* default TIDEMARK_ON_GAP_ERROR */
+    unsigned workers;            /* handler threads, started as needed; default 64 */
     unsigned io_threads;         /* HTTP polling threads; default 2 */
     unsigned page_size;          /* list page size; default 100 */
     const char *const *allowed_origins; /* NULL-terminated; NULL = loopback origins only */
     const char *const *allowed_hosts;   /* NULL-terminated; NULL = loopback hosts only */
-    tidemark_on_gap_t on_gap;
-    const char *name;            /* serverInfo.name; default "tidemark" */
-    const char *version;         /* serverInfo.version; default TIDEMARK_VERSION */
-    const char *instructions;    /* optional initialize instructions */
-    /* Limits and fairness (0 = the default named). What happens at each is
-     * in the README's "Guarantees". */
-    unsigned max_connections;    /* open HTTP connections in all; default 16384 */
-    unsigned max_connections_per_address; /* from one source address; default 4096 */
-    unsigned request_deadline_ms; /* a request's header and body must arrive within
-                                     this of its first byte, else the connection is
-                                     dropped; default 30000 */
-    unsigned idle_timeout_ms;    /* a connection with no request in progress and no
-                                    stream is closed after this; default 120000 */
-    unsigned max_calls_per_session; /* handlers running at once for one session
-                                       (more wait their turn); default 4 */
-    unsigned max_calls_per_address; /* ... for one source address; default
-                                       workers - 2 (two are kept for others) */
-    unsigned max_queued_per_session; /* calls waiting beyond that; more are refused
-                                        with 429 too_many_requests; default 64 */
-    unsigned max_batch;          /* messages in one JSON-RPC batch; default 64 */
-    unsigned max_subscriptions;  /* resources/subscribe per session; default 256 */
-    unsigned max_uri_length;     /* longest resource uri subscribed to; default 2048 */
-    int accept_loss;             /* SQLite: start even when the database holds fewer commits
-                                    than its head file (PATH.head) recorded as durable (a
-                                    damaged WAL, an older copy put back); default 0: refuse */
     const char *const *metrics_addresses; /* NULL-terminated client addresses (e.g.
                                     "10.0.0.5") whose GET /metrics skips the Host
                                     check (a scrape host); NULL = none */
+    const char *metrics_token;   /* GET /metrics needs "Authorization: Bearer <this>"
+                                    (NULL: no token; the Host check as before) */
+    int64_t retry_ms;            /* SSE "retry:" advertised; default 1000; 0 = none */
+    int64_t keepalive_ms;        /* SSE keep-alive comment interval; default 15000 */
+    size_t max_body;             /* request body limit in bytes; default 4194304 (4 MiB) */
+    const char *name;            /* serverInfo.name; default "tidemark" */
+    const char *version;         /* serverInfo.version; default TIDEMARK_VERSION */
+    const char *instructions;    /* optional initialize instructions */
+    /* Limits and fairness. What happens at each is in the README's
+     * "Guarantees". */
+    unsigned max_connections;    /* open HTTP connections in all; default 16384 */
+    unsigned max_connections_per_address; /* from one source address; default 4096 */
+    int64_t request_deadline_ms; /* a request's header and body must arrive within
+                                    this of its first byte, else the connection is
+                                    dropped; default 30000 */
+    int64_t idle_timeout_ms;     /* a connection with no request in progress and no
+                                    stream is closed after this; default 120000 */
+    unsigned max_calls_per_session; /* handlers running at once for one session
+                                       (more wait their turn); default 8 */
+    unsigned max_calls_per_address; /* ... for one source address; default 32 */
+    unsigned max_queued_per_session; /* calls waiting beyond that; more are refused
+                                        with 429 too_many_requests; default 256 */
+    unsigned max_batch;          /* messages in one JSON-RPC batch; default 64 */
+    unsigned max_subscriptions;  /* resources/subscribe per session; default 256 */
+    unsigned max_uri_length;     /* longest resource uri subscribed to; default 2048
+                                    (at most 8192) */
+    size_t max_header_bytes;     /* the request line and header fields of one request;
+                                    default 8192 (at most 65536); past it a typed 431.
+                                    Each connection's buffer is this plus 2 KiB, so it
+                                    bounds the memory of every open stream */
     /* 2026-07-28 (docs/protocol.md, "2026-07-28 (modern)"). */
-    unsigned cache_ttl_ms;       /* ttlMs of cacheable results (lists, reads, discover);
+    int64_t cache_ttl_ms;        /* ttlMs of cacheable results (lists, reads, discover);
                                     default 0: clients re-fetch */
-    const char *cache_scope;     /* their cacheScope: "private" (default) or "public" */
-    unsigned request_state_ttl_ms; /* a sealed requestState opens this long; default
-                                      600000 (10 min) */
+    const char *cache_scope;     /* their cacheScope: "private" or "public"; default
+                                    "private" */
+    int64_t request_state_ttl_ms; /* a sealed requestState opens this long; default
+                                     600000 (10 min) */
     /* Authorization (docs/protocol.md, "Authorization"): with auth_resource
      * set, the server is an OAuth 2.1 resource server and every MCP request
      * needs "Authorization: Bearer <access token>" issued by auth_issuer for
@@ -148,26 +179,63 @@ typedef struct tidemark_server_config {
     const char *const *auth_scope_implies;
     const char *auth_algorithms; /* accepted JWS algs (NULL: RS/PS/ES 256-512, EdDSA) */
     const char *auth_resource_name; /* optional, in the metadata document */
-    unsigned auth_leeway_s;      /* exp/nbf leeway; 0: 30 s */
-    unsigned auth_timeout_ms;    /* one JWKS fetch or introspection; 0: 3000 */
-    unsigned auth_jwks_min_refresh_ms; /* between two key set fetches; 0: 10000 */
-    const char *metrics_token;   /* GET /metrics needs "Authorization: Bearer <this>"
-                                    (NULL: no token; the Host check as before) */
+    uint64_t auth_leeway_s;      /* exp/nbf leeway in seconds; default 30; UINT32_MAX
+                                    or more: none */
+    int64_t auth_timeout_ms;     /* one JWKS fetch or introspection; default 3000 */
+    int64_t auth_jwks_min_refresh_ms; /* between two key set fetches; default 10000 */
     /* HTTPS (PEM files, read at start): cert and key both or neither; with
      * tls_client_ca_file every connection must present a client certificate
      * that CA signed (others get 403). */
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;
-    /* The request line and header fields of one request, in bytes (0: 8192,
-     * at most 65536); past it a typed 431. Each connection's buffer is this
-     * plus 2 KiB, so it bounds the memory of every open stream. */
-    unsigned max_header_bytes;
+    int64_t store_timeout_ms;    /* PostgreSQL store: a commit waits this long for the
+                                    primary (and its synchronous standby), then fails as
+                                    not acknowledged: 503 store_unavailable, nothing
+                                    emitted; default 5000 */
 } tidemark_server_config_t;
 
 /* Fill a config with the defaults above. */
 TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size);
 #define tidemark_server_config_init(cfg) tidemark_server_config_init_sized((cfg), sizeof *(cfg))
+/*
+ * The defaults of tidemark_server_config_t, one table: X(field, value) for
+ * every field whose default is not zero or NULL. tidemark_server_config_init
+ * is made from it, and so are the "(default ...)" of tidemark-server --help;
+ * a test (tests/unit/test_api.c) checks that the comments above name the
+ * same values.
+ */
+#define TIDEMARK_SERVER_DEFAULTS(X)                                                          \
+    X(host, "127.0.0.1")                                                                     \
+    X(path, "/mcp")                                                                          \
+    X(store, "memory")                                                                       \
+    X(session_ttl_seconds, 86400)                                                            \
+    X(workers, 64)                                                                           \
+    X(io_threads, 2)                                                                         \
+    X(page_size, 100)                                                                        \
+    X(retry_ms, 1000)                                                                        \
+    X(keepalive_ms, 15000)                                                                   \
+    X(max_body, 4194304)                                                                     \
+    X(name, "tidemark")                                                                      \
+    X(version, TIDEMARK_VERSION)                                                             \
+    X(max_connections, 16384)                                                                \
+    X(max_connections_per_address, 4096)                                                     \
+    X(request_deadline_ms, 30000)                                                            \
+    X(idle_timeout_ms, 120000)                                                               \
+    X(max_calls_per_session, 8)                                                              \
+    X(max_calls_per_address, 32)                                                             \
+    X(max_queued_per_session, 256)                                                           \
+    X(max_batch, 64)                                                                         \
+    X(max_subscriptions, 256)                                                                \
+    X(max_uri_length, 2048)                                                                  \
+    X(max_header_bytes, 8192)                                                                \
+    X(cache_scope, "private")                                                                \
+    X(request_state_ttl_ms, 600000)                                                          \
+    X(auth_leeway_s, 30)                                                                     \
+    X(auth_timeout_ms, 3000)                                                                 \
+    X(auth_jwks_min_refresh_ms, 10000)                                                       \
+    X(store_timeout_ms, 5000)
+
 
 /* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
 TIDEMARK_API int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
@@ -197,7 +265,7 @@ TIDEMARK_API int tidemark_server_run(tidemark_server_t *srv);
  * closed. */
 TIDEMARK_API int tidemark_server_run_stdio(tidemark_server_t *srv, int in_fd, int out_fd);
 /* The port actually bound (after start; 0 before). */
-TIDEMARK_API unsigned tidemark_server_port(const tidemark_server_t *srv);
+TIDEMARK_API int tidemark_server_port(const tidemark_server_t *srv);
 /* Stop listening, cancel running calls, wait for handlers, close the store. */
 TIDEMARK_API void tidemark_server_stop(tidemark_server_t *srv);
 /* Stop if running, then free everything. */
@@ -248,12 +316,12 @@ typedef int (*tidemark_tool_fn)(tidemark_call_t *call, json_t *args, json_t **re
 typedef struct tidemark_tool {
     const char *name;
     const char *title;          /* optional */
+/* A tool (a growable struct: tidemark.h, "Structs a caller fills"; no hole,
+ * no tail padding). */
     const char *description;    /* optional */
     const char *input_schema;   /* JSON text; NULL = {"type":"object"} */
     const char *output_schema;  /* JSON text or NULL */
     unsigned hints;             /* TIDEMARK_TOOL_* */
-    tidemark_tool_fn fn;
-    void *ud;
     /* io.modelcontextprotocol/tasks (2026-07-28; docs/protocol.md "Tasks"):
      * whether a call runs as a task, decided by the server per tool. With
      * TIDEMARK_TASK_OPTIONAL a client that declared the extension gets a
@@ -267,6 +335,8 @@ typedef struct tidemark_tool {
     /* How long a finished task stays readable, from its creation, in ms
      * (0: one hour; capped by the session TTL). */
     int64_t task_ttl_ms;
+    tidemark_tool_fn fn;
+    void *ud;
 } tidemark_tool_t;
 
 #define TIDEMARK_TASK_NEVER       0u
@@ -303,6 +373,7 @@ typedef struct tidemark_resource {
 TIDEMARK_API int tidemark_server_add_resource_sized(tidemark_server_t *srv,
                                                     const tidemark_resource_t *res, size_t size);
 #define tidemark_server_add_resource(srv, res) \
+/* Register a resource (copied). */
     tidemark_server_add_resource_sized((srv), (res), sizeof *(res))
 /* A template matches URIs of the form of its uriTemplate ({var} segments). */
 TIDEMARK_API int tidemark_server_add_resource_template_sized(tidemark_server_t *srv,
@@ -331,6 +402,7 @@ typedef struct tidemark_prompt {
 TIDEMARK_API int tidemark_server_add_prompt_sized(tidemark_server_t *srv,
                                                   const tidemark_prompt_t *prompt, size_t size);
 #define tidemark_server_add_prompt(srv, prompt) \
+/* Register a prompt (copied). */
     tidemark_server_add_prompt_sized((srv), (prompt), sizeof *(prompt))
 
 /* ---- completion -------------------------------------------------------- */
@@ -444,7 +516,7 @@ TIDEMARK_API int tidemark_call_set_effect(tidemark_call_t *call, tidemark_effect
                              void (*free_ud)(void *));
 /* Rows of an application table (tidemark_txn_insert) in commit order, each
  * {"id": n, <fields>}, keeping those whose fields equal every field of match
- * (NULL: all). OUT rows (caller decrefs). */
+ * (NULL: all; borrowed). OUT rows (caller decrefs). */
 TIDEMARK_API int tidemark_server_rows(tidemark_server_t *srv, const char *table, json_t *match, json_t **rows);
 /* Application DDL (CREATE TABLE IF NOT EXISTS ...) run in the store at start.
  * Call before tidemark_server_start. The text is copied. SQL stores only:

@@ -1,6 +1,7 @@
 /* server_cli.c - flags and run loop shared by tidemark-server and
  * tidemark-everything. */
 #include "server_cli.h"
+#include "help.h"
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -12,14 +13,16 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+/* The library's defaults, as --help shows them (help.h). */
+static const help_default server_defaults[] = {TIDEMARK_SERVER_DEFAULTS(HELP_DEFAULT)};
+
 static void usage(FILE *f, const char *prog, const char *about)
 {
-    fprintf(f,
-            "Usage: %s [options]\n"
-            "%s\n\n"
+    fprintf(f, "Usage: %s [options]\n%s\n\n", prog, about);
+    help_print(f,
             "Options:\n"
-            "  --listen HOST:PORT     address to bind (default 127.0.0.1:8080; port 0 picks one)\n"
-            "  --path PATH            MCP endpoint path (default /mcp)\n"
+            "  --listen HOST:PORT     address to bind (default {host}:8080; port 0 picks one)\n"
+            "  --path PATH            MCP endpoint path (default {path})\n"
             "  --store URI            event log: sqlite:PATH (default sqlite:./var/tidemark.db)\n"
             "                         redis://HOST:PORT[/DB] (shared by several nodes),\n"
             "                         or memory (nothing survives a restart)\n"
@@ -28,31 +31,31 @@ static void usage(FILE *f, const char *prog, const char *about)
             "                         (emit first, announce the durable head)\n"
             "  --retain-events N      keep at most N events per stream (default: all)\n"
             "  --retain-seconds S     keep events at most S seconds (default: forever)\n"
-            "  --session-ttl-seconds S  expire sessions idle S seconds (default 86400;\n"
+            "  --session-ttl-seconds S  expire sessions idle S seconds (default {session_ttl_seconds};\n"
             "                         0 = never)\n"
             "  --on-gap error|event   stale cursor: 400 resumption_gap (default) or an\n"
             "                         'event: gap' followed by the retained events\n"
-            "  --retry-ms MS          SSE retry advertised to clients (default 1000; 0 = none)\n"
-            "  --keepalive-ms MS      SSE keep-alive comment interval (default 15000)\n"
-            "  --max-body BYTES       request body limit (default 4194304)\n"
-            "  --workers N            handler threads, started as needed (default 64)\n"
+            "  --retry-ms MS          SSE retry advertised to clients (default {retry_ms}; 0 = none)\n"
+            "  --keepalive-ms MS      SSE keep-alive comment interval (default {keepalive_ms})\n"
+            "  --max-body BYTES       request body limit (default {max_body})\n"
+            "  --workers N            handler threads, started as needed (default {workers})\n"
             "Limits (what happens at each: README, Guarantees):\n"
-            "  --max-connections N    open connections in all (default 16384)\n"
-            "  --max-connections-per-address N  from one address (default 4096)\n"
+            "  --max-connections N    open connections in all (default {max_connections})\n"
+            "  --max-connections-per-address N  from one address (default {max_connections_per_address})\n"
             "  --request-deadline-ms MS  a request's header and body must arrive within\n"
-            "                         this, else the connection is cut (default 30000)\n"
-            "  --idle-timeout-ms MS   close connections idle this long (default 120000)\n"
-            "  --max-calls-per-session N  handlers running at once per session (default 8)\n"
-            "  --max-calls-per-address N  ... per client address (default 32)\n"
-            "  --max-queued-per-session N  calls waiting per session before 429 (default 256)\n"
-            "  --max-batch N          messages in one JSON-RPC batch (default 64)\n"
-            "  --max-subscriptions N  resource subscriptions per session (default 256)\n"
-            "  --max-uri-length N     longest resource uri (default 2048, at most 8192)\n"
-            "  --max-header-bytes N   request line and headers (default 8192, at most 65536;\n"
+            "                         this, else the connection is cut (default {request_deadline_ms})\n"
+            "  --idle-timeout-ms MS   close connections idle this long (default {idle_timeout_ms})\n"
+            "  --max-calls-per-session N  handlers running at once per session (default {max_calls_per_session})\n"
+            "  --max-calls-per-address N  ... per client address (default {max_calls_per_address})\n"
+            "  --max-queued-per-session N  calls waiting per session before 429 (default {max_queued_per_session})\n"
+            "  --max-batch N          messages in one JSON-RPC batch (default {max_batch})\n"
+            "  --max-subscriptions N  resource subscriptions per session (default {max_subscriptions})\n"
+            "  --max-uri-length N     longest resource uri (default {max_uri_length}, at most 8192)\n"
+            "  --max-header-bytes N   request line and headers (default {max_header_bytes}, at most 65536;\n"
             "                         each connection's buffer is this + 2 KiB)\n"
             "2026-07-28 requests:\n"
             "  --request-state-ttl-ms MS  a sealed requestState opens this long (default\n"
-            "                         600000)\n"
+            "                         {request_state_ttl_ms})\n"
             "  --cache-ttl-ms MS      ttlMs of lists, reads and discover (default 0)\n"
             "  --allow-origin ORIGIN  allow this Origin (repeatable; '*' allows any;\n"
             "                         default: http(s) origins on localhost/127.0.0.1/[::1])\n"
@@ -79,8 +82,8 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --auth-scope-base SCOPES  needed by every request\n"
             "  --auth-scope-implies BROAD=NARROW...  scope hierarchy (repeatable)\n"
             "  --auth-scopes-supported SCOPES  listed in the resource metadata\n"
-            "  --auth-leeway-s S      exp/nbf leeway (default 30; 0 = none)\n"
-            "  --auth-jwks-min-refresh-ms MS  between two key set fetches (default 10000)\n"
+            "  --auth-leeway-s S      exp/nbf leeway (default {auth_leeway_s}; 0 = none)\n"
+            "  --auth-jwks-min-refresh-ms MS  between two key set fetches (default {auth_jwks_min_refresh_ms})\n"
             "  --metrics-token-file FILE  GET /metrics needs Authorization: Bearer <the\n"
             "                         file's token> (a --metrics-address needs none)\n"
             "TLS:\n"
@@ -90,7 +93,7 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --stdio                serve one client on stdin/stdout (the MCP stdio\n"
             "                         transport; logs on stderr) instead of HTTP\n"
             "  --help                 show this help\n",
-            prog, about);
+            server_defaults, sizeof server_defaults / sizeof server_defaults[0]);
 }
 
 static int parse_u64(const char *s, unsigned long long max, unsigned long long *out)
@@ -107,11 +110,13 @@ static int parse_u64(const char *s, unsigned long long max, unsigned long long *
 /* The numeric limits: long options from 256 up, in this order. */
 typedef struct limit_opt {
     const char *name;
-    size_t off; /* of the unsigned field in tidemark_server_config_t */
+    size_t off;  /* of the field in tidemark_server_config_t */
+    size_t size; /* 4: unsigned; 8: int64_t or size_t (values below INT64_MAX) */
     unsigned long long min, max;
 } limit_opt;
 
-#define LIMIT(n, f, lo, hi) {n, offsetof(tidemark_server_config_t, f), lo, hi}
+#define LIMIT(n, f, lo, hi) \
+    {n, offsetof(tidemark_server_config_t, f), sizeof(((tidemark_server_config_t *)0)->f), lo, hi}
 static const limit_opt limits[] = {
     LIMIT("max-connections", max_connections, 1, 1000000),
     LIMIT("max-connections-per-address", max_connections_per_address, 1, 1000000),
@@ -136,7 +141,14 @@ static int set_limit(server_cli *cli, int c, const char *arg)
     unsigned long long v;
     if (parse_u64(arg, l->max, &v) || v < l->min)
         return -1;
-    *(unsigned *)(void *)((char *)&cli->cfg + l->off) = (unsigned)v;
+    char *field = (char *)&cli->cfg + l->off;
+    if (l->size == sizeof(unsigned)) {
+        unsigned u = (unsigned)v;
+        memcpy(field, &u, sizeof u);
+    } else {
+        int64_t i = (int64_t)v; /* the same bytes as a size_t of that value */
+        memcpy(field, &i, sizeof i);
+    }
     return 0;
 }
 

@@ -16,22 +16,13 @@
 
 /* ---- config ---------------------------------------------------------------------- */
 
+/* Every default is TIDEMARK_CLIENT_DEFAULTS' (client.h). */
 static void config_defaults(tidemark_client_config_t *c)
 {
     memset(c, 0, sizeof *c);
-    c->name = "tidemark-client";
-    c->version = TIDEMARK_VERSION;
-    c->protocol_version = TIDEMARK_PROTOCOL_LATEST;
-    c->max_attempts = 8;
-    c->backoff_ms = 250;
-    c->backoff_max_ms = 5000;
-    c->retry_min_ms = TIDEMARK_CLIENT_RETRY_MIN_MS;
-    c->retry_max_ms = TIDEMARK_CLIENT_RETRY_MAX_MS;
-    c->max_held_bytes = TIDEMARK_CLIENT_MAX_HELD_BYTES;
-    c->timeout_ms = 60000;
-    c->protocol = TIDEMARK_PROTOCOL_AUTO;
-    c->max_input_rounds = TIDEMARK_CLIENT_MAX_INPUT_ROUNDS;
-    c->max_step_up = 2;
+#define TM_DEFAULT(field, value) c->field = value;
+    TIDEMARK_CLIENT_DEFAULTS(TM_DEFAULT)
+#undef TM_DEFAULT
 }
 
 int tidemark_client_config_init_sized(tidemark_client_config_t *cfg, size_t size)
@@ -48,29 +39,35 @@ int tidemark_client_config_init_sized(tidemark_client_config_t *cfg, size_t size
     return 0;
 }
 
-/* Zeros mean "the default"; a range given upside down is put right. */
+/* Durations in [0, UINT32_MAX] ms (timeout_ms: at most that; 0 or less is
+ * the default); reserved0 zero, as a field this library does not know. */
+static int config_check(const tidemark_client_config_t *c)
+{
+    const int64_t ms[] = {c->backoff_ms, c->backoff_max_ms, c->retry_min_ms, c->retry_max_ms};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        if (ms[i] < 0 || ms[i] > (int64_t)UINT32_MAX)
+            return TIDEMARK_EINVAL;
+    if (c->timeout_ms > (int64_t)UINT32_MAX)
+        return TIDEMARK_EINVAL;
+    return c->reserved0 ? TIDEMARK_ENOTSUP : 0;
+}
+
+/* A zero (NULL) field is its default, except max_step_up (0: never
+ * re-authorize for more scope); timeout_ms below zero too; a range given
+ * upside down is put right. */
 static void config_settle(tidemark_client_config_t *c)
 {
     tidemark_client_config_t d;
     config_defaults(&d);
-    if (!c->max_attempts)
-        c->max_attempts = d.max_attempts;
-    if (!c->backoff_ms)
-        c->backoff_ms = d.backoff_ms;
-    if (!c->backoff_max_ms)
-        c->backoff_max_ms = d.backoff_max_ms;
-    if (!c->retry_min_ms)
-        c->retry_min_ms = d.retry_min_ms;
-    if (!c->retry_max_ms)
-        c->retry_max_ms = d.retry_max_ms;
+    unsigned step_up = c->max_step_up;
+    if (c->timeout_ms < 0)
+        c->timeout_ms = 0;
+#define TM_ZERO_IS_DEFAULT(field, value) if (!c->field) c->field = d.field;
+    TIDEMARK_CLIENT_DEFAULTS(TM_ZERO_IS_DEFAULT)
+#undef TM_ZERO_IS_DEFAULT
+    c->max_step_up = step_up;
     if (c->retry_max_ms < c->retry_min_ms)
         c->retry_max_ms = c->retry_min_ms;
-    if (!c->max_held_bytes)
-        c->max_held_bytes = d.max_held_bytes;
-    if (c->timeout_ms <= 0)
-        c->timeout_ms = d.timeout_ms;
-    if (!c->max_input_rounds)
-        c->max_input_rounds = d.max_input_rounds;
 }
 
 /* ---- new and free -------------------------------------------------------------------- */
@@ -142,6 +139,8 @@ int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
         return TIDEMARK_ENOMEM;
     config_defaults(&c->cfg);
     int rc = tm_abi_copy(&c->cfg, sizeof c->cfg, cfg, size);
+    if (!rc)
+        rc = config_check(&c->cfg);
     if (!rc && !c->cfg.url)
         rc = TIDEMARK_EINVAL;
     const char *schema = c->cfg.schema;

@@ -35,17 +35,20 @@ static int nap(tidemark_client_t *c, long ms, int64_t deadline)
  * doubles, with full jitter, up to max(backoff_max_ms, the retry). */
 static long reconnect_delay(tidemark_client_t *c, rq *r)
 {
-    unsigned long base = c->cfg.backoff_ms;
+    /* The config's durations are in [0, UINT32_MAX] (client.c, config_check). */
+    unsigned long base = (unsigned long)c->cfg.backoff_ms;
+    unsigned long lo = (unsigned long)c->cfg.retry_min_ms, hi = (unsigned long)c->cfg.retry_max_ms;
     if (r->retry_set) {
         base = r->retry_ms;
-        if (base < c->cfg.retry_min_ms)
-            base = c->cfg.retry_min_ms;
-        if (base > c->cfg.retry_max_ms)
-            base = c->cfg.retry_max_ms;
+        if (base < lo)
+            base = lo;
+        if (base > hi)
+            base = hi;
         if (r->attempts <= 1)
             return (long)base;
     }
-    unsigned long cap = c->cfg.backoff_max_ms > base ? c->cfg.backoff_max_ms : base;
+    unsigned long most = (unsigned long)c->cfg.backoff_max_ms;
+    unsigned long cap = most > base ? most : base;
     unsigned long d = base;
     for (unsigned i = 1; i < r->attempts && d < cap; i++)
         d *= 2;

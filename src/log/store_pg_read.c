@@ -212,6 +212,9 @@ int tm_pg_read(tm_store *st, const char *session, const char *stream, uint64_t a
         PGresult *r = NULL;
         size_t page = left < READ_CHUNK ? left : READ_CHUNK;
         int rc = read_page(p, session, stream, after, page, &r);
+        tm_stream_bounds qb;
+        if (rc == TIDEMARK_ENOTFOUND && queued_open(p, session, stream, &qb) == 0)
+            return 0; /* opened here, not committed yet: nothing to read so far */
         if (rc)
             return rc;
         uint64_t first = (uint64_t)tm_pg_bin_i64(r, 0, 0), head = (uint64_t)tm_pg_bin_i64(r, 0, 1);

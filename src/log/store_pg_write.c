@@ -399,6 +399,15 @@ static const char notify_sql[] =
     "s.head, E'\\n'), '') AS p FROM tm_streams s JOIN unnest($2::text[], $3::text[]) AS u(se, na) "
     "ON s.session = u.se AND s.name = u.na) q";
 
+/* One query's result that must be ok, cleared. 0, or nonzero when bad. */
+static int expect_ok(pgstore *p, int *lost)
+{
+    PGresult *r = query_result(p, lost);
+    int bad = !r || (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK);
+    PQclear(r);
+    return bad;
+}
+
 /* Sync the pipeline and read what it owes, in order: BEGIN (begin), the ops
  * from..to (to exclusive), NOTIFY (notify), COMMIT (commit). Returns 0, or
  * TIDEMARK_EIO when anything failed (the transaction is then lost). */
@@ -406,13 +415,8 @@ static int read_segment(pgstore *p, int begin, pop *from, pop *to, int notify, i
 {
     int lost = !PQpipelineSync(p->wc), bad = 0;
     PGresult *r;
-    for (int k = 0; !lost && k < begin + notify; k++) {
-        r = query_result(p, &lost);
-        bad |= !r || (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK);
-        PQclear(r);
-        if (k == 0 && begin && notify) /* BEGIN first; the ops come before NOTIFY */
-            break;
-    }
+    if (!lost && begin)
+        bad |= expect_ok(p, &lost);
     for (pop *o = from; !lost && o != to; o = op_next(o)) {
         r = query_result(p, &lost);
         if (r && (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK))
@@ -421,11 +425,8 @@ static int read_segment(pgstore *p, int begin, pop *from, pop *to, int notify, i
             bad = 1;
         PQclear(r);
     }
-    if (!lost && begin && notify) {
-        r = query_result(p, &lost);
-        bad |= !r || PQresultStatus(r) != PGRES_TUPLES_OK;
-        PQclear(r);
-    }
+    if (!lost && notify)
+        bad |= expect_ok(p, &lost);
     if (!lost && commit) {
         p->doubt = 0;
         r = query_result(p, &lost);

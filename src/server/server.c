@@ -22,33 +22,12 @@
 
 
 static void config_defaults(tidemark_server_config_t *c)
+/* Every default is TIDEMARK_SERVER_DEFAULTS' (server.h). */
 {
     memset(c, 0, sizeof *c);
-    c->host = "127.0.0.1";
-    c->path = "/mcp";
-    c->store = "memory";
-    c->retry_ms = 1000;
-    c->keepalive_ms = 15000;
-    c->max_body = 4u << 20;
-    c->workers = 64;
-    c->io_threads = 2;
-    c->max_connections = 16384;
-    c->max_connections_per_address = 4096;
-    c->request_deadline_ms = 30000;
-    c->idle_timeout_ms = 120000;
-    c->max_calls_per_session = 8;
-    c->max_calls_per_address = 32;
-    c->max_queued_per_session = 256;
-    c->max_batch = 64;
-    c->max_subscriptions = 256;
-    c->max_uri_length = 2048;
-    c->session_ttl_seconds = 86400;
-    c->page_size = 100;
-    c->name = "tidemark";
-    c->version = TIDEMARK_VERSION;
-    c->cache_scope = "private";
-    c->request_state_ttl_ms = 600000;
-    c->max_header_bytes = TM_HTTP_MAX_HEADER_BYTES;
+#define TM_DEFAULT(field, value) c->field = value;
+    TIDEMARK_SERVER_DEFAULTS(TM_DEFAULT)
+#undef TM_DEFAULT
 }
 
 void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size)
@@ -86,21 +65,18 @@ static void free_list(char **l)
     free(l);
 }
 
-/* Zero means "the default" for every limit. */
-static void fill_limits(tidemark_server_config_t *c, const tidemark_server_config_t *def)
+/* A zero (NULL) field is its default, except where zero is a setting of
+ * its own: retry_ms (no retry: advertised) and session_ttl_seconds (never
+ * expire). */
+static void fill_defaults(tidemark_server_config_t *c, const tidemark_server_config_t *def)
 {
-    unsigned *v[] = {&c->max_connections, &c->max_connections_per_address,
-                     &c->request_deadline_ms, &c->idle_timeout_ms, &c->max_calls_per_session,
-                     &c->max_calls_per_address, &c->max_queued_per_session, &c->max_batch,
-                     &c->max_subscriptions, &c->max_uri_length, &c->max_header_bytes};
-    const unsigned d[] = {def->max_connections, def->max_connections_per_address,
-                          def->request_deadline_ms, def->idle_timeout_ms,
-                          def->max_calls_per_session, def->max_calls_per_address,
-                          def->max_queued_per_session, def->max_batch, def->max_subscriptions,
-                          def->max_uri_length, def->max_header_bytes};
-    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
-        if (*v[i] == 0)
-            *v[i] = d[i];
+    int64_t retry_ms = c->retry_ms;
+    uint64_t ttl = c->session_ttl_seconds;
+#define TM_ZERO_IS_DEFAULT(field, value) if (!c->field) c->field = def->field;
+    TIDEMARK_SERVER_DEFAULTS(TM_ZERO_IS_DEFAULT)
+#undef TM_ZERO_IS_DEFAULT
+    c->retry_ms = retry_ms;
+    c->session_ttl_seconds = ttl;
     if (c->max_uri_length > TM_URI_MAX)
         c->max_uri_length = TM_URI_MAX;
     if (c->max_header_bytes > 65536)
@@ -108,6 +84,35 @@ static void fill_limits(tidemark_server_config_t *c, const tidemark_server_confi
 }
 
 /* The authorization settings of the config (docs/protocol.md,
+/* Durations in [0, UINT32_MAX] ms (what the layers below take), the port in
+ * [0, 65535]; anything else is a caller's mistake, never wrapped. */
+static int config_check(const tidemark_server_config_t *c)
+{
+    const struct {
+        const char *name;
+        int64_t ms;
+    } d[] = {{"retry_ms", c->retry_ms},
+             {"keepalive_ms", c->keepalive_ms},
+             {"request_deadline_ms", c->request_deadline_ms},
+             {"idle_timeout_ms", c->idle_timeout_ms},
+             {"cache_ttl_ms", c->cache_ttl_ms},
+             {"request_state_ttl_ms", c->request_state_ttl_ms},
+             {"auth_timeout_ms", c->auth_timeout_ms},
+             {"auth_jwks_min_refresh_ms", c->auth_jwks_min_refresh_ms},
+             {"store_timeout_ms", c->store_timeout_ms}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        if (d[i].ms < 0 || d[i].ms > (int64_t)UINT32_MAX) {
+            TM_ERROR("config: %s = %lld is out of range (0 to %u ms)", d[i].name,
+                     (long long)d[i].ms, UINT32_MAX);
+            return TIDEMARK_EINVAL;
+        }
+    if (c->port < 0 || c->port > 65535) {
+        TM_ERROR("config: port %d is out of range (0 to 65535)", c->port);
+        return TIDEMARK_EINVAL;
+    }
+    return 0;
+}
+
  * "Authorization"): none set, off; auth_resource and the rest, a resource
  * server (tm_auth validates and copies them); any of them without
  * auth_resource, refused (never an open server by mistake). */
@@ -132,7 +137,9 @@ static int auth_open(tidemark_server_t *s)
                          .ca_file = c->auth_ca_file, .scopes_supported = c->auth_scopes_supported,
                          .scope_base = c->auth_scope_base, .scope_rules = c->auth_scope_rules,
                          .scope_implies = c->auth_scope_implies, .algorithms = c->auth_algorithms,
-                         .resource_name = c->auth_resource_name, .leeway_s = c->auth_leeway_s,
+                         .resource_name = c->auth_resource_name,
+                         .leeway_s = c->auth_leeway_s < UINT32_MAX ? (unsigned)c->auth_leeway_s
+                                                                  : UINT32_MAX,
                          .http_timeout_ms = c->auth_timeout_ms,
                          .jwks_min_refresh_ms = c->auth_jwks_min_refresh_ms};
     return tm_auth_new(&ac, &s->auth);
@@ -158,8 +165,11 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     tidemark_server_config_t mine = def;
     int rc = tm_abi_copy(&mine, sizeof mine, cfg, cfg ? size : 0);
     if (rc)
+    if (!rc)
+        rc = config_check(&mine);
         return rc;
     tidemark_server_t *s = calloc(1, sizeof *s);
+    fill_defaults(&mine, &def);
     if (!s)
         return TIDEMARK_ENOMEM;
     s->cfg = mine;
@@ -176,17 +186,7 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     s->tls_cert = tm_strdup(s->cfg.tls_cert_file);
     s->tls_key = tm_strdup(s->cfg.tls_key_file);
     s->tls_client_ca = tm_strdup(s->cfg.tls_client_ca_file);
-    if (!s->cfg.workers)
-        s->cfg.workers = def.workers;
-    if (!s->cfg.max_body)
-        s->cfg.max_body = def.max_body;
-    if (!s->cfg.page_size)
-        s->cfg.page_size = def.page_size;
-    fill_limits(&s->cfg, &def);
-    s->cfg.cache_scope = s->cfg.cache_scope && strcmp(s->cfg.cache_scope, "public") == 0
-                             ? "public" : "private";
-    if (!s->cfg.request_state_ttl_ms)
-        s->cfg.request_state_ttl_ms = def.request_state_ttl_ms;
+    s->cfg.cache_scope = strcmp(s->cfg.cache_scope, "public") == 0 ? "public" : "private";
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
     s->failed = tm_map_new();
@@ -373,9 +373,9 @@ fail:
     return rc;
 }
 
-unsigned tidemark_server_port(const tidemark_server_t *srv)
+int tidemark_server_port(const tidemark_server_t *srv)
 {
-    return srv->http ? tm_http_port(srv->http) : 0;
+    return srv->http ? (int)tm_http_port(srv->http) : 0;
 }
 
 static void close_each(const char *k, void *v, void *ud)

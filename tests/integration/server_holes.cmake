@@ -69,12 +69,7 @@ if(NODE_EXECUTABLE)
             ${CMAKE_BINARY_DIR}/bin ${PROJECT_VERSION})
   set_tests_properties(first_hour PROPERTIES TIMEOUT 120)
 endif()
-if(CMOCKA_FOUND)
-  # The public API through the shared library, as a program links it.
-  add_executable(test_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_api.c)
-  target_link_libraries(test_api PRIVATE tidemark PkgConfig::CMOCKA)
-  add_test(NAME unit_api COMMAND test_api)
-endif()
+# unit_api (the public API through the shared library): tests/abi/abi.cmake.
 if(CMOCKA_FOUND)
   add_executable(test_sched ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sched.c)
   target_link_libraries(test_sched PRIVATE tidemark_static PkgConfig::CMOCKA)

@@ -258,6 +258,18 @@ static void test_request_claim(void **state)
 
 /* ---- effects in SQL, committed with the result ------------------------------------------ */
 
+typedef struct told {
+    int status;
+    uint64_t seq;
+} told;
+
+static void told_fn(void *ud, int status, uint64_t seq)
+{
+    told *t = ud;
+    t->status = status;
+    t->seq = seq;
+}
+
 static int fx_sql(void *ud, tm_txn *txn)
 {
     const char *args[1] = {ud};
@@ -279,18 +291,28 @@ static void test_effects_sql(void **state)
     mk_session(st, "a");
     open_stream(st, "a", NULL, "r1");
     const char *keys[] = {"good", "bad", "good", "other"}; /* bad fails; the 2nd good breaks UNIQUE */
+    told t[4];
+    tm_store_hold(st); /* one batch: effects between pipelined statements */
+    assert_int_equal(tm_store_append(st, "a", "r1", "plain", 5, 0, NULL, NULL), 0);
     for (int i = 0; i < 4; i++) {
+        t[i] = (told){-1, 0};
         tm_append_req q = {.session = "a", .stream = "r1", .data = "done", .len = 4, .effect = fx_sql,
-                           .effect_ud = (void *)keys[i], .fallback = "fell", .fallback_len = 4};
+                           .effect_ud = (void *)keys[i], .fallback = "fell", .fallback_len = 4,
+                           .cb = told_fn, .cb_ud = &t[i]};
         assert_int_equal(tm_store_append_ex(st, &q), 0);
     }
+    tm_store_release(st);
     assert_int_equal(tm_store_sync(st), 0);
+    for (int i = 0; i < 4; i++) { /* every append told its own seq */
+        assert_int_equal(t[i].status, 0);
+        assert_int_equal(t[i].seq, i + 2);
+    }
     collected c = {0};
     read_all(st, "a", "r1", 0, 10, &c);
-    assert_int_equal(c.n, 4);
+    assert_int_equal(c.n, 5);
     const char *want[] = {"done", "fell", "fell", "done"};
     for (int i = 0; i < 4; i++)
-        assert_memory_equal(c.data[i], want[i], 4);
+        assert_memory_equal(c.data[i + 1], want[i], 4);
     json_t *rows = NULL;
     assert_int_equal(tm_store_query(st, "SELECT k FROM ledger ORDER BY k", NULL, 0, &rows), 0);
     char *txt = json_dumps(rows, JSON_COMPACT);
