@@ -71,8 +71,6 @@ typedef enum tidemark_durability {
     TIDEMARK_DURABILITY_PROCESS = 1, /* survives a killed process */
 } tidemark_durability_t;
 
-typedef struct tidemark_server_config {
-    const char *host;            /* bind address; default "127.0.0.1" */
 /*
  * The server's settings. Start from tidemark_server_config_init(): it gives
  * every field the default its comment names, from the one table below
@@ -91,8 +89,10 @@ typedef struct tidemark_server_config {
  * named in its own trailing comment ("default N"), as the table below
  * has it.
  */
-    const char *path;            /* endpoint; default "/mcp" */
+typedef struct tidemark_server_config {
     /* Where it listens, and what it keeps. */
+    const char *host;            /* bind address; default "127.0.0.1" */
+    const char *path;            /* endpoint; default "/mcp" */
     const char *store;           /* store URI: "sqlite:PATH", "redis://HOST:PORT[/DB]",
                                     "postgresql://..." or "memory"; default "memory" */
     int port;                    /* 0 (default) picks a free port (tidemark_server_port) */
@@ -111,6 +111,9 @@ typedef struct tidemark_server_config {
     unsigned workers;            /* handler threads, started as needed; default 64 */
     unsigned io_threads;         /* HTTP polling threads; default 2 */
     unsigned page_size;          /* list page size; default 100 */
+    int64_t retry_ms;            /* SSE "retry:" advertised; default 1000; 0 = none */
+    int64_t keepalive_ms;        /* SSE keep-alive comment interval; default 15000 */
+    size_t max_body;             /* request body limit in bytes; default 4194304 (4 MiB) */
     const char *const *allowed_origins; /* NULL-terminated; NULL = loopback origins only */
     const char *const *allowed_hosts;   /* NULL-terminated; NULL = loopback hosts only */
     const char *const *metrics_addresses; /* NULL-terminated client addresses (e.g.
@@ -118,9 +121,6 @@ typedef struct tidemark_server_config {
                                     check (a scrape host); NULL = none */
     const char *metrics_token;   /* GET /metrics needs "Authorization: Bearer <this>"
                                     (NULL: no token; the Host check as before) */
-    int64_t retry_ms;            /* SSE "retry:" advertised; default 1000; 0 = none */
-    int64_t keepalive_ms;        /* SSE keep-alive comment interval; default 15000 */
-    size_t max_body;             /* request body limit in bytes; default 4194304 (4 MiB) */
     const char *name;            /* serverInfo.name; default "tidemark" */
     const char *version;         /* serverInfo.version; default TIDEMARK_VERSION */
     const char *instructions;    /* optional initialize instructions */
@@ -195,9 +195,6 @@ typedef struct tidemark_server_config {
                                     emitted; default 5000 */
 } tidemark_server_config_t;
 
-/* Fill a config with the defaults above. */
-TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size);
-#define tidemark_server_config_init(cfg) tidemark_server_config_init_sized((cfg), sizeof *(cfg))
 /*
  * The defaults of tidemark_server_config_t, one table: X(field, value) for
  * every field whose default is not zero or NULL. tidemark_server_config_init
@@ -236,6 +233,9 @@ TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cf
     X(auth_jwks_min_refresh_ms, 10000)                                                       \
     X(store_timeout_ms, 5000)
 
+/* Fill a config with the defaults above. */
+TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size);
+#define tidemark_server_config_init(cfg) tidemark_server_config_init_sized((cfg), sizeof *(cfg))
 
 /* Create a server (not yet listening). OUT srv: free with tidemark_server_free. */
 TIDEMARK_API int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
@@ -313,11 +313,11 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
  */
 typedef int (*tidemark_tool_fn)(tidemark_call_t *call, json_t *args, json_t **result, void *ud);
 
+/* A tool (a growable struct: tidemark.h, "Structs a caller fills"; no hole,
+ * no tail padding). */
 typedef struct tidemark_tool {
     const char *name;
     const char *title;          /* optional */
-/* A tool (a growable struct: tidemark.h, "Structs a caller fills"; no hole,
- * no tail padding). */
     const char *description;    /* optional */
     const char *input_schema;   /* JSON text; NULL = {"type":"object"} */
     const char *output_schema;  /* JSON text or NULL */
@@ -332,11 +332,11 @@ typedef struct tidemark_tool {
      * round that brings answers (the handler then runs again, in the task,
      * with them). Inputs asked inside a task are answered with tasks/update. */
     unsigned task;
+    tidemark_tool_fn fn;
+    void *ud;
     /* How long a finished task stays readable, from its creation, in ms
      * (0: one hour; capped by the session TTL). */
     int64_t task_ttl_ms;
-    tidemark_tool_fn fn;
-    void *ud;
 } tidemark_tool_t;
 
 #define TIDEMARK_TASK_NEVER       0u
@@ -370,10 +370,10 @@ typedef struct tidemark_resource {
     void *ud;
 } tidemark_resource_t;
 
+/* Register a resource (copied). */
 TIDEMARK_API int tidemark_server_add_resource_sized(tidemark_server_t *srv,
                                                     const tidemark_resource_t *res, size_t size);
 #define tidemark_server_add_resource(srv, res) \
-/* Register a resource (copied). */
     tidemark_server_add_resource_sized((srv), (res), sizeof *(res))
 /* A template matches URIs of the form of its uriTemplate ({var} segments). */
 TIDEMARK_API int tidemark_server_add_resource_template_sized(tidemark_server_t *srv,
@@ -399,10 +399,10 @@ typedef struct tidemark_prompt {
     void *ud;
 } tidemark_prompt_t;
 
+/* Register a prompt (copied). */
 TIDEMARK_API int tidemark_server_add_prompt_sized(tidemark_server_t *srv,
                                                   const tidemark_prompt_t *prompt, size_t size);
 #define tidemark_server_add_prompt(srv, prompt) \
-/* Register a prompt (copied). */
     tidemark_server_add_prompt_sized((srv), (prompt), sizeof *(prompt))
 
 /* ---- completion -------------------------------------------------------- */

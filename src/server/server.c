@@ -21,8 +21,8 @@
 #include <string.h>
 
 
-static void config_defaults(tidemark_server_config_t *c)
 /* Every default is TIDEMARK_SERVER_DEFAULTS' (server.h). */
+static void config_defaults(tidemark_server_config_t *c)
 {
     memset(c, 0, sizeof *c);
 #define TM_DEFAULT(field, value) c->field = value;
@@ -83,7 +83,6 @@ static void fill_defaults(tidemark_server_config_t *c, const tidemark_server_con
         c->max_header_bytes = 65536;
 }
 
-/* The authorization settings of the config (docs/protocol.md,
 /* Durations in [0, UINT32_MAX] ms (what the layers below take), the port in
  * [0, 65535]; anything else is a caller's mistake, never wrapped. */
 static int config_check(const tidemark_server_config_t *c)
@@ -113,6 +112,7 @@ static int config_check(const tidemark_server_config_t *c)
     return 0;
 }
 
+/* The authorization settings of the config (docs/protocol.md,
  * "Authorization"): none set, off; auth_resource and the rest, a resource
  * server (tm_auth validates and copies them); any of them without
  * auth_resource, refused (never an open server by mistake). */
@@ -164,12 +164,12 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     config_defaults(&def);
     tidemark_server_config_t mine = def;
     int rc = tm_abi_copy(&mine, sizeof mine, cfg, cfg ? size : 0);
-    if (rc)
     if (!rc)
         rc = config_check(&mine);
+    if (rc)
         return rc;
-    tidemark_server_t *s = calloc(1, sizeof *s);
     fill_defaults(&mine, &def);
+    tidemark_server_t *s = calloc(1, sizeof *s);
     if (!s)
         return TIDEMARK_ENOMEM;
     s->cfg = mine;
