@@ -69,6 +69,9 @@ typedef enum tidemark_on_gap {
 typedef enum tidemark_durability {
     TIDEMARK_DURABILITY_POWER = 0,   /* survives power loss: fsync every commit (default) */
     TIDEMARK_DURABILITY_PROCESS = 1, /* survives a killed process */
+    TIDEMARK_DURABILITY_REPLICATED = 2, /* PostgreSQL: COMMIT returned on a primary that has a
+                                           synchronous standby; writes are refused (503
+                                           store_not_replicated) while it has none */
 } tidemark_durability_t;
 
 /*

@@ -25,8 +25,14 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --path PATH            MCP endpoint path (default {path})\n"
             "  --store URI            event log: sqlite:PATH (default sqlite:./var/tidemark.db)\n"
             "                         redis://HOST:PORT[/DB] (shared by several nodes),\n"
-            "                         or memory (nothing survives a restart)\n"
-            "  --durability LEVEL     power (fsync every commit, default) or process\n"
+            "                         postgresql://... (a libpq URI: shared by several nodes,\n"
+            "                         the store itself replicated), or memory (nothing\n"
+            "                         survives a restart)\n"
+            "  --durability LEVEL     power (fsync every commit, default), process, or\n"
+            "                         replicated (PostgreSQL: refuse writes unless the\n"
+            "                         primary has a synchronous standby)\n"
+            "  --store-timeout-ms MS  PostgreSQL: a commit not confirmed within MS fails as\n"
+            "                         not acknowledged, 503 (default {store_timeout_ms})\n"
             "  --emit MODE            durable (commit, then emit; default) or early\n"
             "                         (emit first, announce the durable head)\n"
             "  --retain-events N      keep at most N events per stream (default: all)\n"
@@ -244,6 +250,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         {"retain-seconds", required_argument, 0, 'S'}, {"session-ttl-seconds", required_argument, 0, 'T'},
         {"session-ttl", required_argument, 0, 'T'}, /* the old spelling, kept working */
         {"accept-loss", no_argument, 0, 'A'},
+        {"store-timeout-ms", required_argument, 0, 1001},
         {"metrics-address", required_argument, 0, 'M'}, {"log-format", required_argument, 0, 'F'},
         {"version", no_argument, 0, 'V'},
         {"stdio", no_argument, 0, 1000},
@@ -337,6 +344,7 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
         case 'D':
             if (strcmp(optarg, "power") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_POWER;
             else if (strcmp(optarg, "process") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_PROCESS;
+            else if (strcmp(optarg, "replicated") == 0) cli->cfg.durability = TIDEMARK_DURABILITY_REPLICATED;
             else goto bad;
             break;
         case 'E':
@@ -353,6 +361,10 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
             cli->cfg.session_ttl_seconds = v;
             break;
         case 'A': cli->cfg.accept_loss = 1; break;
+        case 1001:
+            if (parse_u64(optarg, 3600000, &v) || v < 10) goto bad;
+            cli->cfg.store_timeout_ms = (int64_t)v;
+            break;
         case 'M':
             if (cli->nmetrics == 16) goto bad;
             cli->metrics[cli->nmetrics++] = optarg;
@@ -397,8 +409,11 @@ int server_cli_parse(server_cli *cli, int argc, char **argv, const char *prog, c
                 return -1;
             }
         }
-    } else if (strcmp(cli->cfg.store, "memory") != 0 && strncmp(cli->cfg.store, "redis://", 8) != 0) {
-        fprintf(stderr, "%s: unknown store '%s' (sqlite:PATH, redis://HOST:PORT[/DB] or memory)\n",
+    } else if (strcmp(cli->cfg.store, "memory") != 0 && strncmp(cli->cfg.store, "redis://", 8) != 0 &&
+               strncmp(cli->cfg.store, "postgresql://", 13) != 0 &&
+               strncmp(cli->cfg.store, "postgres://", 11) != 0) {
+        fprintf(stderr, "%s: unknown store '%s' (sqlite:PATH, redis://HOST:PORT[/DB], "
+                        "postgresql://... or memory)\n",
                 prog, cli->cfg.store);
         return -1;
     }

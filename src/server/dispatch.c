@@ -48,7 +48,7 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const ch
     tm_sess *s = rc == 0 ? tm_sess_new(id, chosen, client) : NULL;
     json_decref(client);
     if (!s && rc == TIDEMARK_EIO)
-        return err(m->id, TM_RPC_INTERNAL_ERROR, "store_unavailable",
+        return err(m->id, TM_RPC_INTERNAL_ERROR, tm_store_unavailable_reason(srv->store),
                    "the store does not take writes now");
     if (!s)
         return err(m->id, TM_RPC_INTERNAL_ERROR, "store_error", "cannot create session");

@@ -337,7 +337,9 @@ static void health(tidemark_server_t *srv, tm_http_req *r, int ready)
     int rc = ready && !atomic_load(&srv->stopping) ? tm_store_writable(srv->store) : 0;
     if (ready && atomic_load(&srv->stopping))
         rc = TIDEMARK_ECLOSED;
-    const char *why = rc == 0 ? NULL : rc == TIDEMARK_ECLOSED ? "shutting_down" : "store_unavailable";
+    const char *why = rc == 0                  ? NULL
+                      : rc == TIDEMARK_ECLOSED ? "shutting_down"
+                                               : tm_store_unavailable_reason(srv->store);
     json_t *b = why ? json_pack("{s:s,s:s}", "status", "unavailable", "reason", why)
                     : json_pack("{s:s}", "status", ready ? "ready" : "ok");
     tm_reply_json(r, why ? 503 : 200, b);
@@ -360,12 +362,25 @@ static void auth_metrics(tidemark_server_t *srv, tm_buf *b)
                   (unsigned long long)tm_auth_count(srv->auth, TM_AUTH_OK));
 }
 
+/* Whether the store takes writes now, and why not (durability replicated
+ * on a primary without a synchronous standby). */
+static void store_metrics(tidemark_server_t *srv, tm_buf *b)
+{
+    tm_buf_printf(b, "# HELP tidemark_store_writable 1 while the store takes writes\n"
+                     "# TYPE tidemark_store_writable gauge\ntidemark_store_writable %d\n"
+                     "# HELP tidemark_store_not_replicated 1 while writes are refused because "
+                     "the PostgreSQL primary has no synchronous standby (--durability replicated)\n"
+                     "# TYPE tidemark_store_not_replicated gauge\ntidemark_store_not_replicated %d\n",
+                  tm_store_writable(srv->store) == 0, tm_store_pg_not_replicated(srv->store));
+}
+
 static void metrics(tidemark_server_t *srv, tm_http_req *r)
 {
     tm_buf b;
     tm_buf_init(&b, 1u << 20);
     tm_metrics_render(&b);
     auth_metrics(srv, &b);
+    store_metrics(srv, &b);
     tm_http_reply(r, 200, "text/plain; version=0.0.4", b.data, b.len);
     tm_buf_free(&b);
 }
@@ -463,8 +478,9 @@ void tm_on_http(void *ud, tm_http_req *r)
     const char *framing = tm_http_req_framing_error(r);
     if (framing)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, framing,
-                           "Bad Request: ambiguous message length (Content-Length / Transfer-Encoding)",
-                           NULL);
+                              "Bad Request: the header fields frame the message ambiguously "
+                              "(request smuggling)",
+                              NULL);
     int mcp = strcmp(path, srv->path) == 0;
     if (!mcp && (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0)) {
         if (only_get(r, method))
