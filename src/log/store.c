@@ -345,6 +345,16 @@ int64_t tm_retain_cutoff_ms(const tm_store_options *opt, int64_t now_ms)
     return opt->retain_ms > 0 ? now_ms - opt->retain_ms : INT64_MIN;
 }
 
+int tm_store_kv_get(tm_store *st, const char *key, void *out, size_t cap, size_t *len)
+{
+    return st->ops->kv_get ? st->ops->kv_get(st, key, out, cap, len) : TIDEMARK_ENOTSUP;
+}
+
+int tm_store_kv_create(tm_store *st, const char *key, const void *val, size_t len)
+{
+    return st->ops->kv_create ? st->ops->kv_create(st, key, val, len) : TIDEMARK_ENOTSUP;
+}
+
 const char *tm_store_unavailable_reason(tm_store *st)
 {
     return tm_store_pg_not_replicated(st) ? "store_not_replicated" : "store_unavailable";

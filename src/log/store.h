@@ -185,6 +185,9 @@ struct tm_store_ops {
     int (*session_delete_queued)(tm_store *st, const char *id);
     /* Optional (NULL: nothing to hold): tm_store_hold / tm_store_release. */
     void (*hold)(tm_store *st, int on);
+    /* Optional (NULL: tm_store_kv_get / _create return TIDEMARK_ENOTSUP). */
+    int (*kv_get)(tm_store *st, const char *key, void *out, size_t cap, size_t *len);
+    int (*kv_create)(tm_store *st, const char *key, const void *val, size_t len);
 };
 
 /* Common header of every backend object. */
@@ -353,6 +356,15 @@ int tm_store_sync_since(tm_store *st, uint64_t mark);
  * microseconds of queueing only. No-op on stores without a queue. */
 void tm_store_hold(tm_store *st);
 void tm_store_release(tm_store *st);
+/* A small value every node of the store shares (a secret: the sealing
+ * key), kept as a row of its own (PostgreSQL: tm_kv). kv_create writes
+ * it durably unless the key exists (TIDEMARK_EEXIST: read the winner's);
+ * kv_get copies at most cap bytes into out, OUT *len its length
+ * (TIDEMARK_ENOTFOUND, TIDEMARK_ERANGE when longer than cap).
+ * TIDEMARK_ENOTSUP on stores without it (memory, SQLite, Redis keep such
+ * values as they did: seal.c). */
+int tm_store_kv_get(tm_store *st, const char *key, void *out, size_t cap, size_t *len);
+int tm_store_kv_create(tm_store *st, const char *key, const void *val, size_t len);
 /* Whether the store accepts writes now: 0, or TIDEMARK_EIO while it refuses
  * them: after a failed write (disk full, I/O error) until a probe write
  * succeeds — the SQLite store probes with backoff (100 ms doubling to 5 s)

@@ -689,6 +689,8 @@ const struct tm_store_ops tm_pg_ops = {
     .publish = pg_publish,
     .request_claim = tm_pg_request_claim,
     .hold = pg_hold,
+    .kv_get = tm_pg_kv_get,
+    .kv_create = tm_pg_kv_create,
 };
 
 static int check_options(const tm_store_options *opt)

@@ -142,6 +142,8 @@ int tm_pg_exec_schema(tm_store *st, const char *sql);
 int tm_pg_query_json(tm_store *st, const char *sql, const char *const *args, size_t nargs,
                      json_t **rows);
 int tm_pg_rows(tm_store *st, const char *table, json_t **rows);
+int tm_pg_kv_get(tm_store *st, const char *key, void *out, size_t cap, size_t *len);
+int tm_pg_kv_create(tm_store *st, const char *key, const void *val, size_t len);
 
 /* The writer's connection (store_pg_write.c): connect, lost. */
 int tm_pg_writer_connect(pgstore *p);

@@ -534,3 +534,38 @@ int tm_pg_rows(tm_store *st, const char *table, json_t **rows)
     *rows = out;
     return out ? 0 : TIDEMARK_ENOMEM;
 }
+
+/* ---- shared values ------------------------------------------------------------------------- */
+
+int tm_pg_kv_get(tm_store *st, const char *key, void *out, size_t cap, size_t *len)
+{
+    const char *a[1] = {key};
+    PGresult *r = NULL;
+    if (tm_pg_query((pgstore *)st, "SELECT v FROM tm_kv WHERE k = $1", 1, a, 1, &r) != 0)
+        return TIDEMARK_EIO;
+    int rc = PQntuples(r) == 1 ? 0 : TIDEMARK_ENOTFOUND;
+    if (rc == 0) {
+        *len = (size_t)PQgetlength(r, 0, 0);
+        if (*len > cap)
+            rc = TIDEMARK_ERANGE;
+        else
+            memcpy(out, PQgetvalue(r, 0, 0), *len);
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* One autocommit INSERT: durable as the writer's commits are (the
+ * connection's synchronous_commit), bounded by the statement timeout. */
+int tm_pg_kv_create(tm_store *st, const char *key, const void *val, size_t len)
+{
+    const char *a[2] = {key, val};
+    int lens[2] = {0, (int)len}, fmts[2] = {0, 1};
+    PGresult *r = NULL;
+    if (tm_pg_query_f((pgstore *)st, "INSERT INTO tm_kv(k, v) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                      2, a, lens, fmts, 0, &r) != 0)
+        return TIDEMARK_EIO;
+    int rc = strcmp(PQcmdTuples(r), "1") == 0 ? 0 : TIDEMARK_EEXIST;
+    PQclear(r);
+    return rc;
+}

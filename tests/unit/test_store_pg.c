@@ -363,6 +363,26 @@ static void test_schema(void **state)
     assert_int_equal(open_uri_db(db, &early, &st), TIDEMARK_ENOTSUP);
 }
 
+static void test_kv(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
+    unsigned char v[32], got[64];
+    for (int i = 0; i < 32; i++)
+        v[i] = (unsigned char)(i * 37); /* NUL and high bytes too */
+    size_t len = 0;
+    assert_int_equal(tm_store_kv_get(a, "k", got, sizeof got, &len), TIDEMARK_ENOTFOUND);
+    assert_int_equal(tm_store_kv_create(a, "k", v, sizeof v), 0);
+    assert_int_equal(tm_store_kv_create(b, "k", "other", 5), TIDEMARK_EEXIST); /* the first wins */
+    assert_int_equal(tm_store_kv_get(b, "k", got, sizeof got, &len), 0);
+    assert_int_equal(len, sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    assert_int_equal(tm_store_kv_get(b, "k", got, 8, &len), TIDEMARK_ERANGE);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 /* ---- durability replicated, and a standby that is gone ------------------------------------ */
 
 static int session_visible(tm_store *st, const char *id)
@@ -481,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_kv),
         cmocka_unit_test(test_not_replicated),
         cmocka_unit_test(test_standby_lost),
     };
