@@ -11,7 +11,7 @@
 #                                       DIR/cluster.env; prints the libpq URI of
 #                                       every node (target_session_attrs=read-write)
 #   pg_cluster.sh stop DIR              stop every node (immediate; then SIGKILL)
-#   pg_cluster.sh kill DIR N            SIGKILL node N's postmaster and its children
+#   pg_cluster.sh kill DIR N            SIGKILL node N's postmaster and all its children
 #   pg_cluster.sh start-node DIR N      start node N (as it is configured)
 #   pg_cluster.sh stop-node DIR N       stop node N (fast shutdown)
 #   pg_cluster.sh promote DIR N         promote standby N; waits until it accepts writes;
@@ -96,8 +96,10 @@ q() { # q N SQL: run SQL on node N (tidemark database), rows unaligned
 }
 
 free_ports() { # free_ports K: K distinct loopback ports free right now
-  if command -v python3 >/dev/null 2>&1; then
-    python3 - "$1" <<'EOF'
+  local py=/usr/bin/python3   # not a version manager's shim: one fork
+  [[ -x $py ]] || py=$(command -v python3 || true)
+  if [[ -n "$py" ]]; then
+    "$py" - "$1" <<'EOF'
 import socket, sys
 ss = []
 for _ in range(int(sys.argv[1])):
@@ -294,23 +296,24 @@ cmd_start() {
   all_uri
 }
 
-kill_node() { # SIGKILL the postmaster's process group (it leads one: pg_ctl setsid()s it)
+# kill_node N: SIGKILL node N's postmaster and every process it forked (each
+# child runs in a session of its own, so no process group holds them all).
+# The postmaster is stopped first so that it forks nothing while its
+# children are listed.
+kill_node() {
   local pid; pid=$(pid_of "$1")
   [[ -n "$pid" ]] || return 0
-  kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
-  local deadline=$(( $(now_s) + TIMEOUT_S ))
-  while group_alive "$pid"; do
-    (( $(now_s) < deadline )) || die "node $1 (pid $pid) still alive after SIGKILL"
-    kill -9 -- "-$pid" 2>/dev/null || true
-    sleep 0.05
+  kill -STOP "$pid" 2>/dev/null || true
+  local procs; procs="$pid $(pgrep -P "$pid" | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  kill -9 $procs 2>/dev/null || true
+  local deadline=$(( $(now_s) + TIMEOUT_S )) p
+  for p in $procs; do
+    while alive "$p"; do
+      (( $(now_s) < deadline )) || die "node $1: process $p still alive after SIGKILL"
+      sleep 0.02
+    done
   done
-}
-
-group_alive() { # a live (not zombie) process of process group $1
-  local p
-  alive "$1" && return 0
-  for p in $(pgrep -g "$1" 2>/dev/null || true); do alive "$p" && return 0; done
-  return 1
 }
 
 cmd_stop() {
