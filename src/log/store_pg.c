@@ -155,9 +155,14 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
 {
     char app[64];
     snprintf(app, sizeof app, "tidemark-%s-%s", role, p->node);
-    /* The URI comes last: what it says wins over these defaults. */
-    const char *keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-    const char *vals[] = {"3", app, p->uri, NULL};
+    /* The URI comes last: what it says wins over these defaults. A peer
+     * that stops answering (a partition) breaks the connection within the
+     * store timeout instead of TCP's minutes. */
+    char tcp[24];
+    snprintf(tcp, sizeof tcp, "%lld", (long long)p->timeout_ms);
+    const char *keys[] = {"connect_timeout", "application_name", "tcp_user_timeout", "keepalives_idle",
+                          "keepalives_interval", "keepalives_count", "dbname", NULL};
+    const char *vals[] = {"3", app, tcp, "5", "1", "3", p->uri, NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c || PQstatus(c) != CONNECTION_OK) {
         TM_DEBUG("postgresql: connect (%s): %s", role, c ? PQerrorMessage(c) : "out of memory");

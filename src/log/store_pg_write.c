@@ -582,22 +582,21 @@ static void w_settle(void *be, tm_wop *batch, int rc)
 
 static void w_release(tm_wop *o) { tm_pg_op_free((pop *)o); }
 
-/* maintain hook: age retention of streams nobody appends to; old bus rows. */
+/* maintain hook: age retention of streams nobody appends to; old bus rows.
+ * On a pooled connection: its statement timeout bounds the commits, so a
+ * primary without its standby never holds the writer here. */
 static void w_maintain(void *be)
 {
     pgstore *p = be;
-    if (!p->wc)
-        return;
     char cut[24], keep[24];
     snprintf(cut, sizeof cut, "%" PRId64, tm_retain_cutoff_ms(&p->opt, tm_wall_ms()));
     snprintf(keep, sizeof keep, "%d", BUSMSG_KEEP_MS);
     const char *a[1] = {cut}, *b[1] = {keep};
-    PGresult *r = p->opt.retain_ms > 0 ? tm_pg_exec(p->wc, "SELECT tm_retain_age($1)", 1, a, 0) : NULL;
-    PQclear(r);
-    r = tm_pg_exec(p->wc, "DELETE FROM tm_busmsg WHERE ms < tm_now() - $1", 1, b, 0);
-    PQclear(r);
-    if (PQstatus(p->wc) != CONNECTION_OK)
-        tm_pg_writer_lost(p);
+    PGresult *r = NULL;
+    if (p->opt.retain_ms > 0 && tm_pg_query(p, "SELECT tm_retain_age($1)", 1, a, 0, &r) == 0)
+        PQclear(r);
+    if (tm_pg_query(p, "DELETE FROM tm_busmsg WHERE ms < tm_now() - $1", 1, b, 0, &r) == 0)
+        PQclear(r);
 }
 
 const tm_writer_hooks tm_pg_writer_hooks = {
