@@ -4,8 +4,23 @@
 // checking every event (dense seqs from 1, no id reused for another payload,
 // no duplicate) and every response.
 //
-//   const { client, call, stats, confirmed } =
-//       makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs });
+//   const { client, call, stats, confirmed, payloads } =
+//       makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs, retryable });
+// retryable(status, body), optional: true when an HTTP answer other than
+// 200/409 is transient (a store failing over answers 503): the request is
+// re-sent under its id (or its stream resumed) after a pause, not a violation.
+// retryError(error), optional: true when a JSON-RPC error answer says the
+// request's outcome is not settled yet (store_failed: "retry it then"); such
+// an answer carries no event id (it is not durable), and the request is
+// re-sent under its id (or its stream resumed) after a pause.
+// refusedError(error), optional: true when a JSON-RPC error answer is a
+// definite, typed refusal (the tool did not run, say): counted in
+// stats.refused, the entry is not confirmed, no violation.
+// progressMayDrop, optional: progress notifications a tool could not send
+// (the store down) may be missing: strictly increasing within 1..n is enough
+// (else exactly 1..n).
+// stats.emptyStreams counts 200 text/event-stream answers that ended cleanly
+// with no event and no message (a client can neither resume nor finish).
 
 // Seeded PRNG (mulberry32): the same seed gives the same schedule and workload.
 import { sseEvents } from "./sse.mjs";
@@ -21,16 +36,20 @@ export function rng(seed) {
   };
 }
 
-export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs }) {
+export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t0, deadlineMs, retryable,
+  retryError, refusedError, progressMayDrop }) {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
   // ---- global checks ---------------------------------------------------------------
   const payloadById = new Map(); // "session event-id" -> payload, across the whole run
   const streamSeq = new Map();   // "session/stream" -> last seq received
-  const stats = { eventsReceived: 0, resumes: 0, posts: 0, retriedPosts: 0, dedupJson: 0 };
+  const stats = { eventsReceived: 0, resumes: 0, posts: 0, retriedPosts: 0, dedupJson: 0, transient: 0,
+    unsettled: 0, emptyStreams: 0,
+    refused: 0 };
 
   function checkEvent(session, ev) {
-    const m = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)$/.exec(ev.id ?? "");
+    // <epoch>-<stream>-<seq>, and the server's 12-character MAC where it adds one
+    const m = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)(?:-[A-Za-z0-9_-]{12})?$/.exec(ev.id ?? "");
     if (!m) { violate(`bad event id ${ev.id}`); return null; }
     // Ids name a position in a stream of one session (docs/design.md, "The contract", item 2).
     const gid = session + " " + ev.id;
@@ -81,8 +100,14 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
       params: { name, arguments: args, _meta: { progressToken: `p${id}` } } };
     let cursor = null, response = null, streamName = null;
     const progress = [];
+    const unsettled = (msg) => msg?.id === id && msg.error && retryError?.(msg.error);
     const consume = async (res) => {
       for await (const ev of sseEvents(res.body)) {
+        if (!ev.id && ev.data) { /* a message that is not an event: only "not settled yet" may be */
+          let m = null;
+          try { m = JSON.parse(ev.data); } catch { /* checked below */ }
+          if (unsettled(m)) { stats.unsettled++; continue; }
+        }
         const st = checkEvent(sid, ev);
         if (st) streamName = st;
         let msg = null;
@@ -116,18 +141,23 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
         }
         const ctype = res.headers.get("content-type") ?? "";
         if (res.status === 200 && ctype.startsWith("application/json")) {
-          response = await res.json(); // a retried request answered from its record
+          const m = await res.json(); // a retried request answered from its record
+          if (unsettled(m)) { stats.unsettled++; await sleep(100); continue; }
+          response = m;
           stats.dedupJson++;
           break;
         }
         if (res.status === 409) { await res.text(); await sleep(30); continue; }
         if (res.status !== 200) {
           const body = await res.text();
+          if (retryable?.(res.status, body)) { stats.transient++; await sleep(100); continue; }
           violate(`request ${id} (${cursor ? "resume " + cursor : "post"}): HTTP ${res.status} ${body}`);
           if (cursor) return null;
           continue;
         }
+        const before = stats.eventsReceived + stats.unsettled;
         await consume(res);
+        if (stats.eventsReceived + stats.unsettled === before) stats.emptyStreams++;
       } catch (e) {
         if (e.message === "deadline") throw e;
         // A harness bug is not a cut connection: report it.
@@ -139,6 +169,18 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
     }
     return { response, progress, streamName };
   }
+
+  // A progress list in short: runs of consecutive values as a-b.
+  const brief = (p) => {
+    const out = [];
+    for (let i = 0; i < p.length; i++) {
+      let j = i;
+      while (j + 1 < p.length && p[j + 1] === p[j] + 1) j++;
+      out.push(j > i ? `${p[i]}-${p[j]}` : `${p[i]}`);
+      i = j;
+    }
+    return out.join(",").slice(0, 200);
+  };
 
   const confirmed = new Map(); // ledger entry -> count of results received
 
@@ -152,19 +194,23 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
         const n = 20 + Math.floor(rand() * 200);
         const r = await call(sid, reqId, "stream", { n, delay_ms: Math.floor(rand() * 3) });
         if (!r) continue;
-        if (r.response.error) violate(`stream ${reqId}: error ${JSON.stringify(r.response.error)}`);
+        if (r.response.error && refusedError?.(r.response.error)) stats.refused++;
+        else if (r.response.error) violate(`stream ${reqId}: error ${JSON.stringify(r.response.error)}`);
         else if (r.response.result?.content?.[0]?.text !== `streamed ${n}`)
           violate(`stream ${reqId}: result ${JSON.stringify(r.response.result)}`);
         // dedup-by-JSON answers carry no progress; otherwise it must be exactly 1..n
-        if (r.progress.length && (r.progress.length !== n || r.progress.some((p, i) => p !== i + 1)))
-          violate(`stream ${reqId}: progress ${r.progress.length} values, expected 1..${n}: ${r.progress.slice(0, 8)}...`);
+        const exact = (p) => p.length === n && p.every((v, i) => v === i + 1);
+        const rising = (p) => p.every((v, i) => v >= 1 && v <= n && (i === 0 || v > p[i - 1]));
+        if (r.progress.length && !r.response.error && !(progressMayDrop ? rising : exact)(r.progress))
+          violate(`stream ${reqId}: progress ${r.progress.length} values, expected 1..${n}: ${brief(r.progress)}`);
       } else {
         const entry = `c${k}-e${reqId}`;
         // a third of them take a while, so kills land between "started" and the commit
         const delay = rand() < 0.33 ? 20 + Math.floor(rand() * 200) : 0;
         const r = await call(sid, reqId, "ledger_append", delay ? { entry, delay_ms: delay } : { entry });
         if (!r) continue;
-        if (r.response.error) violate(`ledger ${entry}: error ${JSON.stringify(r.response.error)}`);
+        if (r.response.error && refusedError?.(r.response.error)) stats.refused++;
+        else if (r.response.error) violate(`ledger ${entry}: error ${JSON.stringify(r.response.error)}`);
         else if (confirmed.has(entry)) violate(`ledger ${entry}: confirmed twice`);
         else confirmed.set(entry, 1);
       }
@@ -191,5 +237,6 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
     return rows.length;
   }
 
-  return { client, call, stats, confirmed, sleep, checkLedger };
+  // payloads: "session event-id" -> data of every event a client received.
+  return { client, call, stats, confirmed, sleep, checkLedger, payloads: payloadById };
 }
