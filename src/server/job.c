@@ -3,14 +3,12 @@
  * on the worker pool (handlers through the fair scheduler), its response is
  * appended to the POST's stream together with its request record and its
  * effect, and the last completion ends the stream or answers the POST.
- * Also the request keys that make retries exactly-once.
  */
 #include "server_int.h"
 #include "../base/log.h"
 #include "../base/str.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
-#include <gnutls/crypto.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +308,7 @@ void tm_call_free(tidemark_call_t *c)
     if (c->holds_sess)
         tm_sess_unref(c->sess);
     json_decref(c->id);
+    json_decref(c->request);
     free(c);
 }
 
@@ -390,71 +389,4 @@ int tm_call_submit(tidemark_server_t *srv, tidemark_call_t *c)
     if (tm_runs_handler(c->method))
         return tm_sched_submit(srv->sched, c->sess->id, c->addr, run_call, c);
     return tm_pool_submit(srv->pool, run_call, c);
-}
-
-/* ---- request keys ------------------------------------------------------------ */
-
-#define IDEM_KEY "dev.tidemark/idempotency-key"
-
-static json_t *idem_key_of(const tm_msg *m)
-{
-    return json_object_get(json_object_get(m->params, "_meta"), IDEM_KEY);
-}
-
-int tm_call_meta_check(tm_msg *m)
-{
-    json_t *k = idem_key_of(m);
-    if (!k)
-        return 0;
-    m->kind = TM_MSG_INVALID;
-    m->code = TM_RPC_INVALID_PARAMS;
-    if (!json_is_string(k) || json_string_length(k) == 0) {
-        m->why = "invalid_idempotency_key";
-        m->detail = "_meta[\"" IDEM_KEY "\"] must be a non-empty string";
-    } else if (json_string_length(k) > TM_IDEM_KEY_MAX_BYTES) {
-        m->why = "idempotency_key_too_long";
-        m->detail = "_meta[\"" IDEM_KEY "\"] is longer than " TM_STRINGIFY(TM_IDEM_KEY_MAX_BYTES) " bytes";
-    } else {
-        m->kind = TM_MSG_REQUEST;
-        m->code = 0;
-        return 0;
-    }
-    return 1;
-}
-
-/* A round of a multi round-trip call (its requestState and inputResponses)
- * is a request of its own under the same idempotency key: "#" and 32 hex of
- * their SHA-256 follow the key. 0 when there is nothing to add. */
-static int round_suffix(const tm_msg *m, char *out, size_t n)
-{
-    json_t *st = json_object_get(m->params, "requestState");
-    json_t *in = json_object_get(m->params, "inputResponses");
-    if (!st && !in)
-        return 0;
-    json_t *both = json_pack("{s:O?,s:O?}", "s", st, "i", in);
-    char *txt = both ? json_dumps(both, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(both);
-    unsigned char d[32];
-    int rc = txt && gnutls_hash_fast(GNUTLS_DIG_SHA256, txt, strlen(txt), d) == 0 ? 0
-                                                                                 : TIDEMARK_ENOMEM;
-    free(txt);
-    size_t len = strlen(out);
-    if (rc || len + 34 > n)
-        return rc ? rc : TIDEMARK_EINVAL;
-    out[len++] = '#';
-    for (int i = 0; i < 16; i++)
-        snprintf(out + len + 2 * i, 3, "%02x", d[i]);
-    return 0;
-}
-
-int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX])
-{
-    json_t *k = idem_key_of(m);
-    if (json_is_string(k) && json_string_length(k) > 0) {
-        if (tm_jsonrpc_key_escape("k:", json_string_value(k), json_string_length(k), out,
-                                  TM_REQ_KEY_MAX))
-            return TIDEMARK_EINVAL;
-        return round_suffix(m, out, TM_REQ_KEY_MAX);
-    }
-    return tm_jsonrpc_id_key(m->id, out, TM_REQ_KEY_MAX) ? TIDEMARK_EINVAL : 0;
 }

@@ -18,6 +18,7 @@
  */
 #include "server_int.h"
 #include "era.h"
+#include "record.h"
 #include "feed.h"
 #include "seal.h"
 #include "tasks.h"
@@ -29,9 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define IDEM_KEY "dev.tidemark/idempotency-key"
+#define IDEM_KEY TM_META_IDEM_KEY
 #define REISSUE_WAIT_MS 30000
 
 static pthread_mutex_t keyed_mu = PTHREAD_MUTEX_INITIALIZER; /* keyed starts on this node */
@@ -523,78 +523,50 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
 
 /* ---- idempotency keys ------------------------------------------------------ */
 
-/* Same method and params, _meta aside. */
-static int same_call(const json_t *orig, const json_t *now)
-{
-    json_t *a = json_deep_copy(json_object_get(orig, "params"));
-    json_t *b = json_deep_copy(json_object_get(now, "params"));
-    json_object_del(a, "_meta");
-    json_object_del(b, "_meta");
-    int same = json_equal(json_object_get(orig, "method"), json_object_get(now, "method")) &&
-               json_equal(a, b);
-    json_decref(a);
-    json_decref(b);
-    return same;
-}
-
 typedef struct reissue {
     tidemark_server_t *srv;
     tm_http_req *r;
     char sid[TM_SESSION_ID_LEN + 1];
     char key[TM_REQ_KEY_MAX];
-    json_t *id;
+    json_t *raw;  /* the re-issue (a reference) */
+    int counted;  /* already counted as deduplicated */
 } reissue;
 
-/* A completed record answers the re-issue under its own id. */
-static void answer_recorded(tm_http_req *r, const tm_request_rec *rec, json_t *id)
+/* A completed record's response (stolen), under the re-issue's own id. */
+static void answer_recorded(tm_http_req *r, json_t *resp)
 {
-    json_t *resp = json_loadb(rec->response, rec->response_len, JSON_ALLOW_NUL, NULL);
     if (!resp)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
                               "stored response unreadable", NULL);
-    json_object_set(resp, "id", id);
     tm_reply_json(r, tm_modern_status(resp), resp);
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 /* On a worker: wait for the first request under the key (here or on any
- * node: the store's record) and answer with its result. */
+ * node: the store's record, read again at each commit of its session) and
+ * answer with its result, or refuse when it is another request. */
 static void wait_reissue(void *arg)
 {
     reissue *w = arg;
-    int64_t deadline = tm_now_ms() + REISSUE_WAIT_MS;
-    for (;;) {
-        tm_request_rec rec;
-        memset(&rec, 0, sizeof rec);
-        int rc = tm_store_request_get(w->srv->store, w->sid, w->key, &rec);
-        if (rc == 0 && rec.state == TM_REQ_COMPLETED && rec.response) {
-            answer_recorded(w->r, &rec, w->id);
-            tm_request_rec_clear(&rec);
-            break;
-        }
-        if (rc == 0)
-            tm_request_rec_clear(&rec);
-        if (rc || tm_now_ms() >= deadline || atomic_load(&w->srv->stopping)) {
-            tm_http_req_add_header(w->r, "Retry-After", "1");
-            tm_reply_error(w->r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
-                           "The request with this idempotency key is still running", NULL);
-            break;
-        }
-        sleep_ms(50);
+    json_t *answer = NULL;
+    tm_rec_verdict v =
+        tm_record_wait(w->srv, w->sid, w->key, w->raw, REISSUE_WAIT_MS, w->counted, &answer);
+    if (v == TM_REC_ANSWERED) {
+        answer_recorded(w->r, answer);
+    } else if (v == TM_REC_REUSED) {
+        tm_reply_json(w->r, tm_modern_status(answer), answer);
+    } else {
+        json_decref(answer);
+        tm_http_req_add_header(w->r, "Retry-After", "1");
+        tm_reply_error(w->r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
+                       "The request with this idempotency key is still running", NULL);
     }
-    json_decref(w->id);
+    json_decref(w->raw);
     free(w);
 }
 
 /* Answer r with the result of the request (sid, key) once it completes. */
 static void wait_for(tidemark_server_t *srv, tm_http_req *r, const char *sid, const char *key,
-                     json_t *id)
+                     json_t *raw, int counted)
 {
     reissue *w = calloc(1, sizeof *w);
     if (w) {
@@ -602,11 +574,12 @@ static void wait_for(tidemark_server_t *srv, tm_http_req *r, const char *sid, co
         w->r = r;
         snprintf(w->sid, sizeof w->sid, "%s", sid);
         snprintf(w->key, sizeof w->key, "%s", key);
-        w->id = json_incref(id);
+        w->raw = json_incref(raw);
+        w->counted = counted;
     }
     if (!w || tm_pool_submit(srv->pool, wait_reissue, w) != 0) {
         if (w)
-            json_decref(w->id);
+            json_decref(w->raw);
         free(w);
         tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
     }
@@ -618,7 +591,7 @@ void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *ses
     char key[TM_REQ_KEY_MAX];
     if (rc == TIDEMARK_EEXIST && !ephemeral && tm_request_key(m, key) == 0) {
         TM_DEBUG("session %s: its key's first request began elsewhere: waiting for it", sess->id);
-        wait_for(srv, r, sess->id, key, m->id);
+        wait_for(srv, r, sess->id, key, m->raw, 0);
     } else {
         tm_reply_store_error(r, rc);
     }
@@ -627,36 +600,26 @@ void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *ses
     release(srv, sess);
 }
 
-/* A request under this key exists: answer from it. 1 when answered. */
+/* A request under this key exists: answer from it (record.h). 1 when
+ * answered. */
 static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid, const tm_msg *m)
 {
     char key[TM_REQ_KEY_MAX];
-    tm_request_rec rec;
-    memset(&rec, 0, sizeof rec);
     if (tm_request_key(m, key) != 0)
         return 0;
-    tm_metric_inc(TM_M_REQUEST_LOOKUPS);
-    if (tm_store_request_get(srv->store, sid, key, &rec) != 0)
-        return 0;
-    json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
-    int same = orig && same_call(orig, m->raw);
-    json_decref(orig);
-    if (!same) {
-        tm_request_rec_clear(&rec);
-        reply(srv, r, m->method,
-              tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
-                               "This idempotency key was used for another request",
-                               "idempotency_key_reused", NULL));
-        return 1;
-    }
-    if (rec.state == TM_REQ_COMPLETED && rec.response) {
-        answer_recorded(r, &rec, m->id);
-        tm_request_rec_clear(&rec);
-        return 1;
-    }
-    tm_request_rec_clear(&rec);
-    wait_for(srv, r, sid, key, m->id);
-    return 1;
+    tm_rec_look look;
+    tm_record_look_store(srv, sid, key, m, &look);
+    if (look.verdict == TM_REC_REUSED)
+        reply(srv, r, m->method, look.answer);
+    else if (look.verdict == TM_REC_ANSWERED)
+        answer_recorded(r, look.answer);
+    else if (look.verdict == TM_REC_RUNNING)
+        wait_for(srv, r, sid, key, m->raw, 1);
+    if (look.verdict == TM_REC_REUSED || look.verdict == TM_REC_ANSWERED)
+        look.answer = NULL; /* replied with */
+    int answered = look.verdict != TM_REC_NEW;
+    tm_rec_look_clear(&look);
+    return answered;
 }
 
 /* ---- tools/call ------------------------------------------------------------ */

@@ -7,6 +7,7 @@
 #include "feed.h"
 #include "http_policy.h"
 #include "era.h"
+#include "record.h"
 #include "../base/clock.h"
 #include "../base/str.h"
 #include "../base/log.h"
@@ -84,90 +85,116 @@ static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
     }
 }
 
-/*
- * A tools/call that repeats a request of this session (same request id, or
- * same dev.tidemark/idempotency-key) is a retry: completed ->
- * the stored response, without running the tool again; running -> attach
- * to its stream. Returns 1 when the POST was answered here.
- */
+/* Conflict: the call under this identity still runs, on a stream this
+ * request cannot take (another request id carries it, or none is known). */
+static void reply_in_flight(tm_http_req *r, const char *stream)
+{
+    tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
+                   "Conflict: a request under this id or idempotency key is still running",
+                   stream[0] ? json_pack("{s:s}", "stream", stream) : NULL);
+}
+
+/* A lone tools/call of this session judged by its record (record.h): a
+ * retry of a completed call gets the stored response and runs nothing; one
+ * of a running call is attached to its stream; a request id or key that
+ * names another request is refused typed. 1 when the POST was answered
+ * here, 0 when the call is new. */
 static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m,
                          tm_req_prefetch *pf)
 {
-    char key[TM_REQ_KEY_MAX], stream[TM_STREAM_MAX] = "";
-    if (tm_request_key(m, key) != 0)
+    tm_rec_look look;
+    tm_record_look(srv, sess, m, pf, &look);
+    switch (look.verdict) {
+    case TM_REC_NEW:
         return 0;
-    if (tm_call_write_pending(srv, sess->id, key)) {
-        /* Its result could not be written; the same reason until the store
-         * recovers and the call is settled (then: its record's answer). */
+    case TM_REC_UNSETTLED: /* the same reason until the store recovers and it is settled */
         tm_http_req_add_header(r, "Retry-After", "1");
         tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_failed",
-                    "The result of this request could not be made durable yet", NULL);
-        return 1;
+                       "The result of this request could not be made durable yet", NULL);
+        break;
+    case TM_REC_REUSED:
+        tm_reply_json(r, 400, look.answer);
+        look.answer = NULL;
+        break;
+    case TM_REC_ANSWERED:
+        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+        if (look.answer)
+            tm_reply_json(r, 200, look.answer);
+        else
+            tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
+                           "stored response unreadable", NULL);
+        look.answer = NULL;
+        break;
+    case TM_REC_RUNNING:
+        if (look.same_id && look.stream[0])
+            attach_stream(srv, r, sess, look.stream);
+        else
+            reply_in_flight(r, look.stream);
+        break;
     }
-    int same_id = 1;
-    pthread_mutex_lock(&sess->mu);
-    int fresh = pf && pf->rc != 1 && pf->gone == sess->calls_gone; /* no call settled since */
-    tidemark_call_t *live = tm_map_get(sess->calls, key);
-    if (live && live->job && live->job->sse) {
-        snprintf(stream, sizeof stream, "%s", live->job->stream);
-        same_id = json_equal(live->id, m->id);
-    } else if (live && !live->job && live->stream[0]) { /* inline, its response committing */
-        snprintf(stream, sizeof stream, "%s", live->stream);
-        same_id = json_equal(live->id, m->id);
-    }
-    pthread_mutex_unlock(&sess->mu);
-    tm_request_rec rec;
-    memset(&rec, 0, sizeof rec);
-    if (!stream[0]) {
-        if (fresh && pf->rc == 0) { /* read with the session: taken over */
-            rec = pf->rec;
-            pf->rc = 1;
-        } else if (fresh || tm_sess_surely_unrecorded(sess, key)) {
-            return 0;
-        } else {
-            tm_metric_inc(TM_M_REQUEST_LOOKUPS);
-            if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
-                return 0;
-        }
-        if (rec.state == TM_REQ_COMPLETED && rec.response) {
-            tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
-            json_t *resp = json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL);
-            if (resp && !json_equal(json_object_get(resp, "id"), m->id))
-                json_object_set(resp, "id", m->id); /* re-issued under a new request id */
-            tm_request_rec_clear(&rec);
-            tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
-            if (!resp) {
-                tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", "stored response unreadable",
-                            NULL);
-                return 1;
-            }
-            tm_reply_json(r, 200, resp);
-            return 1;
-        }
-        snprintf(stream, sizeof stream, "%s", rec.stream ? rec.stream : "");
-        json_t *orig = rec.message ? json_loads(rec.message, JSON_ALLOW_NUL, NULL) : NULL;
-        same_id = orig && json_equal(json_object_get(orig, "id"), m->id);
-        json_decref(orig);
-        tm_request_rec_clear(&rec);
-        if (!stream[0])
-            return 0;
-    }
-    tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
-    if (!same_id) {
-        /* Its stream carries the other request id: point the client at it. */
-        json_t *x = json_pack("{s:s}", "stream", stream);
-        tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
-                    "Conflict: a request with this idempotency key is still running", x);
-        return 1;
-    }
-    attach_stream(srv, r, sess, stream);
+    tm_rec_look_clear(&look);
     return 1;
+}
+
+/* A batch's call judged by its record (record.h): its answer without
+ * running it (new ref), or NULL when it is new. */
+static json_t *batch_answer(const tm_msg *m, tm_rec_look *look)
+{
+    json_t *a = look->answer;
+    look->answer = NULL;
+    switch (look->verdict) {
+    case TM_REC_NEW:
+        return NULL;
+    case TM_REC_ANSWERED:
+        return a ? a : tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "stored response unreadable",
+                                        "store_error", NULL);
+    case TM_REC_REUSED:
+        return a;
+    case TM_REC_UNSETTLED:
+        return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR,
+                                "The result of this request could not be made durable yet",
+                                "store_failed", NULL);
+    case TM_REC_RUNNING:
+        break;
+    }
+    return tm_jsonrpc_error(m->id, TM_RPC_INVALID_REQUEST,
+                            "This request is still running: its stream carries its answer",
+                            "request_in_flight",
+                            look->stream[0] ? json_pack("{s:s}", "stream", look->stream) : NULL);
+}
+
+/* Every call of a batch judged by its record: what a record answers runs
+ * nothing and is answered from pm->answered. 0, or TIDEMARK_ENOMEM. */
+static int batch_records(tidemark_server_t *srv, tm_sess *sess, post_msgs *pm)
+{
+    for (size_t i = 0; i < pm->n; i++) {
+        const tm_msg *m = &pm->m[i];
+        if (!tm_is_call(m))
+            continue;
+        tm_rec_look look;
+        tm_record_look(srv, sess, m, NULL, &look);
+        json_t *a = batch_answer(m, &look);
+        tm_rec_look_clear(&look);
+        if (!a)
+            continue;
+        if (!pm->answered && !(pm->answered = calloc(pm->n, sizeof *pm->answered))) {
+            json_decref(a);
+            return TIDEMARK_ENOMEM;
+        }
+        pm->answered[i] = a;
+        pm->ncall--;
+        pm->nhandler -= tm_runs_handler(m->method) != 0;
+    }
+    return 0;
 }
 
 void post_msgs_free(post_msgs *pm)
 {
     json_decref(pm->root);
     free(pm->m);
+    for (size_t i = 0; pm->answered && i < pm->n; i++)
+        json_decref(pm->answered[i]);
+    free(pm->answered);
 }
 
 /* Content-Type, Accept, size, MCP-Protocol-Version. 0, or 1 when answered. */
@@ -296,6 +323,10 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
     }
     if (!pm->batch && tm_is_call(&pm->m[0]) && answer_repeat(srv, r, sess, &pm->m[0], pf))
         return 1;
+    if (pm->batch && batch_records(srv, sess, pm) != 0) {
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        return 1;
+    }
     /* Admission before anything is recorded: a refused call never ran,
      * so the client may send it again under the same id. */
     if (pm->nhandler && tm_sched_would_refuse(srv->sched, sess->id, (unsigned)pm->nhandler)) {
@@ -354,7 +385,7 @@ static int job_request_key(const tm_job *j, const tm_msg *m, char key[TM_REQ_KEY
 static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     for (size_t i = 0; i < pm->n; i++) {
-        if (!tm_is_call(&pm->m[i]))
+        if (!tm_is_call(&pm->m[i]) || (pm->answered && pm->answered[i]))
             continue;
         char key[TM_REQ_KEY_MAX];
         int rc = job_request_key(j, &pm->m[i], key);
@@ -424,6 +455,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->id = json_incref(m->id);
     c->method = m->method;
     c->params = m->params;
+    c->request = tm_is_call(m) ? json_incref(m->raw) : NULL; /* outlives the job's root */
     tm_strjoin(c->addr, sizeof c->addr, tm_http_req_peer(r), (const char *)NULL);
     c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
     /* Both fit: classify and tm_call_meta_check bounded id and key. */
@@ -462,6 +494,11 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
 {
     for (size_t i = 0; i < pm->n; i++) {
         const tm_msg *m = &pm->m[i];
+        if (pm->answered && pm->answered[i]) { /* its record answered it (batch_records) */
+            tm_job_complete(j, pm->answered[i], NULL);
+            pm->answered[i] = NULL;
+            continue;
+        }
         if (m->kind == TM_MSG_INVALID) {
             tm_job_complete(j, tm_jsonrpc_error(m->id, tm_invalid_code(m), m->detail, m->why, NULL),
                             NULL);

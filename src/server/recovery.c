@@ -10,6 +10,7 @@
 #include "server_int.h"
 #include "feed.h"
 #include "tasks.h"
+#include "record.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -91,23 +92,6 @@ static void progress_floor(tidemark_server_t *srv, tidemark_call_t *c, const cha
 }
 
 /* Recover the unfinished requests of one stream: p->v[from, to). */
-/* Whether recovery may run a dead process's call again: an idempotent tool
- * always; an atomic one unless it is a 2026-07-28 call without an
- * idempotency key (its record is keyed by its request id, "i:"/"s:"). Such
- * a call's answer can never reach anyone (that era has no resumption), and
- * its client re-issues it under a new id as a new call: running the orphan
- * too would make the effect twice. It ends outcome_unknown instead. */
-static int may_rerun(const tm_job *j, const char *key, unsigned hints)
-{
-    if (hints & TIDEMARK_TOOL_IDEMPOTENT)
-        return 1;
-    if (!(hints & TIDEMARK_TOOL_ATOMIC))
-        return 0;
-    /* a key-less modern call (its id, or its own key in a pooled session) */
-    return !(j->modern && (strncmp(key, "i:", 2) == 0 || strncmp(key, "s:", 2) == 0 ||
-                           strncmp(key, "e:", 2) == 0));
-}
-
 static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size_t to)
 {
     tm_request_rec *first = &p->v[from];
@@ -155,6 +139,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         c->id = json_incref(m.id);
         c->method = m.method;
         c->params = m.params;
+        c->request = json_incref(msg);
         c->recorded = 1;
         c->recovering = 1;
         c->modern = j->modern; /* its answer reads as a 2026-07-28 result */
@@ -163,7 +148,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
         c->progress_token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         json_decref(msg); /* j->root keeps it alive */
-        if (known && may_rerun(j, r->key, e.hints)) {
+        if (known && tm_record_may_rerun(j->modern, r->key, e.hints)) {
             progress_floor(srv, c, j->stream);
             pthread_mutex_lock(&sess->mu);
             if (tm_map_put(sess->calls, c->reqkey, c) == 0)

@@ -6,6 +6,7 @@
 #include "server_int.h"
 #include "seal.h"
 #include "feed.h"
+#include "record.h"
 #include "../auth/auth.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -195,8 +196,9 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
-    if (!s->host || !s->path || !s->store_uri || !s->name || !s->version || !s->reg ||
-        !s->sessions || !s->failed || (s->cfg.metrics_token && !s->metrics_token) ||
+    if (tm_record_waits_new(s) != 0 || !s->host || !s->path || !s->store_uri || !s->name ||
+        !s->version || !s->reg || !s->sessions || !s->failed ||
+        (s->cfg.metrics_token && !s->metrics_token) ||
         (s->cfg.tls_cert_file && !s->tls_cert) || (s->cfg.tls_key_file && !s->tls_key) ||
         (s->cfg.tls_client_ca_file && !s->tls_client_ca)) {
         tidemark_server_free(s);
@@ -226,6 +228,7 @@ static void on_commit(void *ud, const char *session, const char *stream, uint64_
     tidemark_server_t *srv = ud;
     if (srv->http)
         tm_feed_wake(srv, session, stream);
+    tm_record_wake(srv, session); /* a retry waiting for its first call's outcome */
 }
 
 /* Workers grow on demand up to cfg.workers; handler calls may take all but
@@ -429,6 +432,7 @@ static void server_stop_locked(tidemark_server_t *srv)
     if (!atomic_load(&srv->running))
         return;
     atomic_store(&srv->stopping, 1);
+    tm_record_wake_all(srv); /* waiting retries answer now: their workers are joined below */
     tm_background_stop(srv);
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, close_each, NULL);
@@ -481,6 +485,7 @@ void tidemark_server_free(tidemark_server_t *srv)
     free(srv->schemas);
     if (srv->failed)
         tm_map_free(srv->failed);
+    tm_record_waits_free(srv);
     pthread_mutex_destroy(&srv->fail_mu);
     pthread_mutex_destroy(&srv->life_mu);
     pthread_mutex_destroy(&srv->mu);

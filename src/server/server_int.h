@@ -54,6 +54,7 @@ typedef struct tm_sess {
                                 record ("i:N"; INT64_MIN before any); a client's ids
                                 mostly rise, so a higher one is surely unrecorded */
     uint64_t next_req;
+    _Atomic int64_t used_ms; /* last found (tm_sess_find): idle ones go first */
 } tm_sess;
 #define TM_SESS_RECORDED_MAX 256
 
@@ -64,6 +65,8 @@ typedef struct post_msgs {
     size_t n;
     int batch;
     size_t nreq, ninit, ninvalid, ncall, nhandler;
+    json_t **answered;   /* a batch: per message, the answer its record gave (a
+                            retry, a refusal: record.h), or NULL to run it */
 } post_msgs;
 
 /* One POST's requests and how they are answered. */
@@ -110,6 +113,8 @@ struct tidemark_call {
     void (*effect_free)(void *);
     const char *method;
     json_t *params;
+    json_t *request;          /* a tools/call: its message (a reference; else NULL): a
+                                 retry that finds it running is judged against it */
     json_t *progress_token;
     char addr[64];            /* the client's address ("" for the server's own work) */
     char stream[TM_STREAM_MAX]; /* where its response went (set when appended) */
@@ -172,8 +177,10 @@ struct tidemark_server {
     struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
     struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern.c) */
     struct tm_auth *auth;     /* authorization (NULL: off; every principal anonymous) */
+    struct tm_rec_waits *rec_waits; /* retries waiting for a record's commit (record.c) */
     char *metrics_token;      /* cfg.metrics_token, owned */
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
+    struct tm_sess_bound *bound; /* sessions counted per address and in all (session.c) */
 };
 
 /* What the request path learned about one MCP request before it went on:
@@ -190,6 +197,26 @@ extern const char *const tm_log_levels[8];
 int tm_log_level_index(const char *name);
 
 /* session.c */
+/* The member of a session's stored client JSON that names the address it
+ * was made from (absent in sessions from before: counted in all only). */
+#define TM_CLIENT_ADDRESS "address"
+/* Idle sessions kept loaded; past it the janitor lets the least recently
+ * used go (they are read back from the store when a request names them). */
+#define TM_SESS_CACHE_MAX 1024
+/* The session counts (srv->bound): made at tidemark_server_new, filled
+ * from the store at start (tm_sess_bound_load), freed with the server. */
+int tm_sess_bound_new(tidemark_server_t *srv);
+int tm_sess_bound_load(tidemark_server_t *srv);
+void tm_sess_bound_free(tidemark_server_t *srv);
+/* Take a place for session id made from addr (NULL: not over HTTP, counted
+ * in all only): 0, or 429 (the address is at --max-sessions-per-address)
+ * or 503 (at --max-sessions) with nothing taken. */
+int tm_sess_bound_admit(tidemark_server_t *srv, const char *addr, const char *id);
+/* Give session id's place back (deleted, expired, not created); a no-op
+ * for an id not counted. */
+void tm_sess_bound_drop(tidemark_server_t *srv, const char *id);
+/* Let idle loaded sessions go down to TM_SESS_CACHE_MAX (the janitor). */
+void tm_sess_evict_idle(tidemark_server_t *srv);
 tm_sess *tm_sess_new(const char *id, const char *version, json_t *client);
 tm_sess *tm_sess_ref(tm_sess *s);
 void tm_sess_unref(tm_sess *s);
@@ -324,18 +351,6 @@ int tm_call_write_pending(tidemark_server_t *srv, const char *sid, const char *k
 /* Once the store takes writes again, finish those calls as after a crash
  * (re-run atomic and idempotent tools, else outcome_unknown). */
 void tm_recover_failed(tidemark_server_t *srv);
-/* Build the request key of a tools/call into out (TM_REQ_KEY_MAX bytes):
- * "k:<idempotency key, escaped>" (then "#<32 hex>" for an input round: a
- * call carrying requestState or inputResponses) or its id key; exact, never
- * truncated.
- * TIDEMARK_EINVAL when the message's id or key is not one (see
- * tm_call_meta_check). */
-int tm_request_key(const tm_msg *m, char out[TM_REQ_KEY_MAX]);
-/* Check what a tools/call carries in _meta that the server keys on: the
- * idempotency key must be a non-empty string of at most
- * TM_IDEM_KEY_MAX_BYTES. Marks m invalid (code -32602, typed reason) and
- * returns nonzero when not. */
-int tm_call_meta_check(tm_msg *m);
 /* Free a call (after its job completion). */
 void tm_call_free(tidemark_call_t *c);
 /* An inline call's handler said TIDEMARK_EAGAIN before doing anything:
@@ -418,8 +433,12 @@ int tm_mrtr_input(tidemark_call_t *c, const char *key, const char *method, json_
 /* dispatch.c: run one request; returns the response (new ref) or NULL when
  * no response must be sent (cancelled). */
 json_t *tm_dispatch(tidemark_call_t *call);
-/* initialize: creates the session, owned by principal. OUT sess on success. */
+/* initialize: creates the session, owned by principal, made from addr
+ * (the client's address; NULL: not over HTTP). OUT sess on success. */
 json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const char *principal,
-                               tm_sess **sess);
+                               const char *addr, tm_sess **sess);
+/* The HTTP status of initialize's answer resp when it refused a session
+ * over a limit (429 per address, 503 in all), else 0. */
+int tm_session_limit_status(const json_t *resp);
 
 #endif

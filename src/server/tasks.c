@@ -7,6 +7,7 @@
 #include "tasks.h"
 #include "era.h"
 #include "seal.h"
+#include "record.h"
 #include "../base/crash.h"
 #include "../base/clock.h"
 #include "../base/log.h"
@@ -17,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define IDEM_KEY "dev.tidemark/idempotency-key"
+#define IDEM_KEY TM_META_IDEM_KEY
 #define DEFAULT_TTL_MS 3600000
 #define POLL_MS 500
 #define TASK_ID_MAX 64
@@ -243,21 +244,6 @@ static int task_store(tidemark_server_t *srv, const tm_msg *m, const char *id, i
     return rc ? rc : task_rest(srv, m, id, ttl, principal);
 }
 
-/* Same method and params, _meta aside (a re-issued creation). */
-static int same_request(const char *message, const json_t *now)
-{
-    json_t *orig = message ? json_loads(message, JSON_ALLOW_NUL, NULL) : NULL;
-    json_t *a = json_deep_copy(json_object_get(orig, "params"));
-    json_t *b = json_deep_copy(json_object_get(now, "params"));
-    json_object_del(a, "_meta");
-    json_object_del(b, "_meta");
-    int same = a && b && json_equal(a, b);
-    json_decref(a);
-    json_decref(b);
-    json_decref(orig);
-    return same;
-}
-
 static json_t *start_and_answer(tidemark_server_t *srv, const tm_msg *m, const char *id,
                                 const char *principal);
 
@@ -307,7 +293,7 @@ static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id,
         return e;
     json_decref(e);
     json_t *out;
-    if (!same_request(v.rec.message, m->raw))
+    if (tm_record_judge(&v.rec, m->raw) == TM_REC_REUSED) /* record.h: one rule */
         out = tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
                                "This idempotency key was used for another request",
                                "idempotency_key_reused", NULL);
