@@ -9,6 +9,8 @@
 #   make bench    run benchmarks (not gated)
 #   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
 #   make soak-hostile  long hostile-client soak (HOSTILE_SECONDS, SOAK_SEED)
+#   make soak-ha  PostgreSQL failovers: pg_failover.mjs (SOAK_HA_FAILOVERS) and
+#                 Patroni + etcd (SOAK_HA_PATRONI_FAILOVERS), seeded by SOAK_SEED
 #   make install  install library, headers, pkg-config file and programs (PREFIX=/usr/local)
 #   make lint     list library functions over 100 lines (fails on any; part of make test)
 #   make deps / test-deps   set-up only: for make run / also for make test
@@ -53,7 +55,7 @@ TSAN_EXCLUDE ?= ^(holes_streams)$$
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
 
-.PHONY: all deps test-deps lint build build-tests build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile install clean
+.PHONY: all deps test-deps lint build build-tests build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile soak-ha install clean
 
 all: build
 
@@ -151,6 +153,16 @@ HOSTILE_SECONDS ?= 600
 soak-hostile: build-tests
 	node tests/soak/hostile.mjs --server $(BUILD)/bin/tidemark-server \
 	  --seconds $(HOSTILE_SECONDS) --seed $(SOAK_SEED)
+
+# The long variants of the CTest tests pg_failover and pg_patroni (one
+# failover each there): many kill -9s of the primary, by hand and by Patroni.
+SOAK_HA_FAILOVERS         ?= 10
+SOAK_HA_PATRONI_FAILOVERS ?= 5
+soak-ha: build-tests
+	PG_SEED=$(SOAK_SEED) PG_FAILOVERS=$(SOAK_HA_FAILOVERS) PG_DEADLINE_S=3600 \
+	  node tests/integration/pg_failover.mjs $(BUILD)/bin/tidemark-server $(BUILD)/bin/tidemark-client
+	PATRONI_SEED=$(SOAK_SEED) PATRONI_FAILOVERS=$(SOAK_HA_PATRONI_FAILOVERS) PATRONI_DEADLINE_S=3600 \
+	  node tests/integration/pg_patroni.mjs $(BUILD)/bin/tidemark-server
 
 # --prefix: the prefix asked for now, not the one cached when build/ was made.
 install: build

@@ -36,13 +36,16 @@ const alive = (pid) => {
   try { return readFileSync(`/proc/${pid}/stat`, "utf8").split(" ")[2] !== "Z"; } catch { return false; }
 };
 
-// SIGKILL node n of the pg_cluster.sh cluster in dir, as a machine dying
-// would: its postmaster and every process it forked, at once (the postmaster
-// is stopped first, so it forks nothing while its children are listed).
-// Done here rather than by pg_cluster.sh kill so that the moment is exact.
-// Resolves the time of the kill once every one of them is gone.
-export async function killPgNode(dir, n) {
-  const pid = Number(readFileSync(join(dir, `n${n}`, "postmaster.pid"), "utf8").split("\n")[0]);
+// SIGKILL the PostgreSQL server of dataDir as a machine dying would: its
+// postmaster and every process it forked, at once (each child runs in a
+// session of its own, so no process group holds them; the postmaster is
+// stopped first, so it forks nothing while its children are listed).
+// Resolves the time of the kill once every one of them is gone, or 0 when
+// no server ran there.
+export async function killPostgres(dataDir) {
+  let pid = 0;
+  try { pid = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]); } catch { /* none */ }
+  if (!pid || !alive(pid)) return 0;
   process.kill(pid, "SIGSTOP");
   const procs = [pid];
   for (const d of readdirSync("/proc")) {
@@ -56,11 +59,15 @@ export async function killPgNode(dir, n) {
   const at = Date.now();
   const end = at + 10000;
   while (procs.some(alive)) {
-    if (Date.now() > end) throw new Error(`node ${n}: processes ${procs.filter(alive)} survive SIGKILL`);
+    if (Date.now() > end) throw new Error(`${dataDir}: processes ${procs.filter(alive)} survive SIGKILL`);
     await new Promise((r) => setTimeout(r, 10));
   }
   return at;
 }
+
+// Node n of the pg_cluster.sh cluster in dir killed so (done here rather
+// than by pg_cluster.sh kill so that the moment is exact).
+export const killPgNode = (dir, n) => killPostgres(join(dir, `n${n}`));
 
 // Tidemark nodes on PostgreSQL behind HAProxy (multinode_env.mjs's Cluster
 // with the store swapped): pgUri for every node, or pgUris[i] for node i.
