@@ -5,18 +5,17 @@
 // with the session's recorded params), and the official SDK client cut
 // mid-call resumes through the balancer — the missing events once, from
 // whichever node the resume lands on.
+// TM_STORE=pg: the gateways share a PostgreSQL cluster instead (store_env.mjs).
+// Exits 77 (skipped) when the store's server or haproxy is not installed.
 //   node gateway_cluster.mjs GATEWAY CLIENT NODE EVERYTHING_JS SDK_CLIENT_JS
 import { join } from "node:path";
 import { checker, cliBrief, spawnCli } from "./mcp_http.mjs";
-import { Cluster, missingTools } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 
 const [gateway, client, node, everythingJs, sdkClient] = process.argv.slice(2);
 const t = checker();
-if (missingTools().length) {
-  console.log("SKIP: missing " + missingTools().join(", "));
-  process.exit(0);
-}
-const c = new Cluster({ bin: gateway, nodes: 2, nodeArgs: ["--stdio", `${node} ${everythingJs} stdio`] });
+skipUnlessStoreTools();
+const c = new StoreCluster({ bin: gateway, nodes: 2, nodeArgs: ["--stdio", `${node} ${everythingJs} stdio`] });
 try {
   await c.start();
   const u = `http://127.0.0.1:${c.lbPort}/mcp`;

@@ -12,22 +12,22 @@
 //   3. stream (not named safe: the child's own idempotentHint is not trusted
 //      by default), the children killed while it runs there (its progress
 //      reached the client): the call ends -32010 outcome_unknown, not re-sent.
+// TM_STORE=pg: the children's store is a PostgreSQL cluster instead (store_env.mjs).
+// Exits 77 (skipped) when the store's server is not installed.
 //   node gateway_exactly.mjs GATEWAY CLIENT TIDEMARK_EVERYTHING
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checker, cliBrief, spawnCli, startServer, stopServer, until } from "./mcp_http.mjs";
-import { Cluster, freePort, missingTools } from "./multinode_env.mjs";
+import { freePort } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 
 const [gateway, client, everything] = process.argv.slice(2);
 const t = checker();
-if (missingTools().includes("redis-server")) {
-  console.log("SKIP: no redis-server");
-  process.exit(0);
-}
+skipUnlessStoreTools({ withLb: false });
 const dir = mkdtempSync(join(tmpdir(), "tm-gw-exactly-"));
-const redis = new Cluster({ bin: everything, nodes: 0 });
+const redis = new StoreCluster({ bin: everything, nodes: 0 });
 
 const start = (args) => spawnCli(client, args);
 const run = (args) => start(args).done;
@@ -37,7 +37,7 @@ const L = ["--protocol", "legacy"];
 let gw = null, port = 0;
 const startGateway = async () => {
   gw = await startServer(gateway, ["--store", "sqlite:" + join(dir, "gw.db"), "--listen", `127.0.0.1:${port}`,
-    "--stdio", `${everything} --stdio --log-level warn --store ${redis.storeUri}`,
+    "--stdio", `${everything} --stdio --log-level warn --store '${redis.storeUri}'`,
     "--safe-tool", "ledger_append"], { ms: 30000 });
   return gw.url;
 };

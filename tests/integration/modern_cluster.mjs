@@ -16,8 +16,10 @@
 //     orphan, whose answer nobody could ever get.
 //
 //   node modern_cluster.mjs TIDEMARK_EVERYTHING
-// Exits 77 when redis-server or haproxy is missing.
-import { Cluster, missingTools, sleep } from "./multinode_env.mjs";
+// TM_STORE=pg: the nodes share a PostgreSQL cluster instead (store_env.mjs).
+// Exits 77 when the store's server or haproxy is missing.
+import { sleep } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { checker, until } from "./mcp_http.mjs";
 import { sseEvents } from "./sse.mjs";
 import { KEY, modern, modernCall, modernLedgerCount, modernPost } from "./modern_http.mjs";
@@ -27,13 +29,9 @@ if (!bin) {
   console.error("usage: modern_cluster.mjs TIDEMARK_EVERYTHING");
   process.exit(2);
 }
-const missing = missingTools();
-if (missing.length) {
-  console.log(`SKIP: not installed: ${missing.join(", ")} (scripts/install-deps.sh installs them)`);
-  process.exit(77);
-}
+skipUnlessStoreTools();
 const t = checker();
-const cl = new Cluster({ bin, nodes: 3 });
+const cl = new StoreCluster({ bin, nodes: 3 });
 const node = (i) => cl.nodes[i].url;
 const reasonOf = (r) => r?.response?.error?.data?.reason;
 
@@ -231,6 +229,7 @@ async function keylessAtomicNotRerun() {
 
 try {
   await cl.start();
+  console.log(`cluster: ${cl.storeName}, nodes ${cl.nodes.map((n) => n.port).join(", ")}, haproxy ${cl.url}`);
   await mrtrAcrossNodes();
   await listenAcrossNodes();
   await keyedLedgerAcrossKills();

@@ -5,9 +5,10 @@
 // answer reaching the node that waits for it, and session state (logging
 // level, subscriptions) holding whichever node takes a request.
 //   node multinode_conformance.mjs TIDEMARK_EVERYTHING CONFORMANCE_SH PEERS_DIR
-// Exits 77 (skipped) only when redis-server or haproxy is not installed.
+// TM_STORE=pg: the nodes share a PostgreSQL cluster instead (store_env.mjs).
+// Exits 77 (skipped) only when the store's server or haproxy is not installed.
 import { spawn } from "node:child_process";
-import { Cluster, missingTools } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { readMessages } from "./sse.mjs";
 
 const H = { "content-type": "application/json", accept: "application/json, text/event-stream",
@@ -120,17 +121,13 @@ if (!bin || !conformance || !peers) {
   console.error("usage: multinode_conformance.mjs TIDEMARK_EVERYTHING CONFORMANCE_SH PEERS_DIR");
   process.exit(2);
 }
-const missing = missingTools();
-if (missing.length) {
-  console.log(`SKIP: not installed: ${missing.join(", ")} (scripts/install-deps.sh installs them)`);
-  process.exit(77);
-}
+skipUnlessStoreTools();
 
-const cl = new Cluster({ bin, nodes: 3 });
+const cl = new StoreCluster({ bin, nodes: 3 });
 let rc = 1;
 try {
   await cl.start();
-  console.log(`cluster: redis :${cl.redisPort}, nodes ${cl.nodes.map((n) => n.port).join(", ")}, ` +
+  console.log(`cluster: ${cl.storeName}, nodes ${cl.nodes.map((n) => n.port).join(", ")}, ` +
     `haproxy ${cl.url}`);
   await crossNodeSampling(cl);
   await crossNodeSessionState(cl);

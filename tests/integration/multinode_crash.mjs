@@ -17,8 +17,9 @@
 //
 //   node multinode_crash.mjs TIDEMARK_SERVER
 // Environment: CRASH_SEED (1), CRASH_KILLS (12), CRASH_CLIENTS (4),
-// CRASH_DEADLINE_S (200). Exits 77 when redis-server or haproxy is missing.
-import { Cluster, missingTools } from "./multinode_env.mjs";
+// CRASH_DEADLINE_S (200), TM_STORE (redis; pg: a PostgreSQL cluster, store_env.mjs).
+// Exits 77 when the store's server or haproxy is missing.
+import { STORE, StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { makeCrashClients, rng } from "./crash_clients.mjs";
 
 const bin = process.argv[2];
@@ -26,11 +27,7 @@ if (!bin) {
   console.error("usage: multinode_crash.mjs TIDEMARK_SERVER");
   process.exit(2);
 }
-const missing = missingTools();
-if (missing.length) {
-  console.log(`SKIP: not installed: ${missing.join(", ")} (scripts/install-deps.sh installs them)`);
-  process.exit(77);
-}
+skipUnlessStoreTools();
 const SEED = Number(process.env.CRASH_SEED ?? 1);
 const KILLS = Number(process.env.CRASH_KILLS ?? 12);
 const CLIENTS = Number(process.env.CRASH_CLIENTS ?? 4);
@@ -47,7 +44,7 @@ function violate(msg) {
 }
 
 // ---- the cluster under test ------------------------------------------------------
-const cl = new Cluster({ bin, nodes: NODES, quiet: !process.env.CRASH_VERBOSE });
+const cl = new StoreCluster({ bin, nodes: NODES, quiet: !process.env.CRASH_VERBOSE });
 function watchNode(i) {
   const nd = cl.nodes[i];
   nd.proc.on("exit", (code, sig) => {
@@ -90,7 +87,7 @@ try {
     recovered += Number(/tidemark_requests_recovered_total (\d+)/.exec(metrics)?.[1] ?? 0);
   }
   const calls = results.reduce((a, b) => a + b.calls, 0);
-  console.log(`multinode crash test: seed ${SEED}, ${NODES} nodes, ${killsDone} kills, ${CLIENTS} clients, ` +
+  console.log(`multinode crash test: store ${STORE}, seed ${SEED}, ${NODES} nodes, ${killsDone} kills, ${CLIENTS} clients, ` +
     `${calls} calls, ${stats.eventsReceived} events, ${stats.resumes} resumes, ${stats.posts} POSTs (${stats.retriedPosts} retried, ` +
     `${stats.dedupJson} answered from records), ${confirmed.size} ledger calls confirmed, ` +
     `${ledgerRows} ledger rows, ${recovered} calls re-run by a surviving node, ` +

@@ -1,5 +1,6 @@
 // tasks_chaos.mjs - crash test of durable tasks (the io.modelcontextprotocol/tasks
-// extension, protocol 2026-07-28; CTest tasks_chaos_sqlite, tasks_chaos_redis).
+// extension, protocol 2026-07-28; CTest tasks_chaos_sqlite, tasks_chaos_redis,
+// tasks_chaos_pg).
 //
 // Concurrent tidemark-client processes, each with its own state file, make task
 // calls (call --task) of ledger_append (a unique entry per call), stream and
@@ -9,6 +10,7 @@
 //                  file and port
 //   --mode redis   three nodes on one Redis behind HAProxy (multinode_env.mjs),
 //                  random nodes killed and restarted (at least one stays up)
+//   --mode pg      the same on a PostgreSQL cluster (store_env.mjs)
 // Some server starts are armed with TIDEMARK_SERVER_CRASH=
 // task_created_before_answer:N (the node kills itself after it committed a new
 // task but before it answered CreateTaskResult; the client's re-issue under the
@@ -37,8 +39,8 @@
 //     --client build/bin/tidemark-client-crashpoints --seconds 600 --clients 6
 // Options: --seed N (default: $TASKS_CHAOS_SEED, else from the clock; printed),
 // --seconds S (35), --clients K (4), --max-down N (nodes the chaos keeps down at
-// once, 1), --verbose (one line per call). Exit 77 (skip) in redis mode when
-// redis-server or haproxy is missing. TASKS_CHAOS_KEEP=1 keeps the temp dir;
+// once, 1), --verbose (one line per call). Exit 77 (skip) in redis or pg mode
+// when the store's server or haproxy is missing. TASKS_CHAOS_KEEP=1 keeps the temp dir;
 // TASKS_CHAOS_LOG sets the nodes' --log-level (info; printed on failure).
 // The schedule is seeded, the timing is not: a seed reruns the same workload
 // and kill plan, not the same interleaving.
@@ -48,7 +50,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checker } from "./mcp_http.mjs";
 import { modernCall } from "./modern_http.mjs";
-import { Cluster, freePort, missingTools, stopProc, sleep } from "./multinode_env.mjs";
+import { freePort, stopProc, sleep } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { rng } from "./crash_clients.mjs";
 import { reaped } from "./reap.mjs";
 
@@ -57,18 +60,12 @@ const arg = (name, def) => {
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
 };
 const MODE = arg("mode"), SERVER = arg("server"), CLIENT = arg("client");
-if (!["sqlite", "redis"].includes(MODE) || !SERVER || !CLIENT) {
-  console.error("usage: tasks_chaos.mjs --mode sqlite|redis --server BIN --client BIN " +
+if (!["sqlite", "redis", "pg"].includes(MODE) || !SERVER || !CLIENT) {
+  console.error("usage: tasks_chaos.mjs --mode sqlite|redis|pg --server BIN --client BIN " +
     "[--seconds S] [--seed N] [--clients K] [--max-down N] [--verbose]");
   process.exit(2);
 }
-if (MODE === "redis") {
-  const missing = missingTools();
-  if (missing.length) {
-    console.log(`SKIP: not installed: ${missing.join(", ")} (scripts/install-deps.sh installs them)`);
-    process.exit(77);
-  }
-}
+if (MODE !== "sqlite") skipUnlessStoreTools({ store: MODE });
 const SEED = Number(arg("seed", process.env.TASKS_CHAOS_SEED ?? (Date.now() % 1000000)));
 const SECONDS = Number(arg("seconds", 35));
 const CLIENTS = Number(arg("clients", 4));
@@ -77,7 +74,7 @@ const VERBOSE = process.argv.includes("--verbose");
 // point comes on top). Redis: 1 of 3, so HAProxy always has a node to send to;
 // --max-down 3 also lets every node be down (HAProxy then answers 503).
 const MAX_DOWN = Number(arg("max-down", 1));
-const NODES = MODE === "redis" ? 3 : 1;
+const NODES = MODE === "sqlite" ? 1 : 3;
 const DRAIN_MS = 60000;           // after the chaos: every call must end within this
 const CALL_TIMEOUT_MS = 15000;    // the client's --timeout-ms (exit 3 after it)
 const WATCHDOG_MS = CALL_TIMEOUT_MS + 20000; // a client process running longer is a hang
@@ -445,7 +442,7 @@ async function main() {
     url = `http://127.0.0.1:${sqlitePort}/mcp`;
     await startNode(0, 0);
   } else {
-    cluster = new Cluster({ bin: SERVER, nodes: NODES });
+    cluster = new StoreCluster({ bin: SERVER, nodes: NODES, store: MODE });
     rmSync(cluster.dir, { recursive: true, force: true });
     cluster.dir = dir; // one temp dir for everything
     cluster.redisDir = join(dir, "redis");
