@@ -18,6 +18,11 @@ void tm_opqueue_destroy(tm_opqueue *q)
     pthread_cond_destroy(&q->done_cv);
 }
 
+/* This thread's hold: on the queue's list while it lasts (opqueue.h). */
+static _Thread_local tm_opqueue *held_q;
+static _Thread_local int held_depth;
+static _Thread_local tm_ophold held_me;
+
 void tm_opqueue_push(tm_opqueue *q, tm_qop *o)
 {
     o->next = NULL;
@@ -28,14 +33,13 @@ void tm_opqueue_push(tm_opqueue *q, tm_qop *o)
     else
         q->head = o;
     q->tail = o;
+    /* A hold keeps back at most TM_HOLD_MAX_OPS: past that, what was
+     * queued goes to the writer and the hold goes on from the next op. */
+    if (held_q == q && o->ctr - held_me.from + 1 >= TM_HOLD_MAX_OPS)
+        held_me.from = o->ctr + 1;
     pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->mu);
 }
-
-/* This thread's hold: on the queue's list while it lasts (opqueue.h). */
-static _Thread_local tm_opqueue *held_q;
-static _Thread_local int held_depth;
-static _Thread_local tm_ophold held_me;
 
 void tm_opqueue_hold(tm_opqueue *q)
 {

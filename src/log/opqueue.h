@@ -18,6 +18,9 @@ typedef struct tm_qop {
     uint64_t ctr;  /* queue order, from 1 */
 } tm_qop;
 
+/* The most ops one hold keeps back from the writer (tm_opqueue_hold). */
+#define TM_HOLD_MAX_OPS 256
+
 /* A thread's hold (tm_opqueue_hold): ops pushed at or after from wait. */
 typedef struct tm_ophold {
     uint64_t from;
@@ -57,7 +60,11 @@ uint64_t tm_opqueue_mark(tm_opqueue *q);
  * commit in one batch (one transaction, one fsync); tm_opqueue_release
  * lets it go. The writer still takes what was queued before the hold
  * began; from there on it waits, for every thread's ops (queue order is
- * kept), so a hold is for a few microseconds of pushing. Nested holds of
+ * kept), so a hold is for a few microseconds of pushing. A hold keeps back
+ * at most TM_HOLD_MAX_OPS ops: when this thread has pushed that many, they
+ * go to the writer and the hold goes on from its next op, so a long run of
+ * pushes (an inline call's thousands of events) commits while it is still
+ * pushing, and other threads' ops wait at most that long. Nested holds of
  * one thread count as one. A wait of this thread on the queue
  * (tm_opqueue_wait) ends its hold first, so a hold can never deadlock on
  * its own op. */

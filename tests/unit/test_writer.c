@@ -445,6 +445,30 @@ static void test_writer_hold_one_batch(void **state)
     fake_free(f);
 }
 
+/* A hold keeps back at most TM_HOLD_MAX_OPS: a thread that pushes more
+ * under one hold (an inline call's thousands of events) sees them commit
+ * while it still holds; the rest waits for the release. */
+static void test_writer_hold_bounded(void **state)
+{
+    (void)state;
+    fake *f = fake_new(0, 0, 0);
+    enum { N = TM_HOLD_MAX_OPS * 2 + 10 };
+    static fop ops[N];
+    tm_writer_hold(f->w);
+    for (int i = 0; i < N; i++) {
+        mk_append(&ops[i], (uint64_t)i + 1, "r1");
+        tm_writer_push(f->w, &ops[i].w);
+    }
+    /* still holding: the first 2 x TM_HOLD_MAX_OPS commit (10 s deadline) */
+    for (int t = 0; t < 10000 && atomic_load(&f->callbacks) < 2 * TM_HOLD_MAX_OPS; t++)
+        nap_ms(1);
+    assert_int_equal(atomic_load(&f->callbacks), 2 * TM_HOLD_MAX_OPS);
+    tm_writer_release(f->w);
+    assert_int_equal(tm_writer_sync(f->w), 0);
+    assert_int_equal(atomic_load(&f->callbacks), N);
+    fake_free(f);
+}
+
 /* A barrier is settled after everything queued before it and never goes to
  * the backend: a sync of an idle writer commits nothing. */
 static void test_writer_barriers(void **state)
@@ -696,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_writer_batches_while_committing),
         cmocka_unit_test(test_writer_batch_max),
         cmocka_unit_test(test_writer_hold_one_batch),
+        cmocka_unit_test(test_writer_hold_bounded),
         cmocka_unit_test(test_writer_barriers),
         cmocka_unit_test(test_writer_failure_settle),
         cmocka_unit_test(test_writer_reports_to_thread),
