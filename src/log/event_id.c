@@ -46,6 +46,24 @@ int tm_stream_name_valid(const char *s)
     return len < TM_STREAM_MAX && stream_valid_n(s, len);
 }
 
+static int is_b64url(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_';
+}
+
+static int mac_valid_n(const char *s, size_t len)
+{
+    if (len != TM_EVENT_MAC_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!is_b64url(s[i]))
+            return 0;
+    return 1;
+}
+
+int tm_event_mac_valid(const char *s) { return s && mac_valid_n(s, strlen(s)); }
+
 int tm_event_id_parse(const char *s, tm_event_id *out)
 {
     if (!s)
@@ -66,23 +84,40 @@ int tm_event_id_parse(const char *s, tm_event_id *out)
     if (slen >= TM_STREAM_MAX || !stream_valid_n(st, slen))
         return TIDEMARK_EINVAL;
     const char *sq = dash + 1;
+    const char *mdash = strchr(sq, '-');
     uint64_t seq = 0;
-    size_t qlen = strlen(sq);
+    size_t qlen = mdash ? (size_t)(mdash - sq) : strlen(sq);
     if (qlen == 0 || parse_pos_dec(sq, qlen, &seq) != qlen)
+        return TIDEMARK_EINVAL;
+    if (mdash && !mac_valid_n(mdash + 1, strlen(mdash + 1)))
         return TIDEMARK_EINVAL;
     memcpy(out->epoch, s, TM_EPOCH_LEN);
     out->epoch[TM_EPOCH_LEN] = '\0';
     memcpy(out->stream, st, slen);
     out->stream[slen] = '\0';
     out->seq = seq;
+    if (mdash)
+        memcpy(out->mac, mdash + 1, TM_EVENT_MAC_LEN + 1);
+    else
+        out->mac[0] = '\0';
     return 0;
 }
 
 int tm_event_id_format(char *out, size_t n, const char *epoch, const char *stream, uint64_t seq)
 {
+    return tm_event_id_format_mac(out, n, epoch, stream, seq, NULL);
+}
+
+int tm_event_id_format_mac(char *out, size_t n, const char *epoch, const char *stream,
+                           uint64_t seq, const char *mac)
+{
     char num[21];
+    int has_mac = mac && *mac;
+    if (has_mac && !tm_event_mac_valid(mac))
+        return TIDEMARK_EINVAL;
     tm_u64_dec(num, seq);
-    size_t w = tm_strjoin(out, n, epoch, "-", stream, "-", num, (const char *)NULL);
+    size_t w = tm_strjoin(out, n, epoch, "-", stream, "-", num, has_mac ? "-" : "",
+                          has_mac ? mac : "", (const char *)NULL);
     if (w >= n)
         return TIDEMARK_ERANGE;
     return (int)w;

@@ -19,12 +19,20 @@ const char *tm_resume_reason(tm_resume_outcome o)
 int tm_resume_decide(tm_store *st, const char *session, const char *cursor,
                      tm_resume_decision *d)
 {
+    return tm_resume_decide_auth(st, session, cursor, NULL, d);
+}
+
+int tm_resume_decide_auth(tm_store *st, const char *session, const char *cursor,
+                          const tm_id_auth *auth, tm_resume_decision *d)
+{
     memset(d, 0, sizeof *d);
     tm_event_id id;
-    if (tm_event_id_parse(cursor, &id) != 0) {
+    if (tm_event_id_parse(cursor, &id) != 0 ||
+        (auth && id.mac[0] && !auth->verify(auth->ud, session, &id))) {
         d->outcome = TM_RESUME_MALFORMED;
         return 0;
     }
+    d->unmacd = auth && !id.mac[0];
     memcpy(d->stream, id.stream, sizeof d->stream);
     d->cursor_seq = id.seq;
 
@@ -37,8 +45,8 @@ int tm_resume_decide(tm_store *st, const char *session, const char *cursor,
     if (rc)
         return rc;
     d->head = b.head;
-    if (id.seq > b.head) {
-        d->outcome = TM_RESUME_AHEAD;
+    if (id.seq > b.head) { /* an id without a mac cannot prove it was issued */
+        d->outcome = d->unmacd ? TM_RESUME_MALFORMED : TM_RESUME_AHEAD;
         return 0;
     }
     if (id.seq + 1 < b.first_retained) {

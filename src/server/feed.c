@@ -1,5 +1,6 @@
 /* feed.c - the store side of an SSE connection (see feed.h). */
 #include "feed.h"
+#include "seal.h"
 #include "../base/map.h"
 #include "../base/str.h"
 #include "../base/metrics.h"
@@ -15,6 +16,7 @@
 
 typedef struct feed {
     tm_store *store;
+    tm_sealer *sealer;     /* the ids' macs (lives as long as the store) */
     char *session, *stream;
     uint64_t delivered;
     uint64_t began;        /* delivered when attached (feed_has_events) */
@@ -86,9 +88,10 @@ static void key_of(char *out, size_t n, const char *session, const char *stream)
 static int frame_event(void *ud, const tm_event *ev)
 {
     feed *f = ud;
-    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1];
+    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1], mac[TM_EVENT_MAC_LEN + 1];
     tm_epoch_for_session(ev->epoch, f->session, epoch);
-    if (tm_event_id_format(id, sizeof id, epoch, f->stream, ev->seq) < 0)
+    if (tm_seal_event_mac(f->sealer, f->session, epoch, f->stream, ev->seq, mac) != 0 ||
+        tm_event_id_format_mac(id, sizeof id, epoch, f->stream, ev->seq, mac) < 0)
         return 1;
     if (tm_sse_frame(f->out, NULL, id, ev->data, ev->len) != 0)
         return 1;
@@ -209,6 +212,7 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     if (!f)
         return NULL;
     f->store = srv->store;
+    f->sealer = srv->sealer;
     f->session = strdup(o->session);
     f->stream = strdup(o->stream);
     f->delivered = o->after_seq;

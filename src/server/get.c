@@ -5,9 +5,12 @@
 #include "server_int.h"
 #include "feed.h"
 #include "http_policy.h"
+#include "seal.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,40 @@ static void count_outcome(tidemark_server_t *srv, const tm_resume_decision *d)
         tm_metric_inc(by_outcome[d->outcome]);
 }
 
+static int id_verify(void *ud, const char *session, const tm_event_id *id)
+{
+    return tm_seal_event_verify(ud, session, id);
+}
+
+/* One cursor_ahead WARN a second at most, saying how many it stands for:
+ * a client resuming with a real lost id in a loop cannot flood the log. */
+static void warn_ahead(const tm_sess *sess, const char *cursor, uint64_t head)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t last_s = INT64_MIN;
+    static unsigned long quiet;
+    int64_t now_s = tm_now_us() / 1000000;
+    pthread_mutex_lock(&mu);
+    int say = now_s != last_s;
+    unsigned long more = say ? quiet : 0;
+    if (say) {
+        last_s = now_s;
+        quiet = 0;
+    } else {
+        quiet++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (!say)
+        return;
+    char tag[16];
+    if (more)
+        TM_WARN("session %s: cursor_ahead %s (durable head %llu); %lu more not logged since",
+                tm_sid_tag(sess->id, tag), cursor, (unsigned long long)head, more);
+    else
+        TM_WARN("session %s: cursor_ahead %s (durable head %llu)", tm_sid_tag(sess->id, tag),
+                cursor, (unsigned long long)head);
+}
+
 /* The refusals of the resume table, each 400 with its typed reason; a gap
  * under --on-gap=event instead puts an "event: gap" in prelude. 1 when
  * answered. */
@@ -48,9 +85,7 @@ static int resume_refused(tidemark_server_t *srv, tm_http_req *r, const tm_sess 
                        "Bad Request: Last-Event-ID names no stream of this session", NULL);
         return 1;
     case TM_RESUME_AHEAD:
-        char tag[16];
-        TM_WARN("session %s: cursor_ahead %s (durable head %llu)", tm_sid_tag(sess->id, tag),
-                cursor, (unsigned long long)d->head);
+        warn_ahead(sess, cursor, d->head);
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "cursor_ahead",
                        "Bad Request: Last-Event-ID is ahead of the durable head",
                        json_pack("{s:I}", "durable_head", (json_int_t)d->head));
@@ -85,7 +120,8 @@ static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, c
                         tm_resume_decision *d, tm_buf *prelude, tm_feed_opts *o)
 {
     if (cursor) {
-        int rc = tm_resume_decide(srv->store, sess->id, cursor, d);
+        tm_id_auth auth = {.verify = id_verify, .ud = srv->sealer};
+        int rc = tm_resume_decide_auth(srv->store, sess->id, cursor, &auth, d);
         if (rc) {
             tm_reply_store_error(r, rc);
             return 1;

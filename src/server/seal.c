@@ -28,6 +28,7 @@ struct tm_sealer {
     unsigned char key[KEY_LEN];     /* the shared key, for tm_sealer_reassert */
     unsigned char enc_key[KEY_LEN]; /* AES-256-GCM */
     unsigned char id_key[KEY_LEN];  /* HMAC-SHA256 of tm_seal_derive_id */
+    unsigned char ev_key[KEY_LEN];  /* HMAC-SHA256 of tm_seal_event_mac */
 };
 
 /* ---- base64url, no padding, strict ------------------------------------------ */
@@ -144,10 +145,13 @@ int tm_sealer_open_key(const unsigned char key[KEY_LEN], tm_sealer **out)
         return TIDEMARK_ENOMEM;
     static const char enc[] = "tidemark seal v1 aes-256-gcm";
     static const char ids[] = "tidemark seal v1 derive-id";
+    static const char evs[] = "tidemark seal v1 event-id";
     memcpy(s->key, key, KEY_LEN);
     int rc = hmac(key, enc, sizeof enc - 1, s->enc_key);
     if (rc == 0)
         rc = hmac(key, ids, sizeof ids - 1, s->id_key);
+    if (rc == 0)
+        rc = hmac(key, evs, sizeof evs - 1, s->ev_key);
     if (rc) {
         tm_sealer_free(s);
         return rc;
@@ -454,4 +458,61 @@ int tm_seal_derive_id(tm_sealer *s, const char *a, size_t alen, const char *b, s
     if (rc == 0)
         hex_encode(mac, 16, out);
     return rc;
+}
+
+/* ---- event id macs -------------------------------------------------------------- */
+
+#define EV_MAC_BYTES (TM_EVENT_MAC_LEN / 4 * 3)
+
+static int ev_hmac_part(gnutls_hmac_hd_t h, const char *p)
+{
+    size_t n = strlen(p);
+    unsigned char len[8];
+    put_u64(len, n);
+    return gnutls_hmac(h, len, sizeof len) == 0 && gnutls_hmac(h, p, n) == 0 ? 0 : TIDEMARK_EIO;
+}
+
+int tm_seal_event_mac(tm_sealer *s, const char *session, const char *epoch, const char *stream,
+                      uint64_t seq, char out[TM_EVENT_MAC_LEN + 1])
+{
+    if (!s || !session || !epoch || !stream || !out)
+        return TIDEMARK_EINVAL;
+    out[0] = '\0';
+    gnutls_hmac_hd_t h;
+    if (gnutls_hmac_init(&h, GNUTLS_MAC_SHA256, s->ev_key, KEY_LEN) != 0)
+        return TIDEMARK_EIO;
+    unsigned char num[8], mac[32];
+    put_u64(num, seq);
+    int rc = ev_hmac_part(h, session);
+    if (rc == 0)
+        rc = ev_hmac_part(h, epoch);
+    if (rc == 0)
+        rc = ev_hmac_part(h, stream);
+    if (rc == 0 && gnutls_hmac(h, num, sizeof num) != 0)
+        rc = TIDEMARK_EIO;
+    gnutls_hmac_deinit(h, mac);
+    if (rc)
+        return rc;
+    char *w = out;
+    for (size_t i = 0; i < EV_MAC_BYTES; i += 3) { /* 9 bytes: whole groups, no padding */
+        uint32_t v = (uint32_t)mac[i] << 16 | (uint32_t)mac[i + 1] << 8 | mac[i + 2];
+        *w++ = B64[v >> 18];
+        *w++ = B64[(v >> 12) & 63];
+        *w++ = B64[(v >> 6) & 63];
+        *w++ = B64[v & 63];
+    }
+    *w = '\0';
+    return 0;
+}
+
+int tm_seal_event_verify(tm_sealer *s, const char *session, const tm_event_id *id)
+{
+    char want[TM_EVENT_MAC_LEN + 1];
+    if (!id || strlen(id->mac) != TM_EVENT_MAC_LEN ||
+        tm_seal_event_mac(s, session, id->epoch, id->stream, id->seq, want) != 0)
+        return 0;
+    unsigned diff = 0;
+    for (size_t i = 0; i < TM_EVENT_MAC_LEN; i++)
+        diff |= (unsigned)(unsigned char)(want[i] ^ id->mac[i]);
+    return diff == 0;
 }

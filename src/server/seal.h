@@ -76,6 +76,17 @@ int tm_unseal(tm_sealer *s, const char *principal, const char *method, int64_t n
 int tm_seal_derive_id(tm_sealer *s, const char *a, size_t alen, const char *b, size_t blen,
                       char out[33]);
 
+/* The mac of an event id (src/log/event_id.h): HMAC-SHA256 under a subkey
+ * of the shared key over the session and the id's epoch, stream and seq
+ * (each length-prefixed), its first 9 bytes in base64url: 12 characters,
+ * 72 bits. The same on every node sharing the store; unguessable without
+ * the key, so an id whose mac verifies was issued by this store. */
+int tm_seal_event_mac(tm_sealer *s, const char *session, const char *epoch, const char *stream,
+                      uint64_t seq, char out[TM_EVENT_MAC_LEN + 1]);
+/* 1 if id->mac is the mac of (session, id): compared in constant time;
+ * 0 for any other mac, none included. */
+int tm_seal_event_verify(tm_sealer *s, const char *session, const tm_event_id *id);
+
 /* base64url without padding (RFC 4648 section 5), as the tokens use it.
  * encode: OUT *out malloc'd NUL-terminated text. decode: OUT *out malloc'd
  * bytes, *outlen; only the canonical form decodes (no '=', no other

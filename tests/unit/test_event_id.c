@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "log/event_id.h"
+#include "server/seal.h"
 #include "tidemark/tidemark.h"
 
 #include <stdio.h>
@@ -156,7 +157,8 @@ static void test_reject_shape(void **state)
     rejects("9f86d081884c7d6\xc3\xa5-r3-17");
     /* too long: over TM_EVENT_ID_MAX - 1 characters */
     char buf[200];
-    snprintf(buf, sizeof buf, "%s-r1-%s", EPOCH, "12345678901234567812345678901234567890123456789012345");
+    snprintf(buf, sizeof buf, "%s-r1-%s", EPOCH,
+             "123456789012345678123456789012345678901234567890123456789012345678");
     assert_true(strlen(buf) >= TM_EVENT_ID_MAX);
     rejects(buf);
     memset(buf, 'a', sizeof buf - 1);
@@ -239,6 +241,106 @@ static void test_epoch_for_session(void **state)
     }
 }
 
+#define SID "0123456789abcdef0123456789abcdef"
+
+/* "-<mac>" is optional and exactly 12 base64url characters, '-' and '_'
+ * included; the parse gives it back, "" when absent. */
+static void test_parse_mac(void **state)
+{
+    (void)state;
+    tm_event_id id;
+    assert_int_equal(tm_event_id_parse(EPOCH "-r3-17-ZOf03o-d0HzB", &id), 0);
+    assert_string_equal(id.epoch, EPOCH);
+    assert_string_equal(id.stream, "r3");
+    assert_true(id.seq == 17);
+    assert_string_equal(id.mac, "ZOf03o-d0HzB");
+    assert_int_equal(tm_event_id_parse(EPOCH "-g-1-------------", &id), 0);
+    assert_string_equal(id.mac, "------------");
+    assert_int_equal(tm_event_id_parse(EPOCH "-g-1-____________", &id), 0);
+    assert_int_equal(tm_event_id_parse(EPOCH "-r3-17", &id), 0);
+    assert_string_equal(id.mac, "");
+    rejects(EPOCH "-r3-17-");              /* empty mac */
+    rejects(EPOCH "-r3-17-ZOf03o-d0Hz");   /* 11 characters */
+    rejects(EPOCH "-r3-17-ZOf03o-d0HzBB"); /* 13 */
+    rejects(EPOCH "-r3-17-ZOf03o+d0HzB");  /* '+' is not base64url */
+    rejects(EPOCH "-r3-17-ZOf03o=d0HzB");
+    rejects(EPOCH "-r3-17-ZOf03o d0HzB");
+    rejects(EPOCH "-r3-17-ZOf03o-d0HzB\n");
+    rejects(EPOCH "-r3-017-ZOf03o-d0HzB"); /* the seq's rules still hold */
+    rejects(EPOCH "-r3-ZOf03o-d0HzB");     /* no seq */
+    char buf[TM_EVENT_ID_MAX];
+    assert_int_equal(tm_event_id_format_mac(buf, sizeof buf, EPOCH, "r3", 17, "ZOf03o-d0HzB"),
+                     (int)strlen(EPOCH "-r3-17-ZOf03o-d0HzB"));
+    assert_string_equal(buf, EPOCH "-r3-17-ZOf03o-d0HzB");
+    assert_int_equal(tm_event_id_format_mac(buf, 35, EPOCH, "r3", 17, "ZOf03o-d0HzB"),
+                     TIDEMARK_ERANGE);
+    assert_int_equal(tm_event_id_format_mac(buf, sizeof buf, EPOCH, "r3", 17, "short"),
+                     TIDEMARK_EINVAL);
+    assert_int_equal(tm_event_id_format_mac(buf, sizeof buf, EPOCH, "r3", 17, ""), 22);
+    /* the longest id fits the buffer */
+    assert_true(tm_event_id_format_mac(buf, sizeof buf, EPOCH, "r999999999999999999",
+                                       999999999999999999ULL, "ZOf03o-d0HzB") > 0);
+    assert_int_equal(tm_event_id_parse(buf, &id), 0);
+}
+
+static tm_sealer *sealer_of(unsigned char first)
+{
+    unsigned char key[32];
+    for (int i = 0; i < 32; i++)
+        key[i] = (unsigned char)(first + i);
+    tm_sealer *s = NULL;
+    assert_int_equal(tm_sealer_open_key(key, &s), 0);
+    return s;
+}
+
+static int verifies(tm_sealer *s, const char *session, const char *text)
+{
+    tm_event_id id;
+    assert_int_equal(tm_event_id_parse(text, &id), 0);
+    return tm_seal_event_verify(s, session, &id);
+}
+
+/* The mac pins its construction (a known answer computed apart, with
+ * Python's hmac: HMAC-SHA256 under HMAC(key, "tidemark seal v1 event-id")
+ * of the length-prefixed session, epoch, stream and the seq, 9 bytes in
+ * base64url), and verifies only the id it was made for. */
+static void test_event_mac(void **state)
+{
+    (void)state;
+    tm_sealer *s = sealer_of(0), *other = sealer_of(1);
+    char mac[TM_EVENT_MAC_LEN + 1], buf[TM_EVENT_ID_MAX];
+    assert_int_equal(tm_seal_event_mac(s, SID, EPOCH, "r3", 17, mac), 0);
+    assert_string_equal(mac, "ZOf03o-d0HzB");
+    assert_true(tm_event_mac_valid(mac));
+    assert_true(verifies(s, SID, EPOCH "-r3-17-ZOf03o-d0HzB"));
+    assert_false(verifies(other, SID, EPOCH "-r3-17-ZOf03o-d0HzB")); /* another key */
+    assert_false(verifies(s, SID "0", EPOCH "-r3-17-ZOf03o-d0HzB")); /* another session */
+    assert_false(verifies(s, SID, EPOCH "-r3-18-ZOf03o-d0HzB"));     /* seq changed */
+    assert_false(verifies(s, SID, EPOCH "-r4-17-ZOf03o-d0HzB"));     /* stream changed */
+    assert_false(verifies(s, SID, "9f86d081884c7d66-r3-17-ZOf03o-d0HzB")); /* epoch */
+    assert_false(verifies(s, SID, EPOCH "-r3-17-ZOf03o-d0HzC"));     /* one bit of the mac */
+    assert_false(verifies(s, SID, EPOCH "-r3-17"));                  /* stripped */
+    /* every part moves the mac; a round trip through format and parse verifies */
+    const char *streams[] = {"g", "r1", "r10"};
+    char seen[8][TM_EVENT_MAC_LEN + 1];
+    int k = 0;
+    for (size_t i = 0; i < 3; i++)
+        for (uint64_t q = 1; q <= 2; q++, k++) {
+            assert_int_equal(tm_seal_event_mac(s, SID, EPOCH, streams[i], q, seen[k]), 0);
+            for (int j = 0; j < k; j++)
+                assert_string_not_equal(seen[j], seen[k]);
+            assert_true(tm_event_id_format_mac(buf, sizeof buf, EPOCH, streams[i], q, seen[k]) > 0);
+            assert_true(verifies(s, SID, buf));
+        }
+    assert_int_equal(tm_seal_event_mac(s, "", EPOCH, "g", 1, seen[6]), 0);
+    assert_int_equal(tm_seal_event_mac(s, "a", EPOCH, "g", 1, seen[7]), 0);
+    assert_string_not_equal(seen[6], seen[7]);
+    assert_int_equal(tm_seal_event_mac(NULL, SID, EPOCH, "g", 1, mac), TIDEMARK_EINVAL);
+    assert_false(tm_seal_event_verify(s, SID, NULL));
+    tm_sealer_free(s);
+    tm_sealer_free(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +355,8 @@ int main(void)
         cmocka_unit_test(test_reject_empty_seq),
         cmocka_unit_test(test_stream_name_valid),
         cmocka_unit_test(test_epoch_valid),
+        cmocka_unit_test(test_parse_mac),
+        cmocka_unit_test(test_event_mac),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -175,6 +175,53 @@ static void test_unknown_stream(void **state)
     assert_int_equal(d.outcome, TM_RESUME_OK);
 }
 
+/* A verifier that knows one mac per session: "<session padded with A>". */
+static int fake_verify(void *ud, const char *session, const tm_event_id *id)
+{
+    int *calls = ud;
+    ++*calls;
+    char want[TM_EVENT_MAC_LEN + 1];
+    snprintf(want, sizeof want, "%sAAAAAAAAAAAA", session);
+    return strcmp(id->mac, want) == 0;
+}
+
+static tm_resume_outcome decide_auth(fixture *f, const char *session, const char *stream,
+                                     uint64_t seq, const char *mac, int *calls)
+{
+    char cur[TM_EVENT_ID_MAX], seen[TM_EPOCH_LEN + 1];
+    tm_epoch_for_session(f->epoch, session, seen);
+    assert_true(tm_event_id_format_mac(cur, sizeof cur, seen, stream, seq, mac) > 0);
+    tm_id_auth auth = {.verify = fake_verify, .ud = calls};
+    tm_resume_decision d;
+    assert_int_equal(tm_resume_decide_auth(f->st, session, cur, &auth, &d), 0);
+    return d.outcome;
+}
+
+/* With auth: a mac that does not verify is malformed before any other row;
+ * cursor_ahead only for an id whose mac verifies; an id without a mac
+ * still resumes at or below the head but is never cursor_ahead. */
+static void test_auth(void **state)
+{
+    fixture *f = *state;
+    int calls = 0;
+    const char *good = "s1AAAAAAAAAA", *bad = "s2AAAAAAAAAA";
+    assert_int_equal(decide_auth(f, "s1", "r1", 11, good, &calls), TM_RESUME_AHEAD);
+    assert_int_equal(decide_auth(f, "s1", "r1", 11, bad, &calls), TM_RESUME_MALFORMED);
+    assert_int_equal(decide_auth(f, "s1", "r1", 11, "", &calls), TM_RESUME_MALFORMED);
+    assert_int_equal(decide_auth(f, "s1", "g", 1, "", &calls), TM_RESUME_MALFORMED);
+    assert_int_equal(decide_auth(f, "s1", "r1", 999999999999999999ULL, bad, &calls),
+                     TM_RESUME_MALFORMED);
+    /* a bad mac is malformed even where the stream is unknown */
+    assert_int_equal(decide_auth(f, "s1", "r3", 1, bad, &calls), TM_RESUME_MALFORMED);
+    assert_int_equal(decide_auth(f, "s1", "r3", 1, good, &calls), TM_RESUME_UNKNOWN_STREAM);
+    assert_int_equal(decide_auth(f, "s1", "r3", 1, "", &calls), TM_RESUME_UNKNOWN_STREAM);
+    /* at or below the head the other rows answer, with or without a mac */
+    assert_int_equal(decide_auth(f, "s1", "r1", 8, good, &calls), TM_RESUME_OK);
+    assert_int_equal(decide_auth(f, "s1", "r1", 8, "", &calls), TM_RESUME_OK);
+    assert_int_equal(decide_auth(f, "s1", "r1", 2, "", &calls), TM_RESUME_GAP);
+    assert_int_equal(calls, 6); /* asked only for ids that carry a mac */
+}
+
 static void test_cursor_ahead(void **state)
 {
     fixture *f = *state;
@@ -515,6 +562,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_session_cursor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cursor_ahead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resumption_gap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_moves_with_trimming, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_mismatch, setup, teardown),
