@@ -55,7 +55,10 @@ export async function killPostgres(dataDir) {
       if (Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[1]) === pid) procs.push(Number(d));
     } catch { /* gone */ }
   }
-  for (const p of procs) try { process.kill(p, "SIGKILL"); } catch { /* gone */ }
+  // children first: a child outliving the postmaster by a moment is told of
+  // its death (PR_SET_PDEATHSIG) and says goodbye to its client, which a
+  // dying machine would not
+  for (const p of [...procs.slice(1), pid]) try { process.kill(p, "SIGKILL"); } catch { /* gone */ }
   const at = Date.now();
   const end = at + 10000;
   while (procs.some(alive)) {

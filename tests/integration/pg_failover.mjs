@@ -80,6 +80,7 @@ console.log(`pg_failover: PG_SEED=${SEED} PG_FAILOVERS=${FAILOVERS} PG_CLIENTS=$
 
 // ---- PostgreSQL through pg_cluster.sh (asynchronously: the clients keep running) ----
 const work = mkdtempSync(join(tmpdir(), "tidemark-pgfo-"));
+process.on("exit", (code) => { if (code === 77) rmSync(work, { recursive: true, force: true }); });
 const pgDirs = [];
 const pg = (...args) => pgCluster(VERBOSE, ...args);
 async function pgStopAll() {

@@ -299,12 +299,15 @@ cmd_start() {
 # kill_node N: SIGKILL node N's postmaster and every process it forked (each
 # child runs in a session of its own, so no process group holds them all).
 # The postmaster is stopped first so that it forks nothing while its
-# children are listed.
+# children are listed, and killed last.
 kill_node() {
   local pid; pid=$(pid_of "$1")
   [[ -n "$pid" ]] || return 0
   kill -STOP "$pid" 2>/dev/null || true
-  local procs; procs="$pid $(pgrep -P "$pid" | tr '\n' ' ')"
+  # children first: one outliving the postmaster by a moment is told of its
+  # death (PR_SET_PDEATHSIG) and says goodbye to its client, which a dying
+  # machine would not
+  local procs; procs="$(pgrep -P "$pid" | tr '\n' ' ') $pid"
   # shellcheck disable=SC2086
   kill -9 $procs 2>/dev/null || true
   local deadline=$(( $(now_s) + TIMEOUT_S )) p
