@@ -254,10 +254,12 @@ async function readState(state) {
   }
   throw new Error(`cannot read state ${state}: ${said(r)}`);
 }
+// A client process killed before it opened its state leaves no effects
+// table: --record-effects makes it (empty), as the calls' own processes do.
 async function readEffects(state) {
   let r;
   for (let a = 0; a < 5; a++) {
-    r = await run(["--state", state, url, "effects"], { watchdog: 10000 });
+    r = await run(["--state", state, "--record-effects", url, "effects"], { watchdog: 10000 });
     const j = parse(r.out);
     if (r.code === 0 && Array.isArray(j)) return j;
     await sleep(50);
