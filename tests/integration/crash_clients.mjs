@@ -231,7 +231,11 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
     const counts = new Map();
     for (const row of rows) counts.set(row.entry, (counts.get(row.entry) ?? 0) + 1);
     for (const [entry] of confirmed)
-      if (counts.get(entry) !== 1) violate(`ledger entry ${entry} exists ${counts.get(entry) ?? 0} times`);
+      if (counts.get(entry) !== 1) {
+        // which requests wrote them (one key twice: one request's effect twice)
+        const keys = rows.filter((row) => row.entry === entry).map((row) => row.request_key?.split("/").pop());
+        violate(`ledger entry ${entry} exists ${counts.get(entry) ?? 0} times${keys.length > 1 ? ` (request keys ${keys.join(", ")})` : ""}`);
+      }
     for (const [entry, c] of counts)
       if (!confirmed.has(entry)) violate(`ledger entry ${entry} (x${c}) was never confirmed to a client`);
     return rows.length;
