@@ -7,10 +7,11 @@
 //                    (target_session_attrs=read-write).
 // StoreCluster is a Cluster whose startRedis/stopRedis start and stop
 // whichever store was picked, so a test written for Redis runs on either.
+import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { Cluster, missingTools } from "./multinode_env.mjs";
-import { haveTool, pgCluster } from "./pg_env.mjs";
+import { PG_CLUSTER, haveTool, pgCluster } from "./pg_env.mjs";
 
 export const STORE = process.env.TM_STORE || "redis";
 if (!["redis", "pg"].includes(STORE)) {
@@ -56,6 +57,15 @@ export class StoreCluster extends Cluster {
     if (this.store !== "pg") return super.startRedis();
     this.pgDir = join(this.dir, "pg");
     const standbys = Number(process.env.TM_PG_STANDBYS ?? 0);
+    // A test that dies without stop() (an uncaught error) must not leave
+    // PostgreSQL running: pg_ctl detached it from this process.
+    if (!this.pgExitHook) {
+      this.pgExitHook = () => {
+        if (this.pgDir && existsSync(this.pgDir))
+          spawnSync("bash", [PG_CLUSTER, "stop", this.pgDir], { stdio: "ignore", timeout: 30000 });
+      };
+      process.once("exit", this.pgExitHook);
+    }
     this.pgUri = await pgCluster(!this.quiet, "start", this.pgDir, standbys);
   }
 
