@@ -7,6 +7,7 @@
 #   make fuzz     long fuzzing run: each fuzzer FUZZ_SECONDS (600) seconds
 #   make test-tsan / test-fuzz   only that part of make test
 #   make bench    run benchmarks (not gated)
+#   make bench-compare BASE=<commit>  headline figures of BASE and the working tree side by side
 #   make soak     long soak (SOAK_SECONDS, SOAK_SEED, SOAK_CLIENTS)
 #   make soak-hostile  long hostile-client soak (HOSTILE_SECONDS, SOAK_SEED)
 #   make soak-ha  PostgreSQL failovers: pg_failover.mjs (SOAK_HA_FAILOVERS) and
@@ -55,7 +56,7 @@ TSAN_EXCLUDE ?= ^(holes_streams)$$
 # without address randomisation where the system allows it.
 TSAN_SETARCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo "setarch $$(uname -m) -R")
 
-.PHONY: all deps test-deps lint build build-tests build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench soak soak-hostile soak-ha install clean
+.PHONY: all deps test-deps lint build build-tests build-san build-fuzz build-tsan run test test-fast test-fuzz test-tsan fuzz bench bench-compare soak soak-hostile soak-ha install clean
 
 all: build
 
@@ -142,6 +143,16 @@ test-tsan: build-tsan
 
 bench: build-tests
 	bash bench/run.sh $(BUILD)
+
+# make bench-compare BASE=<commit> [NEW=<commit>] [ROUNDS=3] [SECS=2] [STREAMS=10000]:
+# the headline figures of BASE and the working tree side by side
+# (bench/compare.sh, bench/README.md).
+ROUNDS  ?= 3
+SECS    ?= 2
+STREAMS ?= 10000
+bench-compare:
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<commit>"; exit 2; }
+	NEW=$(NEW) bash bench/compare.sh $(BASE) $(ROUNDS) $(SECS) $(STREAMS)
 
 soak: build-tests
 	node tests/soak/soak.mjs --proxy $(BUILD)/bin/tm-proxy \
