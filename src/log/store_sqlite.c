@@ -130,7 +130,9 @@ typedef struct sstream {
     int closed;          /* durably closed */
     int closing;         /* a close is queued or committed */
     char trimmed_epoch[TM_EPOCH_LEN + 1];
-    tevent tail[TAIL_CAP]; /* ring: seqs (next_seq - tail_n) .. next_seq-1 */
+    tevent *tail;        /* ring of TAIL_CAP: seqs (next_seq - tail_n) .. next_seq-1;
+                            NULL (tail_n 0) until the first append: an idle open
+                            stream (every session's) costs no ring */
     size_t tail_n;
     int durable;         /* its row is committed (else its create is queued or failed) */
     int pending;         /* queued ops pointing at it: it is never freed while > 0 */
@@ -436,8 +438,8 @@ static void tail_drop_below(sstream *s, uint64_t first)
  * memory too. Caller holds c_mu; only while the seq is still in the ring. */
 static void tail_fill(sstream *s, uint64_t seq, blob *b)
 {
-    tevent *e = &s->tail[seq % TAIL_CAP];
-    if (s->tail_n && seq >= s->next_seq - s->tail_n && e->seq == seq && !e->b)
+    tevent *e = s->tail_n ? &s->tail[seq % TAIL_CAP] : NULL;
+    if (e && seq >= s->next_seq - s->tail_n && e->seq == seq && !e->b)
         e->b = blob_ref(b);
 }
 
@@ -445,8 +447,9 @@ static void sstream_free(sstream *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; i < TAIL_CAP; i++)
+    for (size_t i = 0; s->tail && i < TAIL_CAP; i++)
         blob_unref(s->tail[i].b);
+    free(s->tail);
     free(s);
 }
 
@@ -1857,19 +1860,24 @@ static int q_append_ex(tm_store *st, const tm_append_req *r)
     o->w.seq = s->next_seq++;
     if (r->flags & TM_APPEND_FINAL)
         s->closing = 1;
-    /* Keep a copy in the stream's tail for fast live reads. */
-    if (s->tail_n == TAIL_CAP) {
+    /* Keep a copy in the stream's tail for fast live reads (without memory
+     * for the ring, none: reads go to the database). */
+    if (!s->tail)
+        s->tail = calloc(TAIL_CAP, sizeof *s->tail);
+    if (s->tail && s->tail_n == TAIL_CAP) {
         tevent *old = &s->tail[(o->w.seq - TAIL_CAP) % TAIL_CAP];
         blob_unref(old->b);
         old->b = NULL;
         s->tail_n--;
     }
-    tevent *e = &s->tail[o->w.seq % TAIL_CAP];
-    /* The effect may replace data by the fallback: then the tail must not
-     * serve the optimistic bytes. */
-    e->b = o->effect ? NULL : blob_ref(o->b);
-    e->seq = o->w.seq;
-    s->tail_n++;
+    if (s->tail) {
+        tevent *e = &s->tail[o->w.seq % TAIL_CAP];
+        /* The effect may replace data by the fallback: then the tail must not
+         * serve the optimistic bytes. */
+        e->b = o->effect ? NULL : blob_ref(o->b);
+        e->seq = o->w.seq;
+        s->tail_n++;
+    }
     /* Enqueue under c_mu so queue order equals seq order per stream. */
     enqueue(q, o);
     char session[64], stream[TM_STREAM_MAX];
