@@ -196,6 +196,13 @@ typedef struct tidemark_server_config {
                                     primary (and its synchronous standby), then fails as
                                     not acknowledged: 503 store_unavailable, nothing
                                     emitted; default 5000 */
+    /* Sessions (2025 initialize) in the store at once: from one client address
+     * (past it 429 too_many_sessions, Retry-After) and in all (past it 503);
+     * a DELETE or the TTL gives a place back. Idle ones are not kept in
+     * memory: the store holds them (README, "Guarantees"). */
+    unsigned max_sessions;       /* in all; default 200000; 0 = no limit */
+    unsigned max_sessions_per_address; /* made from one source address; default 4096;
+                                          0 = no limit */
 } tidemark_server_config_t;
 
 /*
@@ -234,7 +241,9 @@ typedef struct tidemark_server_config {
     X(auth_leeway_s, 30)                                                                     \
     X(auth_timeout_ms, 3000)                                                                 \
     X(auth_jwks_min_refresh_ms, 10000)                                                       \
-    X(store_timeout_ms, 5000)
+    X(store_timeout_ms, 5000)                                                                \
+    X(max_sessions, 200000)                                                                  \
+    X(max_sessions_per_address, 4096)
 
 /* Fill a config with the defaults above. */
 TIDEMARK_API void tidemark_server_config_init_sized(tidemark_server_config_t *cfg, size_t size);

@@ -15,7 +15,7 @@
     _Static_assert(sizeof(type) == offsetof(type, last) + sizeof(((type *)0)->last),        \
                    #type ": not ending at " #last ": name its last field here, and give a "  \
                    "lone 4-byte field a reserved partner")
-TM_ENDS_AT_LAST_FIELD(tidemark_server_config_t, store_timeout_ms);
+TM_ENDS_AT_LAST_FIELD(tidemark_server_config_t, max_sessions_per_address);
 TM_ENDS_AT_LAST_FIELD(tidemark_client_config_t, ca_file);
 TM_ENDS_AT_LAST_FIELD(tidemark_tool_t, task_ttl_ms);
 TM_ENDS_AT_LAST_FIELD(tidemark_resource_t, ud);

@@ -45,6 +45,7 @@ int tidemark_call_client_params(const tidemark_call_t *c, json_t **params)
     if (!p)
         return TIDEMARK_ENOMEM;
     (void)json_object_del(p, TM_CLIENT_PRINCIPAL); /* -1 only when absent */
+    (void)json_object_del(p, TM_CLIENT_ADDRESS);
     if (!json_is_object(json_object_get(p, "capabilities")))
         json_object_set_new(p, "capabilities", json_object());
     if (!json_is_string(json_object_get(p, "protocolVersion")))

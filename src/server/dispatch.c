@@ -17,8 +17,21 @@ static json_t *err(json_t *id, int code, const char *reason, const char *msg)
     return tm_jsonrpc_error(id, code, msg, reason, NULL);
 }
 
+/* initialize over a limit on sessions: typed, with the limit and whose. */
+static json_t *too_many_sessions(tidemark_server_t *srv, json_t *id, int status)
+{
+    int per = status == 429;
+    return tm_jsonrpc_error(
+        id, TM_RPC_SERVER_ERROR,
+        per ? "Too Many Requests: this address has as many sessions as it may"
+            : "Service Unavailable: the server holds as many sessions as it may",
+        "too_many_sessions",
+        json_pack("{s:s,s:I}", "scope", per ? "address" : "server", "limit",
+                  (json_int_t)(per ? srv->cfg.max_sessions_per_address : srv->cfg.max_sessions)));
+}
+
 json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const char *principal,
-                               tm_sess **out)
+                               const char *addr, tm_sess **out)
 {
     *out = NULL;
     json_t *params = m->params;
@@ -31,22 +44,31 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const ch
     char id[TM_SESSION_ID_LEN + 1];
     if (tm_random_hex(id, TM_SESSION_ID_LEN / 2) != 0)
         return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "no randomness");
+    int rc = tm_sess_bound_admit(srv, addr, id); /* its place, taken before it exists */
+    if (rc > 0)
+        return too_many_sessions(srv, m->id, rc);
+    if (rc)
+        return err(m->id, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory");
     json_t *client = json_object();
     json_object_set(client, "clientInfo", json_object_get(params, "clientInfo"));
     json_t *caps = json_object_get(params, "capabilities");
     json_object_set(client, "capabilities", json_is_object(caps) ? caps : json_object());
     json_object_set_new(client, TM_CLIENT_PRINCIPAL, json_string(principal)); /* its owner */
+    if (addr) /* where its place is counted, after a restart too */
+        json_object_set_new(client, TM_CLIENT_ADDRESS, json_string(addr));
     char *client_txt = json_dumps(client, JSON_COMPACT);
     int64_t now = tm_wall_ms();
     tm_session_rec rec = {.id = id, .protocol_version = (char *)chosen, .client = client_txt,
                           .created_ms = now, .last_seen_ms = now};
-    int rc = tm_store_session_create(srv->store, &rec);
+    rc = tm_store_session_create(srv->store, &rec);
     char g[TM_STREAM_MAX];
     if (rc == 0)
         rc = tm_store_stream_open(srv->store, id, "g", g);
     free(client_txt);
     tm_sess *s = rc == 0 ? tm_sess_new(id, chosen, client) : NULL;
     json_decref(client);
+    if (!s)
+        tm_sess_bound_drop(srv, id);
     if (!s && rc == TIDEMARK_EIO)
         return err(m->id, TM_RPC_INTERNAL_ERROR, tm_store_unavailable_reason(srv->store),
                    "the store does not take writes now");

@@ -438,6 +438,8 @@ static void delete_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
     pthread_mutex_unlock(&srv->mu);
     tm_feed_end_session(srv, sess->id);
     int rc = tm_store_session_delete(srv->store, sess->id);
+    if (rc == 0 || rc == TIDEMARK_ENOTFOUND)
+        tm_sess_bound_drop(srv, sess->id);
     tm_sess_unref(sess);
     if (rc && rc != TIDEMARK_ENOTFOUND) /* still stored: say so, a retry deletes it */
         return tm_reply_store_error(r, rc);

@@ -27,6 +27,7 @@ static void expired(void *ud, const char *id)
         tm_sess_unref(s);
     }
     tm_feed_end_session(srv, id);
+    tm_sess_bound_drop(srv, id);
     TM_INFO("session %s expired (idle)", TM_SID(id));
 }
 
@@ -69,12 +70,13 @@ static void touch_busy(tidemark_server_t *srv, int64_t now)
     free(l.v);
 }
 
-/* Expire idle sessions (--session-ttl). */
+/* Expire idle sessions (--session-ttl), let idle loaded ones go from
+ * memory (TM_SESS_CACHE_MAX). */
 static void *janitor_main(void *arg)
 {
     tidemark_server_t *srv = arg;
     int64_t ttl_ms = (int64_t)srv->cfg.session_ttl_seconds * 1000;
-    int64_t period = ttl_ms / 4 < 1000 ? (ttl_ms / 4 > 50 ? ttl_ms / 4 : 50) : 1000;
+    int64_t period = ttl_ms && ttl_ms / 4 < 1000 ? (ttl_ms / 4 > 50 ? ttl_ms / 4 : 50) : 1000;
     pthread_mutex_lock(&srv->jan_mu);
     while (srv->jan_running) {
         struct timespec ts = tm_deadline_ms(period);
@@ -82,6 +84,11 @@ static void *janitor_main(void *arg)
         if (!srv->jan_running)
             break;
         pthread_mutex_unlock(&srv->jan_mu);
+        tm_sess_evict_idle(srv);
+        if (!ttl_ms) {
+            pthread_mutex_lock(&srv->jan_mu);
+            continue;
+        }
         touch_busy(srv, tm_wall_ms());
         tm_modern_pool_touch(srv, tm_wall_ms());
         int rc = tm_store_sessions_expire(srv->store, tm_wall_ms() - ttl_ms, expired, srv);
@@ -126,7 +133,7 @@ void tm_background_start(tidemark_server_t *srv)
         srv->rec_running = 0;
         TM_ERROR("cannot start the recovery thread");
     }
-    if (srv->cfg.session_ttl_seconds > 0) {
+    {
         srv->jan_running = 1;
         if (pthread_create(&srv->janitor, NULL, janitor_main, srv) != 0) {
             srv->jan_running = 0;

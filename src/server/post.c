@@ -29,7 +29,8 @@ static void run_initialize(void *arg)
 {
     init_job *ij = arg;
     tm_sess *sess = NULL;
-    json_t *resp = tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, &sess);
+    json_t *resp =
+        tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, tm_http_req_peer(ij->req), &sess);
     if (sess) {
         tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
         tm_sess_unref(sess);
@@ -38,9 +39,12 @@ static void run_initialize(void *arg)
         const char *why = json_string_value(
             json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "reason"));
         int unavailable = why && strcmp(why, "store_unavailable") == 0;
-        if (unavailable)
-            tm_http_req_add_header(ij->req, "Retry-After", "1");
-        tm_reply_json(ij->req, unavailable ? 503 : json_object_get(resp, "error") ? 400 : 200, resp);
+        int limited = tm_session_limit_status(resp); /* a DELETE or the TTL frees a place */
+        if (unavailable || limited)
+            tm_http_req_add_header(ij->req, "Retry-After", limited ? "60" : "1");
+        tm_reply_json(ij->req, limited       ? limited
+                               : unavailable ? 503
+                               : json_object_get(resp, "error") ? 400 : 200, resp);
     }
     json_decref(ij->root);
     free(ij);

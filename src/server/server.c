@@ -323,6 +323,11 @@ int tidemark_server_start(tidemark_server_t *srv)
             goto fail;
         }
     }
+    /* The sessions in the store count against the limits from the start. */
+    if ((rc = tm_sess_bound_new(srv)) != 0 || (rc = tm_sess_bound_load(srv)) != 0) {
+        TM_ERROR("cannot count the stored sessions: %s", tidemark_strerror(rc));
+        goto fail;
+    }
     if ((rc = start_workers(srv)) != 0)
         goto fail;
     char *busy_body = error_body(TM_RPC_SERVER_ERROR, "Service Unavailable: too many connections",
@@ -373,6 +378,7 @@ fail:
     srv->store = NULL;
     tm_http_free(srv->http); /* after the store: its writer may still wake streams */
     srv->http = NULL;
+    tm_sess_bound_free(srv);
     return rc;
 }
 
@@ -455,6 +461,7 @@ static void server_stop_locked(tidemark_server_t *srv)
     tm_map_free(srv->sessions);
     srv->sessions = tm_map_new();
     pthread_mutex_unlock(&srv->mu);
+    tm_sess_bound_free(srv); /* counted again from the store at the next start */
     atomic_store(&srv->running, 0);
 }
 

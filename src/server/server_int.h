@@ -54,6 +54,7 @@ typedef struct tm_sess {
                                 record ("i:N"; INT64_MIN before any); a client's ids
                                 mostly rise, so a higher one is surely unrecorded */
     uint64_t next_req;
+    _Atomic int64_t used_ms; /* last found (tm_sess_find): idle ones go first */
 } tm_sess;
 #define TM_SESS_RECORDED_MAX 256
 
@@ -179,6 +180,7 @@ struct tidemark_server {
     struct tm_rec_waits *rec_waits; /* retries waiting for a record's commit (record.c) */
     char *metrics_token;      /* cfg.metrics_token, owned */
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
+    struct tm_sess_bound *bound; /* sessions counted per address and in all (session.c) */
 };
 
 /* What the request path learned about one MCP request before it went on:
@@ -195,6 +197,27 @@ extern const char *const tm_log_levels[8];
 int tm_log_level_index(const char *name);
 
 /* session.c */
+/* The member of a session's stored client JSON that names the address it
+ * was made from: a session initialize made over HTTP (the ones counted
+ * against the session limits; absent in sessions made before them). */
+#define TM_CLIENT_ADDRESS "address"
+/* Idle sessions kept loaded; past it the janitor lets the least recently
+ * used go (they are read back from the store when a request names them). */
+#define TM_SESS_CACHE_MAX 1024
+/* The session counts (srv->bound): made at tidemark_server_new, filled
+ * from the store at start (tm_sess_bound_load), freed with the server. */
+int tm_sess_bound_new(tidemark_server_t *srv);
+int tm_sess_bound_load(tidemark_server_t *srv);
+void tm_sess_bound_free(tidemark_server_t *srv);
+/* Take a place for session id made from addr (NULL: not over HTTP, counted
+ * in all only): 0, or 429 (the address is at --max-sessions-per-address)
+ * or 503 (at --max-sessions) with nothing taken. */
+int tm_sess_bound_admit(tidemark_server_t *srv, const char *addr, const char *id);
+/* Give session id's place back (deleted, expired, not created); a no-op
+ * for an id not counted. */
+void tm_sess_bound_drop(tidemark_server_t *srv, const char *id);
+/* Let idle loaded sessions go down to TM_SESS_CACHE_MAX (the janitor). */
+void tm_sess_evict_idle(tidemark_server_t *srv);
 tm_sess *tm_sess_new(const char *id, const char *version, json_t *client);
 tm_sess *tm_sess_ref(tm_sess *s);
 void tm_sess_unref(tm_sess *s);
@@ -411,8 +434,12 @@ int tm_mrtr_input(tidemark_call_t *c, const char *key, const char *method, json_
 /* dispatch.c: run one request; returns the response (new ref) or NULL when
  * no response must be sent (cancelled). */
 json_t *tm_dispatch(tidemark_call_t *call);
-/* initialize: creates the session, owned by principal. OUT sess on success. */
+/* initialize: creates the session, owned by principal, made from addr
+ * (the client's address; NULL: not over HTTP). OUT sess on success. */
 json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const char *principal,
-                               tm_sess **sess);
+                               const char *addr, tm_sess **sess);
+/* The HTTP status of initialize's answer resp when it refused a session
+ * over a limit (429 per address, 503 in all), else 0. */
+int tm_session_limit_status(const json_t *resp);
 
 #endif

@@ -37,6 +37,7 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     if (!s)
         return NULL;
     atomic_init(&s->refs, 1);
+    atomic_init(&s->used_ms, tm_now_ms());
     snprintf(s->id, sizeof s->id, "%s", id);
     snprintf(s->version, sizeof s->version, "%s", version);
     /* The owner is part of the stored record (created with it, in one
@@ -217,12 +218,15 @@ tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const cha
             tm_sess_unref(s); /* the map's reference */
         }
         pthread_mutex_unlock(&srv->mu);
+        tm_sess_bound_drop(srv, id); /* deleted through another node, or lost */
         tm_sess_close(s);
         tm_sess_unref(s);
         return NULL;
     }
-    if (s)
+    if (s) {
+        atomic_store(&s->used_ms, tm_now_ms());
         return s;
+    }
     /* Not in memory: a session created before a restart lives in the store. */
     tm_session_rec rec;
     if (tm_store_session_get(srv->store, id, &rec) != 0)
@@ -459,4 +463,210 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     if (!rc)
         rc = TIDEMARK_ECANCELED;
     return rc;
+}
+
+/* ---- sessions counted per address and in all; idle ones let go ---------- */
+
+/* The sessions made from one address that are still in the store. */
+typedef struct addr_count {
+    size_t n;
+    char addr[64];
+} addr_count;
+
+/* Every session this node counts, by id, and the count per address. On a
+ * store of one node that is every session in the store (read at start,
+ * then kept by initialize, DELETE, expiry); on a shared store, those in it
+ * at start plus those made here, less those this node sees go. */
+struct tm_sess_bound {
+    pthread_mutex_t mu;
+    tm_map *owner; /* session id -> its addr_count */
+    tm_map *addrs; /* address ("" unknown) -> addr_count, freed at 0 */
+    size_t total;
+};
+
+int tm_sess_bound_new(tidemark_server_t *srv)
+{
+    struct tm_sess_bound *b = calloc(1, sizeof *b);
+    if (!b)
+        return TIDEMARK_ENOMEM;
+    pthread_mutex_init(&b->mu, NULL);
+    b->owner = tm_map_new();
+    b->addrs = tm_map_new();
+    srv->bound = b;
+    if (!b->owner || !b->addrs) {
+        tm_sess_bound_free(srv);
+        return TIDEMARK_ENOMEM;
+    }
+    return 0;
+}
+
+static void free_count(const char *k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
+
+void tm_sess_bound_free(tidemark_server_t *srv)
+{
+    struct tm_sess_bound *b = srv->bound;
+    if (!b)
+        return;
+    if (b->addrs)
+        tm_map_each(b->addrs, free_count, NULL);
+    tm_map_free(b->addrs);
+    tm_map_free(b->owner);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+    srv->bound = NULL;
+}
+
+/* Count session id under address a (b->mu held); 0 when already counted. */
+static int count_locked(struct tm_sess_bound *b, const char *a, const char *id)
+{
+    if (tm_map_get(b->owner, id))
+        return 0;
+    addr_count *ac = tm_map_get(b->addrs, a);
+    if (!ac) {
+        if (!(ac = calloc(1, sizeof *ac)))
+            return TIDEMARK_ENOMEM;
+        snprintf(ac->addr, sizeof ac->addr, "%s", a);
+        if (tm_map_put(b->addrs, ac->addr, ac) != 0) {
+            free(ac);
+            return TIDEMARK_ENOMEM;
+        }
+    }
+    if (tm_map_put(b->owner, id, ac) != 0) {
+        if (ac->n == 0)
+            free(tm_map_del(b->addrs, ac->addr));
+        return TIDEMARK_ENOMEM;
+    }
+    ac->n++;
+    b->total++;
+    return 0;
+}
+
+int tm_sess_bound_admit(tidemark_server_t *srv, const char *addr, const char *id)
+{
+    struct tm_sess_bound *b = srv->bound;
+    const char *a = addr && strlen(addr) < sizeof ((addr_count *)0)->addr ? addr : "";
+    unsigned all = srv->cfg.max_sessions, per = srv->cfg.max_sessions_per_address;
+    if (!b)
+        return 0;
+    pthread_mutex_lock(&b->mu);
+    addr_count *ac = tm_map_get(b->addrs, a);
+    int rc = all && b->total >= all                    ? 503
+             : per && a[0] && ac && ac->n >= per       ? 429
+                                                        : count_locked(b, a, id);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+void tm_sess_bound_drop(tidemark_server_t *srv, const char *id)
+{
+    struct tm_sess_bound *b = srv->bound;
+    if (!b || !id)
+        return;
+    pthread_mutex_lock(&b->mu);
+    addr_count *ac = tm_map_del(b->owner, id);
+    if (ac) {
+        b->total--;
+        if (--ac->n == 0)
+            free(tm_map_del(b->addrs, ac->addr));
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static int load_one(void *ud, const tm_session_rec *rec)
+{
+    struct tm_sess_bound *b = ud;
+    json_t *c = rec->client ? json_loads(rec->client, JSON_ALLOW_NUL, NULL) : NULL;
+    /* Only sessions initialize made over HTTP carry their address: not the
+     * store sessions of 2026-07-28 calls, tasks or keys. */
+    const char *a = json_string_value(json_object_get(c, TM_CLIENT_ADDRESS));
+    int rc = rec->id && a && strlen(a) < sizeof ((addr_count *)0)->addr
+                 ? count_locked(b, a, rec->id) : 0;
+    json_decref(c);
+    return rc;
+}
+
+int tm_sess_bound_load(tidemark_server_t *srv)
+{
+    struct tm_sess_bound *b = srv->bound;
+    pthread_mutex_lock(&b->mu);
+    int rc = tm_store_sessions_each(srv->store, load_one, b);
+    pthread_mutex_unlock(&b->mu);
+    if (rc == 0 && b->total)
+        TM_INFO("%zu sessions in the store, from %zu addresses", b->total,
+                tm_map_count(b->addrs));
+    return rc;
+}
+
+int tm_session_limit_status(const json_t *resp)
+{
+    json_t *data = json_object_get(json_object_get(resp, "error"), "data");
+    const char *why = json_string_value(json_object_get(data, "reason"));
+    if (!why || strcmp(why, "too_many_sessions") != 0)
+        return 0;
+    const char *scope = json_string_value(json_object_get(data, "scope"));
+    return scope && strcmp(scope, "address") == 0 ? 429 : 503;
+}
+
+/* A loaded session nothing holds: only the map's reference, no call, no
+ * server->client request waiting (srv->mu held, so nobody can take a new
+ * reference from the map meanwhile). */
+static int evictable(tm_sess *s)
+{
+    if (atomic_load(&s->refs) != 1)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    int idle = tm_map_count(s->calls) == 0 && tm_map_count(s->pending) == 0;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+typedef struct evict_list {
+    tm_sess **v;
+    size_t n, cap;
+} evict_list;
+
+static void collect_idle(const char *k, void *v, void *ud)
+{
+    (void)k;
+    evict_list *l = ud;
+    if (l->n < l->cap && evictable(v))
+        l->v[l->n++] = v;
+}
+
+static int older_first(const void *a, const void *b)
+{
+    int64_t x = atomic_load(&(*(tm_sess *const *)a)->used_ms);
+    int64_t y = atomic_load(&(*(tm_sess *const *)b)->used_ms);
+    return x < y ? -1 : x > y;
+}
+
+void tm_sess_evict_idle(tidemark_server_t *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    size_t count = tm_map_count(srv->sessions);
+    evict_list l = {NULL, 0, count};
+    if (count > TM_SESS_CACHE_MAX && (l.v = malloc(count * sizeof *l.v)) != NULL)
+        tm_map_each(srv->sessions, collect_idle, &l);
+    /* Down to 3/4 of the cap, the least recently used first. */
+    size_t want = count > TM_SESS_CACHE_MAX ? count - TM_SESS_CACHE_MAX * 3 / 4 : 0;
+    if (l.n > want)
+        qsort(l.v, l.n, sizeof *l.v, older_first);
+    size_t gone = 0;
+    for (size_t i = 0; i < l.n && gone < want; i++) {
+        if (tm_map_del(srv->sessions, l.v[i]->id) != l.v[i])
+            continue;
+        tm_sess_unref(l.v[i]); /* the last reference (evictable) */
+        gone++;
+    }
+    if (gone)
+        tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)gone);
+    pthread_mutex_unlock(&srv->mu);
+    free(l.v);
+    if (gone)
+        TM_DEBUG("%zu idle sessions let go from memory (the store keeps them)", gone);
 }
