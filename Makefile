@@ -14,6 +14,8 @@
 #                 Patroni + etcd (SOAK_HA_PATRONI_FAILOVERS), seeded by SOAK_SEED
 #   make install  install library, headers, pkg-config file and programs (PREFIX=/usr/local)
 #   make lint     list library functions over 100 lines (fails on any; part of make test)
+#   make model    model-check the core invariants with spin (model/README.md; part of
+#                 make test as the CTest test model_check)
 #   make deps / test-deps   set-up only: for make run / also for make test
 
 BUILD      ?= build
@@ -112,6 +114,12 @@ test-fast: build-tests
 # Library functions stay short enough to read at once (at most 100 lines).
 lint:
 	@bash scripts/lint-functions.sh 100 src
+
+# Every model of model/ holds and every known-bad variant fails (skipped
+# without spin).
+.PHONY: model
+model:
+	@bash model/check.sh
 
 test-fuzz: build-fuzz
 	cd $(BUILD_FUZZ) && FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) ctest --output-on-failure -j $(JOBS) -L '^fuzz$$' --timeout 300
