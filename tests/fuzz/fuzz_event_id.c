@@ -7,7 +7,9 @@
  * is a C string). Invariants:
  *  - parse accepts exactly the grammar of event_id.h, stated here on its
  *    own: 16 lowercase hex, '-', "g" or 'r' and a number, '-', a number,
- *    numbers without sign or leading zero, >= 1, at most 18 digits.
+ *    numbers without sign or leading zero, >= 1, at most 18 digits, then
+ *    optionally '-' and a mac of exactly 12 base64url characters (which may
+ *    hold '-' itself).
  *  - a parsed id re-formats to the same text, and its parts are valid
  *    (tm_epoch_valid, tm_stream_name_valid, seq >= 1).
  *  - format then parse gives back epoch, stream and seq for any valid parts
@@ -49,17 +51,31 @@ static int epoch_ok(const char *s, size_t n)
     return 1;
 }
 
-/* The grammar, splitting at the dashes (no part contains one). */
+static int mac_ok(const char *s, size_t n)
+{
+    if (n != TM_EVENT_MAC_LEN)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", s[i]) ||
+            !s[i])
+            return 0;
+    return 1;
+}
+
+/* The grammar, splitting at the first three dashes (only the mac may hold
+ * one). */
 static int grammar_ok(const char *s)
 {
     const char *d1 = strchr(s, '-');
     if (!d1)
         return 0;
     const char *d2 = strchr(d1 + 1, '-');
-    if (!d2 || strchr(d2 + 1, '-'))
+    if (!d2)
         return 0;
+    const char *d3 = strchr(d2 + 1, '-');
+    size_t qn = d3 ? (size_t)(d3 - d2 - 1) : strlen(d2 + 1);
     return epoch_ok(s, (size_t)(d1 - s)) && stream_ok(d1 + 1, (size_t)(d2 - d1 - 1)) &&
-           number_ok(d2 + 1, strlen(d2 + 1));
+           number_ok(d2 + 1, qn) && (!d3 || mac_ok(d3 + 1, strlen(d3 + 1)));
 }
 
 static void roundtrip(const char *epoch, const char *stream, uint64_t seq)
@@ -94,8 +110,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                want ? "valid" : "invalid");
     if (rc == 0) {
         char buf[TM_EVENT_ID_MAX];
-        int w = tm_event_id_format(buf, sizeof buf, id.epoch, id.stream, id.seq);
+        int w = tm_event_id_format_mac(buf, sizeof buf, id.epoch, id.stream, id.seq, id.mac);
         FUZZ_CHECK(w > 0 && strcmp(buf, s) == 0, "[%s] re-formats as [%s]", s, buf);
+        FUZZ_CHECK(!id.mac[0] || tm_event_mac_valid(id.mac), "mac of [%s]", s);
         FUZZ_CHECK(tm_epoch_valid(id.epoch) && tm_stream_name_valid(id.stream) && id.seq >= 1,
                    "parts of [%s] are not valid", s);
     } else {

@@ -10,21 +10,27 @@
  * Input, by its first byte:
  *  '1' '2' '3' <Last-Event-ID text>   the cursor as a header would carry it,
  *                                     for session s1 / s2 / s3
- *  'x' <session> <epoch kind> <stream> <seq: 8 bytes>
+ *  'x' <session> <epoch kind> <stream> <seq: 8 bytes> [<mac kind>]
  *      a cursor built from parts: the epoch this session was sent, another
- *      session's, a forged one or the bare writer epoch; any stream; any seq.
+ *      session's, a forged one or the bare writer epoch; any stream; any seq;
+ *      no mac, the real one (a fixed key), another session's, or forged.
  * Invariants: the outcome is the resume table's row, computed here from
  * the setup alone (malformed iff the text is not an event id; unknown
  * stream iff the session has no such stream; ahead iff seq > head; gap
  * iff seq + 1 < first retained, with the exact missing range; epoch
  * mismatch iff the epoch is not the one this session was sent; else ok,
  * replaying after seq), the decision echoes the cursor's stream and seq,
- * and deciding twice gives the same decision.
+ * and deciding twice gives the same decision. With the mac checked
+ * (tm_resume_decide_auth, a fixed-key sealer): a mac that does not verify
+ * is malformed, an id without one is malformed where it would be ahead,
+ * and every other decision is the same as without the check; ahead only
+ * ever for an id whose mac verifies.
  */
 #include "fuzz_util.h"
 #include "log/event_id.h"
 #include "log/resume.h"
 #include "log/store.h"
+#include "server/seal.h"
 #include "tidemark/tidemark.h"
 
 #include <inttypes.h>
@@ -41,6 +47,32 @@ static const known KNOWN[] = {
 static const char *const SESSIONS[] = {"s1", "s2", "s3"};
 
 static tm_store *st;
+static tm_sealer *sealer;
+
+static int verify(void *ud, const char *session, const tm_event_id *id)
+{
+    return tm_seal_event_verify(ud, session, id);
+}
+
+/* The decision with the mac checked, against d, the one without. */
+static void check_auth(const char *session, const char *cursor, const tm_resume_decision *d)
+{
+    tm_id_auth auth = {.verify = verify, .ud = sealer};
+    tm_resume_decision da;
+    FUZZ_CHECK(tm_resume_decide_auth(st, session, cursor, &auth, &da) == 0, "store failed");
+    tm_event_id id;
+    if (tm_event_id_parse(cursor, &id) != 0)
+        return; /* malformed both ways: checked by the caller */
+    int authentic = id.mac[0] && tm_seal_event_verify(sealer, session, &id);
+    if (id.mac[0] && !authentic)
+        FUZZ_CHECK(da.outcome == TM_RESUME_MALFORMED, "forged mac: outcome %d", da.outcome);
+    else if (d->outcome == TM_RESUME_AHEAD && !authentic)
+        FUZZ_CHECK(da.outcome == TM_RESUME_MALFORMED, "mac-less ahead: outcome %d", da.outcome);
+    else
+        FUZZ_CHECK(da.outcome == d->outcome, "with the mac checked: %d, without: %d", da.outcome,
+                   d->outcome);
+    FUZZ_CHECK(da.outcome != TM_RESUME_AHEAD || authentic, "ahead without a verified mac");
+}
 
 static void must(int rc, const char *what)
 {
@@ -63,6 +95,8 @@ static void setup(void)
 {
     tm_store_options opts = {.retain_events = 5};
     must(tm_store_open("memory", &opts, &st), "open");
+    static const unsigned char key[32] = {7};
+    must(tm_sealer_open_key(key, &sealer), "sealer");
     char out[TM_STREAM_MAX];
     for (int i = 0; i < 2; i++) {
         tm_session_rec rec = {.id = (char *)SESSIONS[i], .protocol_version = "2025-11-25",
@@ -106,6 +140,7 @@ static void check(const char *session, const char *cursor)
     memset(&d2, 0xa5, sizeof d2);
     FUZZ_CHECK(tm_resume_decide(st, session, cursor, &d2) == 0, "store failed");
     FUZZ_CHECK(memcmp(&d, &d2, sizeof d) == 0, "two decisions differ");
+    check_auth(session, cursor, &d);
     FUZZ_CHECK(tm_resume_reason(d.outcome) && strcmp(tm_resume_reason(d.outcome), "unknown") != 0,
                "outcome %d has no reason", d.outcome);
 
@@ -179,8 +214,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(epoch, sizeof epoch, "%s", tm_store_epoch(st));
     else
         snprintf(epoch, sizeof epoch, "%016" PRIx64, (uint64_t)(seq * 0x9E3779B97F4A7C15ULL));
+    int mk = fz_u8(&f) % 4;
+    char mac[TM_EVENT_MAC_LEN + 1] = "";
+    if (mk == 1 || mk == 2) /* the real mac, or the one another session was sent */
+        FUZZ_CHECK(tm_seal_event_mac(sealer, mk == 1 ? session : "s9", epoch, stream, seq, mac) == 0,
+                   "mac");
+    else if (mk == 3)
+        snprintf(mac, sizeof mac, "%012" PRIu64, (uint64_t)(seq % 1000000000000ULL));
     char cur[TM_EVENT_ID_MAX];
-    FUZZ_CHECK(tm_event_id_format(cur, sizeof cur, epoch, stream, seq) > 0, "format");
+    FUZZ_CHECK(tm_event_id_format_mac(cur, sizeof cur, epoch, stream, seq, mac) > 0, "format");
     check(session, cur);
     return 0;
 }

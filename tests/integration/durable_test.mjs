@@ -97,6 +97,8 @@ async function readEvents(res, stopAfter, ctl) {
 const seqOf = (id) => Number(id.split("-")[2]);
 const epochOf = (id) => id.split("-")[0];
 const streamOf = (id) => id.split("-")[1];
+// The id without its mac (an id as issued before macs): "<epoch>-<stream>-<seq>".
+const bare = (id) => id.split("-").slice(0, 3).join("-");
 const responseOf = (events, id) => events.map((e) => e.data && JSON.parse(e.data)).find((m) => m && m.id === id);
 async function errorOf(res) {
   const body = await res.json().catch(() => null);
@@ -131,10 +133,13 @@ async function resumeTable() {
   check("sqlite resume at the head of an ended stream: 200, nothing, ends", res.status === 200 && evs.length === 0);
   const rows = [
     ["malformed_cursor", a, "not-an-id", 400],
-    ["unknown_stream (stream of another session)", b, ev2[0].id, 400, "unknown_stream"],
-    ["cursor_ahead", a, `${epochOf(last1)}-r1-${seqOf(last1) + 5}`, 400],
+    ["unknown_stream (stream of another session, no mac)", b, bare(ev2[0].id), 400, "unknown_stream"],
+    ["another session's id (its mac names that session)", b, ev2[0].id, 400, "malformed_cursor"],
+    ["forged cursor ahead (seq altered, mac kept)", a,
+      `${epochOf(last1)}-r1-${seqOf(last1) + 5}-${last1.split("-").slice(3).join("-")}`, 400, "malformed_cursor"],
+    ["forged cursor ahead (no mac)", a, `${epochOf(last1)}-r1-${seqOf(last1) + 5}`, 400, "malformed_cursor"],
     ["epoch_mismatch", a, `0123456789abcdef-r1-2`, 400],
-    ["resumption_gap", a, ev2.at(-1).id.replace(/-\d+$/, "-2"), 400], // seq 2 of a/r2
+    ["resumption_gap", a, bare(ev2.at(-1).id).replace(/-\d+$/, "-2"), 400], // seq 2 of a/r2
   ];
   for (const [name, sid, cursor, status, reason0] of rows) {
     const reason = reason0 ?? name;
@@ -155,7 +160,8 @@ async function resumeTable() {
   const m = await (await fetch(s.url.replace(/\/mcp$/, "/metrics"))).text();
   const metric = (re) => Number(re.exec(m)?.[1] ?? NaN);
   check("metrics count resumes by outcome",
-    metric(/tidemark_resumes_total\{outcome="ahead"\} (\d+)/) === 1 &&
+    metric(/tidemark_resumes_total\{outcome="ahead"\} (\d+)/) === 0 && // forged: not ahead
+    metric(/tidemark_resumes_total\{outcome="malformed"\} (\d+)/) === 4 &&
     metric(/tidemark_resumes_total\{outcome="epoch"\} (\d+)/) === 1 &&
     metric(/tidemark_resumes_total\{outcome="gap"\} (\d+)/) === 1 &&
     metric(/tidemark_resumes_total\{outcome="conflict"\} (\d+)/) === 1 &&
@@ -314,8 +320,9 @@ async function emitEarly() {
   check("--emit=early: durable head announced first (0), rising, reaching the last event",
     evs[0].event === "tidemark-durable" && durable[0] === 0 &&
     durable.every((d, i) => i === 0 || d > durable[i - 1]) && durable.at(-1) === 52, durable.join());
+  // A cursor above the head that this store did not issue is not ahead.
   const e = await errorOf(await getStream(s.url, sid, `${epochOf(evs.find((x) => x.id).id)}-r1-99`));
-  check("--emit=early: cursor_ahead carries data.durable_head", e.reason === "cursor_ahead" && e.data.durable_head === 52, JSON.stringify(e));
+  check("--emit=early: a forged cursor above the head is malformed_cursor", e.reason === "malformed_cursor", JSON.stringify(e));
   await stop(s);
 }
 

@@ -299,8 +299,9 @@ const sameList = (a, b) => a.length === b.length && a.every((v, i) => v === b[i]
 const isResponseTo = id => m => m && ('result' in m || 'error' in m) && m.id === id;
 const isProgressFor = token => m => m && m.method === 'notifications/progress' && m.params?.progressToken === token;
 
-// Strict Tidemark id checks (opt-in): <16 hex>-r<k>-<seq>, dense increasing seq.
-const ID_RE = /^([0-9a-f]{16})-r(\d+)-(\d+)$/;
+// Strict Tidemark id checks (opt-in): <16 hex>-r<k>-<seq>[-<12 base64url mac>],
+// dense increasing seq.
+const ID_RE = /^([0-9a-f]{16})-r(\d+)-(\d+)(?:-[A-Za-z0-9_-]{12})?$/;
 function checkIdsDense(ids, what, { startAfter } = {}) {
     if (!STRICT_IDS) return;
     let prev;
