@@ -2,6 +2,7 @@
  * requests waiting for answers, the logging level (a copy of the stored
  * attribute; subscriptions live only in the store). */
 #include "server_int.h"
+#include "feed.h"
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
@@ -613,11 +614,13 @@ int tm_session_limit_status(const json_t *resp)
 }
 
 /* A loaded session nothing holds: only the map's reference, no call, no
- * server->client request waiting (srv->mu held, so nobody can take a new
- * reference from the map meanwhile). */
-static int evictable(tm_sess *s)
+ * server->client request waiting, no GET stream attached (the janitor
+ * touches only loaded sessions: one with a stream stays loaded so that it
+ * does not expire). srv->mu held, so nobody can take a new reference from
+ * the map meanwhile. */
+static int evictable(tidemark_server_t *srv, tm_sess *s)
 {
-    if (atomic_load(&s->refs) != 1)
+    if (atomic_load(&s->refs) != 1 || tm_feed_session_attached(srv, s->id))
         return 0;
     pthread_mutex_lock(&s->mu);
     int idle = tm_map_count(s->calls) == 0 && tm_map_count(s->pending) == 0;
@@ -626,6 +629,7 @@ static int evictable(tm_sess *s)
 }
 
 typedef struct evict_list {
+    tidemark_server_t *srv;
     tm_sess **v;
     size_t n, cap;
 } evict_list;
@@ -634,7 +638,7 @@ static void collect_idle(const char *k, void *v, void *ud)
 {
     (void)k;
     evict_list *l = ud;
-    if (l->n < l->cap && evictable(v))
+    if (l->n < l->cap && evictable(l->srv, v))
         l->v[l->n++] = v;
 }
 
@@ -649,7 +653,7 @@ void tm_sess_evict_idle(tidemark_server_t *srv)
 {
     pthread_mutex_lock(&srv->mu);
     size_t count = tm_map_count(srv->sessions);
-    evict_list l = {NULL, 0, count};
+    evict_list l = {srv, NULL, 0, count};
     if (count > TM_SESS_CACHE_MAX && (l.v = malloc(count * sizeof *l.v)) != NULL)
         tm_map_each(srv->sessions, collect_idle, &l);
     /* Down to 3/4 of the cap, the least recently used first. */
