@@ -198,7 +198,7 @@ for side in base new; do
         lim=(--max-connections $((nstreams + 100)) --max-connections-per-address $((nstreams + 100)))
     start "$side.rss" "${srvbin[$side]}" --listen 127.0.0.1:0 --log-level warn --store memory "${lim[@]}"
     log "$nstreams streams on $side"
-    if "$bin/tidemark-streams" --url "${url[$side.rss]}" --n "$nstreams" --server-pid "${pid[$side.rss]}" \
+    if timeout 60 "$bin/tidemark-streams" --url "${url[$side.rss]}" --n "$nstreams" --server-pid "${pid[$side.rss]}" \
         >"$scratch/streams.$side" 2>&1; then
         add "rss_MB_${nstreams}_streams" "$side" \
             "$(sed -n 's/.*rss_kb=\([0-9]*\).*/\1/p' "$scratch/streams.$side" | awk '{printf "%.1f\n", $1 / 1024}')"
