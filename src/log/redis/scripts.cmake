@@ -22,11 +22,18 @@ string(APPEND _tm_lua_text " * include/tidemark/tidemark.h: do not edit. Include
 string(APPEND _tm_lua_text "#ifndef TM_REDIS_SCRIPTS_H\n#define TM_REDIS_SCRIPTS_H\n\n")
 
 # The error codes, as Lua locals.
-file(STRINGS ${CMAKE_SOURCE_DIR}/include/tidemark/tidemark.h _tm_codes
-     REGEX "^#define TIDEMARK_E[A-Z]+ +-?[0-9]+")
+# tidemark.h lists them once, in TIDEMARK_ERRNO_MAP: lines "X(NAME, -N, ..." that
+# end in a backslash (which would escape CMake's list separator: matched as text).
+file(STRINGS ${CMAKE_SOURCE_DIR}/include/tidemark/tidemark.h _tm_lines REGEX "^ +X\\(E[A-Z]+, *-[0-9]+,")
+string(REGEX MATCHALL "X\\(E[A-Z]+, *-[0-9]+," _tm_codes "${_tm_lines}")
+list(LENGTH _tm_codes _tm_ncodes)
+if(_tm_ncodes LESS 10)
+  message(FATAL_ERROR "scripts.cmake: found ${_tm_ncodes} error codes in tidemark.h's "
+                      "TIDEMARK_ERRNO_MAP; the Redis scripts need them all")
+endif()
 string(APPEND _tm_lua_text "static const char tm_lua_errors[] =\n")
-foreach(_line ${_tm_codes})
-  string(REGEX REPLACE "^#define (TIDEMARK_E[A-Z]+) +(-?[0-9]+).*" "\\1 = \\2" _code "${_line}")
+foreach(_m ${_tm_codes})
+  string(REGEX REPLACE "X\\((E[A-Z]+), *(-[0-9]+)," "TIDEMARK_\\1 = \\2" _code "${_m}")
   string(APPEND _tm_lua_text "    \"local ${_code}\\n\"\n")
 endforeach()
 string(APPEND _tm_lua_text "    \"\";\n\n")
