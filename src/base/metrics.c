@@ -30,7 +30,7 @@ static const counter_def counters[TM_M_COUNTER_COUNT] = {
     [TM_M_CONN_REFUSED_ADDRESS] = {"tidemark_connections_refused_total", "limit=\"address\"", NULL},
     [TM_M_CONN_DEADLINE] = {"tidemark_connections_dropped_total", "reason=\"request_deadline\"", "Connections the server closed."},
     [TM_M_CONN_IDLE] = {"tidemark_connections_dropped_total", "reason=\"idle\"", NULL},
-    [TM_M_HTTP_BAD_FRAMING] = {"tidemark_http_bad_framing_total", "", "Requests refused for ambiguous framing (Content-Length / Transfer-Encoding)."},
+    [TM_M_HTTP_BAD_FRAMING] = {"tidemark_http_bad_framing_total", "", "Requests refused for ambiguous framing (a folded or malformed header field, a repeated Host, Content-Length or Transfer-Encoding, a Transfer-Encoding other than chunked, both)."},
     [TM_M_CALLS_REFUSED] = {"tidemark_calls_refused_total", "", "Calls refused with 429: the session's queue of waiting calls was full."},
     [TM_M_CHECKPOINT_STALLS] = {"tidemark_wal_checkpoint_stalls_total", "", "WAL checkpoints that could not complete for 5 s (counted every 10 s while it lasts)."},
     [TM_M_STORE_LOSS] = {"tidemark_store_loss_detected_total", "", "Store opens that found fewer commits than the head file recorded."},

@@ -29,7 +29,7 @@ typedef enum tm_counter {
     TM_M_CONN_REFUSED_ADDRESS,  /* over max_connections_per_address */
     TM_M_CONN_DEADLINE,         /* request not in within request_deadline_ms */
     TM_M_CONN_IDLE,             /* idle past idle_timeout_ms */
-    TM_M_HTTP_BAD_FRAMING,      /* ambiguous Content-Length / Transfer-Encoding */
+    TM_M_HTTP_BAD_FRAMING,      /* ambiguous framing (tm_http_framing_check) */
     TM_M_CALLS_REFUSED,         /* a session's call queue was full: 429 */
     TM_M_CHECKPOINT_STALLS,     /* SQLite WAL checkpoints unable to complete */
     TM_M_STORE_LOSS,            /* opens finding fewer commits than the head file recorded */

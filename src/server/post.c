@@ -201,8 +201,9 @@ void post_msgs_free(post_msgs *pm)
     free(pm->answered);
 }
 
-/* Content-Type, Accept, size, MCP-Protocol-Version. 0, or 1 when answered. */
-static int post_headers_refused(tidemark_server_t *srv, tm_http_req *r)
+/* Content-Type and Accept (a body over the limit never gets here: the
+ * transport answers it 413). 0, or 1 when answered. */
+static int post_headers_refused(tm_http_req *r)
 {
     const char *ctype = tm_http_req_header(r, "Content-Type");
     const char *accept = tm_http_req_header(r, "Accept");
@@ -214,9 +215,6 @@ static int post_headers_refused(tidemark_server_t *srv, tm_http_req *r)
         tm_reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
                        "Not Acceptable: Accept must list application/json and text/event-stream",
                        NULL);
-    } else if (tm_http_req_body_too_large(r)) {
-        tm_reply_error(r, 413, TM_RPC_INVALID_REQUEST, "body_too_large", "Payload Too Large",
-                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
     } else {
         return 0;
     }
@@ -662,7 +660,7 @@ static void post_msgs_drop(void *ud)
 void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
 {
     post_msgs pm = {0};
-    if (post_headers_refused(srv, r) || post_parse(srv, r, &pm))
+    if (post_headers_refused(r) || post_parse(srv, r, &pm))
         return post_msgs_free(&pm);
     /* Header checks that look nothing up come first; then the gate (the
      * token, on a worker), before any session is looked up or created. */

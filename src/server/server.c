@@ -281,6 +281,38 @@ static char *error_body(int code, const char *message, const char *reason, json_
     return body;
 }
 
+/* The HTTP transport with the server's limits and the typed bodies it
+ * answers on its own (a connection over a limit, headers or a body too
+ * large). OUT *h. */
+static int http_open(tidemark_server_t *srv, tm_http **h)
+{
+    char *busy_body = error_body(TM_RPC_SERVER_ERROR, "Service Unavailable: too many connections",
+                                 "too_many_connections", NULL);
+    char *headers_body =
+        error_body(TM_RPC_INVALID_REQUEST,
+                   "Request Header Fields Too Large: the request line and headers are over the limit",
+                   "headers_too_large", json_pack("{s:I}", "limit",
+                                                  (json_int_t)srv->cfg.max_header_bytes));
+    char *too_large_body = error_body(TM_RPC_INVALID_REQUEST, "Payload Too Large", "body_too_large",
+                                      json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
+    tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
+                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
+                         .max_connections = srv->cfg.max_connections,
+                         .max_per_address = srv->cfg.max_connections_per_address,
+                         .request_deadline_ms = srv->cfg.request_deadline_ms,
+                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
+                         .max_header_bytes = srv->cfg.max_header_bytes, .headers_body = headers_body,
+                         .too_large_body = too_large_body,
+                         .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
+                         .tls_client_ca_file = srv->tls_client_ca};
+    int rc = busy_body && headers_body && too_large_body ? tm_http_new(&hc, tm_on_http, srv, h)
+                                                         : TIDEMARK_ENOMEM;
+    free(busy_body);
+    free(headers_body);
+    free(too_large_body);
+    return rc;
+}
+
 int tidemark_server_start(tidemark_server_t *srv)
 {
     if (atomic_load(&srv->running))
@@ -330,28 +362,9 @@ int tidemark_server_start(tidemark_server_t *srv)
     }
     if ((rc = start_workers(srv)) != 0)
         goto fail;
-    char *busy_body = error_body(TM_RPC_SERVER_ERROR, "Service Unavailable: too many connections",
-                                 "too_many_connections", NULL);
-    char *headers_body =
-        error_body(TM_RPC_INVALID_REQUEST,
-                   "Request Header Fields Too Large: the request line and headers are over the limit",
-                   "headers_too_large", json_pack("{s:I}", "limit",
-                                                  (json_int_t)srv->cfg.max_header_bytes));
-    tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
-                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
-                         .max_connections = srv->cfg.max_connections,
-                         .max_per_address = srv->cfg.max_connections_per_address,
-                         .request_deadline_ms = srv->cfg.request_deadline_ms,
-                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
-                         .max_header_bytes = srv->cfg.max_header_bytes, .headers_body = headers_body,
-                         .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
-                         .tls_client_ca_file = srv->tls_client_ca};
     atomic_store(&srv->stopping, 0);
     tm_http *h = NULL;
-    rc = tm_http_new(&hc, tm_on_http, srv, &h);
-    free(busy_body);
-    free(headers_body);
-    if (rc)
+    if ((rc = http_open(srv, &h)) != 0)
         goto fail;
     srv->http = h; /* before any thread of it can call back */
     if ((rc = tm_http_listen(h)) != 0)

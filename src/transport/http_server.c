@@ -39,7 +39,7 @@ typedef enum cstate {
     C_RECEIVING, /* request line seen, request not complete: request_deadline_ms */
     C_BUSY,      /* request complete, answer pending or being sent */
     C_STREAM,    /* an SSE stream: no deadline (keep-alives find dead peers) */
-    C_REFUSED,   /* over a limit: answered 503, closing */
+    C_REFUSED,   /* over a limit: answered by the transport (503, 413), closing */
     C_DROPPED,   /* shut down by the reaper */
 } cstate;
 
@@ -71,6 +71,7 @@ struct tm_http {
     tm_map *per_addr;  /* address -> unsigned count, while any is open */
     char *busy_body;   /* owned copy of cfg.busy_body */
     char *headers_body; /* owned copy of cfg.headers_body */
+    char *too_large_body; /* owned copy of cfg.too_large_body */
     int listen_fd;     /* ours until libmicrohttpd takes it */
     /* TLS: the PEM files' contents (NULL: plain HTTP; ca NULL: no client
      * certificates asked for) */
@@ -101,8 +102,8 @@ struct tm_http_req {
     pthread_mutex_t mu;
     char *method, *path;
     tm_buf body;
-    int too_large;
     const char *framing; /* NULL or why the framing is ambiguous */
+    size_t lingered;     /* > 0: answered 413 (refuse_body); 1 + body bytes dropped since */
     int lost_header;     /* a header could not be added (out of memory) */
     char peer[64];
     int handled;
@@ -473,50 +474,119 @@ unsigned tm_http_connections(tm_http *h)
 
 /* ---- framing --------------------------------------------------------------- */
 
-const char *tm_http_framing_check(const char *const *cl, size_t n, int has_te)
+/* RFC 9110 tchar: what a field name is made of. */
+static int is_tchar(unsigned char ch)
 {
-    if (n > 1)
-        return "repeated_content_length";
-    if (n == 1 && has_te)
-        return "content_length_with_transfer_encoding";
-    if (n == 1) {
-        const char *v = cl[0];
-        size_t len = v ? strlen(v) : 0;
-        if (len == 0 || len > 19)
-            return "invalid_content_length";
-        for (size_t i = 0; i < len; i++)
-            if (v[i] < '0' || v[i] > '9')
-                return "invalid_content_length";
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+static int is_token(const char *s)
+{
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++)
+        if (!is_tchar((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
+/* 1 to 19 digits: a length that fits in 64 bits. */
+static int is_length(const char *v)
+{
+    size_t len = v ? strlen(v) : 0;
+    return len >= 1 && len <= 19 && strspn(v, "0123456789") == len;
+}
+
+const char *tm_http_framing_check(const tm_http_field *f, size_t n)
+{
+    size_t hosts = 0, cls = 0, tes = 0;
+    const char *cl = NULL, *te = NULL;
+    int folded = 0, bad_name = 0;
+    for (size_t i = 0; i < n; i++) {
+        folded |= f[i].folded;
+        bad_name |= !is_token(f[i].name);
+        if (!f[i].name)
+            continue;
+        if (strcasecmp(f[i].name, "Host") == 0) {
+            hosts++;
+        } else if (strcasecmp(f[i].name, "Content-Length") == 0) {
+            cls++;
+            cl = f[i].value;
+        } else if (strcasecmp(f[i].name, "Transfer-Encoding") == 0) {
+            tes++;
+            te = f[i].value;
+        }
     }
+    if (folded)
+        return "obs_fold";
+    if (bad_name)
+        return "invalid_field_name";
+    if (hosts > 1)
+        return "repeated_host";
+    if (cls > 1)
+        return "repeated_content_length";
+    if (tes > 1)
+        return "repeated_transfer_encoding";
+    if (cls && tes)
+        return "content_length_with_transfer_encoding";
+    /* libmicrohttpd decodes a body as chunked only for exactly this value;
+     * any other coding or list leaves the body's end in doubt. */
+    if (tes && (!te || strcasecmp(te, "chunked") != 0))
+        return "invalid_transfer_encoding";
+    if (cls && !is_length(cl))
+        return "invalid_content_length";
     return NULL;
 }
 
 typedef struct framing_scan {
-    const char *cl[2];
-    size_t n;
-    int te;
+    tm_http_field *f;
+    size_t n, cap;
+    size_t gap_max; /* the most whitespace a value can follow its colon by */
 } framing_scan;
+
+/* Whether libmicrohttpd (0.9.x) continued this field's line (obs-fold). It
+ * parses a header line in place: the colon becomes a NUL and the value
+ * starts after it and any spaces or tabs. A continuation line is appended
+ * to the field's *name* in a new block, so a folded field's value no longer
+ * follows its name. Compared as addresses within the connection's pool. */
+static int field_folded(const char *name, const char *value, size_t gap_max)
+{
+    if (!name || !value)
+        return 0;
+    uintptr_t after = (uintptr_t)name + strlen(name) + 1, v = (uintptr_t)value;
+    if (v < after || v - after > gap_max)
+        return 1;
+    for (const char *p = name + strlen(name) + 1; p < value; p++)
+        if (*p != ' ' && *p != '\t')
+            return 1;
+    return 0;
+}
 
 static enum MHD_Result scan_framing(void *cls, enum MHD_ValueKind kind, const char *key,
                                     const char *value)
 {
     (void)kind;
-    framing_scan *f = cls;
-    if (strcasecmp(key, "Content-Length") == 0) {
-        if (f->n < 2)
-            f->cl[f->n] = value;
-        f->n++;
-    } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
-        f->te = 1;
-    }
+    framing_scan *s = cls;
+    if (s->n < s->cap)
+        s->f[s->n++] = (tm_http_field){key, value, field_folded(key, value, s->gap_max)};
     return MHD_YES;
 }
 
-static const char *framing_of(struct MHD_Connection *c)
+/* Why the request's header fields leave its framing in doubt
+ * (tm_http_framing_check), NULL when they do not. OUT *why.
+ * TIDEMARK_ENOMEM. */
+static int framing_of(tm_http *h, struct MHD_Connection *c, const char **why)
 {
-    framing_scan f = {{NULL, NULL}, 0, 0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &f);
-    return tm_http_framing_check(f.cl, f.n < 2 ? f.n : 2, f.te);
+    int n = MHD_get_connection_values(c, MHD_HEADER_KIND, NULL, NULL);
+    framing_scan s = {calloc(n > 0 ? (size_t)n : 1, sizeof *s.f), 0, n > 0 ? (size_t)n : 0,
+                      h->cfg.max_header_bytes};
+    if (!s.f)
+        return TIDEMARK_ENOMEM;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &s);
+    *why = tm_http_framing_check(s.f, s.n);
+    free(s.f);
+    return 0;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -535,7 +605,6 @@ const char *tm_http_req_body(const tm_http_req *r, size_t *len)
     return r->body.data ? r->body.data : "";
 }
 
-int tm_http_req_body_too_large(const tm_http_req *r) { return r->too_large; }
 const char *tm_http_req_framing_error(const tm_http_req *r) { return r->framing; }
 const char *tm_http_req_peer(const tm_http_req *r) { return r->peer; }
 int tm_http_req_tls(const tm_http_req *r) { return r->h->tls_cert != NULL; }
@@ -871,21 +940,86 @@ static int client_cert_ok(struct MHD_Connection *c)
     return gnutls_certificate_verify_peers2(s, &status) == GNUTLS_E_SUCCESS && status == 0;
 }
 
-/* No (valid) client certificate: 403 before the body is read, then close. */
-static enum MHD_Result refuse_client(tm_http_req *r, struct MHD_Connection *c)
+/* Answer status with body (JSON; NULL or "": none) before the request's
+ * body is read, then close: libmicrohttpd reads nothing more of a
+ * connection answered this early (the answer has room in the pool:
+ * TM_HTTP_POOL_RESERVE). */
+static enum MHD_Result answer_early(tm_http_req *r, struct MHD_Connection *c, unsigned status,
+                                    const char *body)
 {
-    static const char body[] = "{\"error\":\"a valid client certificate is required\"}";
+    body = body ? body : "";
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
     if (!resp)
         return MHD_NO;
     r->handled = 1;
-    enum MHD_Result ok = MHD_add_response_header(resp, "Content-Type", "application/json") &&
-                                 MHD_add_response_header(resp, "Connection", "close")
-                             ? MHD_queue_response(c, 403, resp)
-                             : MHD_NO;
+    enum MHD_Result ok =
+        (!*body || MHD_add_response_header(resp, "Content-Type", "application/json")) &&
+                MHD_add_response_header(resp, "Connection", "close")
+            ? MHD_queue_response(c, status, resp)
+            : MHD_NO;
     MHD_destroy_response(resp);
     return ok;
+}
+
+/* Bytes on the connection's socket, through TLS when it has it, outside
+ * libmicrohttpd: only from its I/O thread for the connection, before any
+ * response is queued (nothing else writes to the socket then). Best effort:
+ * a short answer into a send buffer that holds nothing else. */
+static void send_raw(tm_http *h, struct MHD_Connection *c, const char *buf, size_t len)
+{
+    const union MHD_ConnectionInfo *ci;
+    if (h->tls_cert) {
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+        if (ci && ci->tls_session)
+            (void)gnutls_record_send((gnutls_session_t)ci->tls_session, buf, len);
+        return;
+    }
+    ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci && send(ci->connect_fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len)
+        shutdown(ci->connect_fd, SHUT_WR);
+}
+
+/* What a client may still send after a 413 before it has read it: read
+ * and dropped, then the connection is cut (the reaper cuts it after
+ * REFUSED_LINGER_MS at the latest). Closing a socket with bytes unread
+ * resets the connection, and a client still writing its body may then
+ * lose the answer (measured: node, and curl without Expect, did). */
+#define LINGER_BYTES (16u << 20)
+
+/* A body over max_body: 413, before any of it is read when its length is
+ * declared, else as soon as it passes the limit. libmicrohttpd queues no
+ * answer while a body streams, and one queued before would close the
+ * connection unread, so the answer is written here; the sending side is
+ * shut and the connection lingers (LINGER_BYTES), then closes. */
+static enum MHD_Result refuse_body(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+{
+    const char *body = h->too_large_body ? h->too_large_body : "";
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 413 Content Too Large\r\n%sContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     *body ? "Content-Type: application/json\r\n" : "", strlen(body));
+    size_t len = (size_t)n + strlen(body);
+    char *all = malloc(len);
+    if (all) { /* one write */
+        memcpy(all, head, (size_t)n);
+        memcpy(all + n, body, len - (size_t)n);
+        send_raw(h, c, all, len);
+    }
+    free(all);
+    tm_buf_free(&r->body);
+    r->handled = 1;
+    r->lingered = 1;
+    if (r->tc) {
+        pthread_mutex_lock(&h->conn_mu);
+        if (r->tc->state != C_DROPPED) {
+            r->tc->state = C_REFUSED;
+            r->tc->since_ms = tm_now_ms();
+        }
+        pthread_mutex_unlock(&h->conn_mu);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -905,23 +1039,43 @@ static size_t header_bytes(struct MHD_Connection *c, const char *url, const char
     return n;
 }
 
-/* Headers past max_header_bytes: 431 before the body is read, then close
- * (the answer still has room in the pool: TM_HTTP_POOL_RESERVE). */
-static enum MHD_Result refuse_headers(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+/* The body's declared length (0 without one). Its framing was checked:
+ * at most one Content-Length, of 1 to 19 digits. */
+static uint64_t declared_length(struct MHD_Connection *c)
 {
-    const char *body = h->headers_body ? h->headers_body : "";
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
-    if (!resp)
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* The first call of a request: its line and headers are in. Whatever is
+ * refused here is answered before any of the body is read. */
+static enum MHD_Result on_headers(tm_http *h, struct MHD_Connection *c, const char *url,
+                                  const char *method, void **con_cls)
+{
+    static const char no_cert[] = "{\"error\":\"a valid client certificate is required\"}";
+    tm_http_req *r;
+    if (refused(h, tconn_of(c)) || !(r = req_new(h, c, url, method)))
         return MHD_NO;
-    r->handled = 1;
-    enum MHD_Result ok =
-        (!*body || MHD_add_response_header(resp, "Content-Type", "application/json")) &&
-                MHD_add_response_header(resp, "Connection", "close")
-            ? MHD_queue_response(c, 431, resp)
-            : MHD_NO;
-    MHD_destroy_response(resp);
-    return ok;
+    *con_cls = r;
+    if (!r->method || !r->path)
+        return MHD_NO;
+    if (h->tls_ca && !client_cert_ok(c))
+        return answer_early(r, c, 403, no_cert);
+    if (header_bytes(c, url, method) > h->cfg.max_header_bytes)
+        return answer_early(r, c, 431, h->headers_body);
+    if (framing_of(h, c, &r->framing) != 0)
+        return MHD_NO;
+    if (r->framing) { /* the handler answers it; the connection then closes (decorate) */
+        tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
+        return handle(h, r, c);
+    }
+    if (declared_length(c) > h->cfg.max_body) { /* one waiting for "100 Continue" sends no body */
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+        return expect && strcasecmp(expect, "100-continue") == 0
+                   ? answer_early(r, c, 413, h->too_large_body)
+                   : refuse_body(h, r, c);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -931,34 +1085,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     tm_http *h = cls;
     tm_http_req *r = *con_cls;
-    if (!r) {
-        if (refused(h, tconn_of(c)))
-            return MHD_NO;
-        if (!(r = req_new(h, c, url, method)))
-            return MHD_NO;
-        *con_cls = r;
-        if (!r->method || !r->path)
-            return MHD_NO;
-        if (h->tls_ca && !client_cert_ok(c))
-            return refuse_client(r, c);
-        if (header_bytes(c, url, method) > h->cfg.max_header_bytes)
-            return refuse_headers(h, r, c);
-        if (!(r->framing = framing_of(c)))
-            return MHD_YES;
-        /* Answer before reading a body whose length is in doubt; the
-         * connection closes after the answer (finish() says so). */
-        tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
-        return handle(h, r, c);
-    }
+    if (!r)
+        return on_headers(h, c, url, method, con_cls);
     if (*upload_size > 0) {
-        if (!r->handled && !r->too_large && tm_buf_add(&r->body, upload, *upload_size) != 0) {
-            r->too_large = 1;
-            tm_buf_free(&r->body);
-        }
+        size_t n = *upload_size;
         *upload_size = 0;
-        return MHD_YES;
+        if (r->lingered)
+            return (r->lingered += n) <= LINGER_BYTES ? MHD_YES : MHD_NO;
+        if (r->handled)
+            return MHD_YES;
+        /* r->body.len <= max_body always: a body that would pass it ends here */
+        if (n > h->cfg.max_body - r->body.len)
+            return refuse_body(h, r, c);
+        return tm_buf_add(&r->body, upload, n) == 0 ? MHD_YES : MHD_NO;
     }
-    return handle(h, r, c);
+    return r->lingered ? MHD_NO : handle(h, r, c);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -991,6 +1132,7 @@ static void http_free(tm_http *h)
     tm_map_free(h->per_addr);
     free(h->busy_body);
     free(h->headers_body);
+    free(h->too_large_body);
     free(h->tls_cert);
     free(h->tls_key);
     free(h->tls_ca);
@@ -1021,12 +1163,15 @@ static tm_http *http_new(const tm_http_config *cfg)
     h->cfg.busy_body = NULL; /* the caller's copy may go away */
     h->headers_body = cfg->headers_body ? strdup(cfg->headers_body) : NULL;
     h->cfg.headers_body = NULL;
+    h->too_large_body = cfg->too_large_body ? strdup(cfg->too_large_body) : NULL;
+    h->cfg.too_large_body = NULL;
     pthread_mutex_init(&h->hub_mu, NULL);
     pthread_mutex_init(&h->conn_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
     tm_cond_init_monotonic(&h->ka_cv);
     if (!h->hub || !h->per_addr || (cfg->busy_body && !h->busy_body) ||
-        (cfg->headers_body && !h->headers_body)) {
+        (cfg->headers_body && !h->headers_body) ||
+        (cfg->too_large_body && !h->too_large_body)) {
         http_free(h);
         return NULL;
     }

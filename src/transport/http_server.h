@@ -19,7 +19,11 @@ typedef struct tm_http_req tm_http_req;
 typedef struct tm_http_config {
     const char *host;        /* numeric IPv4/IPv6 address to bind */
     unsigned port;           /* 0 = pick a free port */
-    size_t max_body;         /* larger bodies are discarded and flagged */
+    /* A body over this is answered 413 with too_large_body, then the
+     * connection closes: a declared Content-Length before any of the body
+     * is read, a chunked body as soon as it passes the limit. The handler
+     * never sees such a request. */
+    size_t max_body;
     unsigned io_threads;     /* MHD polling threads */
     unsigned keepalive_ms;   /* SSE comment interval; also finds dead peers */
     unsigned max_connections;      /* open connections in all (0: 16384) */
@@ -39,6 +43,7 @@ typedef struct tm_http_config {
      * own 431 (an HTML body). */
     unsigned max_header_bytes;
     const char *headers_body; /* JSON answered with 431; NULL: empty */
+    const char *too_large_body; /* JSON answered with 413; NULL: empty */
     /* HTTPS through libmicrohttpd's GnuTLS: PEM files, read by tm_http_new.
      * tls_cert_file and tls_key_file both set (TLS) or neither (plain HTTP).
      * tls_client_ca_file (needs TLS): every request must come on a
@@ -80,12 +85,10 @@ const char *tm_http_req_path(const tm_http_req *r);
 /* Header value (case-insensitive name) or NULL. Valid in the handler only. */
 const char *tm_http_req_header(const tm_http_req *r, const char *name);
 const char *tm_http_req_body(const tm_http_req *r, size_t *len);
-/* 1 when the body exceeded max_body (its bytes were dropped). */
-int tm_http_req_body_too_large(const tm_http_req *r);
-/* NULL, or why the request's framing is ambiguous ("repeated_content_length",
- * "content_length_with_transfer_encoding", "invalid_content_length"): a
- * request smuggling risk behind a proxy. Such a request reaches the handler
- * before its body is read; answer it 400 (the connection then closes). */
+/* NULL, or why the request's framing is ambiguous (tm_http_framing_check):
+ * a request smuggling risk behind a proxy. Such a request reaches the
+ * handler before its body is read; answer it 400 (the connection then
+ * closes, nothing after it on the connection is read). */
 const char *tm_http_req_framing_error(const tm_http_req *r);
 /* 1 if the request came over TLS. */
 int tm_http_req_tls(const tm_http_req *r);
@@ -144,9 +147,25 @@ void tm_http_end(tm_http *h, const char *prefix);
 /* Open connections now (for metrics and tests). */
 unsigned tm_http_connections(tm_http *h);
 
-/* The framing rule alone, for tests and fuzzing: given every Content-Length
- * value and whether Transfer-Encoding was present, NULL when unambiguous,
- * else the reason (as tm_http_req_framing_error). */
-const char *tm_http_framing_check(const char *const *content_lengths, size_t n, int has_te);
+/* One header field as libmicrohttpd recorded it. */
+typedef struct tm_http_field {
+    const char *name, *value;
+    int folded; /* its line was continued on the next (obs-fold) */
+} tm_http_field;
+
+/* The framing rule alone (RFC 9112 sections 5 and 6, request smuggling),
+ * for tests and fuzzing: NULL when the request's fields frame it one way
+ * only, else the reason, the first of:
+ *   "obs_fold"                    a field continued on a line starting
+ *                                 with a space or tab;
+ *   "invalid_field_name"          a name empty or not a token (whitespace
+ *                                 before the colon);
+ *   "repeated_host", "repeated_content_length",
+ *   "repeated_transfer_encoding"  the field twice (names in any case);
+ *   "content_length_with_transfer_encoding";
+ *   "invalid_transfer_encoding"   a value other than "chunked" (any case,
+ *                                 nothing around it);
+ *   "invalid_content_length"      a value other than 1 to 19 digits. */
+const char *tm_http_framing_check(const tm_http_field *fields, size_t n);
 
 #endif
