@@ -146,6 +146,23 @@ char *tm_pg_text_array(const char *const *v, size_t n)
 
 /* ---- connections -------------------------------------------------------------------- */
 
+void tm_pg_note_error(pgstore *p, const PGresult *r)
+{
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!st || p->last_state[0])
+        return;
+    snprintf(p->last_state, sizeof p->last_state, "%s", st);
+    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    snprintf(p->last_error, sizeof p->last_error, "%s", m ? m : "");
+}
+
+/* Notices (a "relation already exists, skipping") go to our log, not stderr. */
+static void quiet_notice(void *ud, const char *msg)
+{
+    (void)ud;
+    TM_DEBUG("postgresql: %.*s", (int)strcspn(msg, "\n"), msg);
+}
+
 static const char *sync_commit_level(const pgstore *p)
 {
     return p->opt.durability == TM_DURABILITY_PROCESS ? "local" : "on";
@@ -169,6 +186,7 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
         PQfinish(c);
         return NULL;
     }
+    PQsetNoticeProcessor(c, quiet_notice, NULL);
     /* The writer bounds its batches itself (it closes, never cancels, a
      * commit that waits too long); every other connection's statements,
      * small commits included, end with the store timeout. */
@@ -551,11 +569,13 @@ static void *listen_main(void *arg)
         }
         backoff = 20;
         atomic_store(&p->listening, 1);
+        atomic_store(&p->listen_since, tm_now_ms());
         if (!first) /* a notification may have been lost meanwhile */
             wake_all(p);
         first = 0;
         listen_serve(p, c);
         atomic_store(&p->listening, 0);
+        atomic_store(&p->listen_since, 0);
         PQfinish(c);
     }
     return NULL;

@@ -44,6 +44,9 @@ typedef struct pop {
     void *effect_ud;
     int64_t ms, ms2;
     int fresh;                /* open: a stream this node made (a cache entry to drop on failure) */
+    unsigned run;             /* append leading a run of appends to its stream sent as one
+                                 statement: the run's length; 0: a follower in a run */
+    unsigned pre;             /* results owed before its own (its effect's statements) */
 } pop;
 
 typedef struct pstream {
@@ -68,6 +71,14 @@ struct pgstore {
     PGconn *wc;                /* the writer's connection (writer thread only) */
     int64_t deadline;          /* the writer's current batch (writer thread only) */
     int doubt;                 /* the last COMMIT drew a replication warning (writer thread) */
+    /* The batch in the pipeline (writer thread): BEGIN's result not read yet,
+     * the first op whose results are not read yet, the op whose effect runs. */
+    int pipe_begin;
+    pop *pipe_from;
+    pop *fx_op;
+    int fx_broken;             /* a sync inside the effect failed: the batch is lost */
+    char last_state[6];        /* SQLSTATE of the batch's first failed statement, or "" */
+    char last_error[160];      /* its message */
     pthread_mutex_t e_mu;      /* epoch */
     char epoch[TM_EPOCH_LEN + 1];
     pthread_mutex_t c_mu;      /* streams, resv */
@@ -80,6 +91,7 @@ struct pgstore {
     int lstarted;
     atomic_int stopping;
     atomic_int listening;      /* the listener is subscribed */
+    _Atomic int64_t listen_since; /* monotonic ms it has been (0: not now) */
     atomic_int w_down;         /* the writer's last attempt failed */
     atomic_int not_replicated; /* durability replicated, and the primary has no sync standby */
 };
@@ -105,6 +117,8 @@ int64_t tm_pg_bin_i64(const PGresult *r, int row, int col);
 char *tm_pg_str(const PGresult *r, int row, int col);
 
 void tm_pg_new_epoch(pgstore *p);
+/* Keep the first failed statement's SQLSTATE and message of a batch (writer thread). */
+void tm_pg_note_error(pgstore *p, const PGresult *r);
 /* With durability replicated: note whether the primary c is on has a
  * synchronous standby configured. */
 void tm_pg_check_replicated(pgstore *p, PGconn *c);

@@ -9,6 +9,7 @@
 #include "sqlite_util.h"
 #include "store_pg_schema.h"
 #include "../base/buf.h"
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/str.h"
 #include "tidemark/tidemark.h"
@@ -140,7 +141,7 @@ static int queued_open(pgstore *p, const char *session, const char *name, tm_str
         out->first_retained = s->known + 1;
         out->head = s->known;
         out->assigned = s->known + s->pending;
-        out->closed = s->closing;
+        out->closed = 0; /* a close queued with it is not committed either */
     }
     pthread_mutex_unlock(&p->c_mu);
     free(k);
@@ -415,9 +416,21 @@ int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_req
 
 /* Started records no live node owns: not this node's, and whose node's
  * lease lapsed (on the database's clock). */
+/* Whether this node may judge other nodes dead: it has been in touch with
+ * the store, without a break, for two leases. Right after a failover (or
+ * any outage) every lease has lapsed, live nodes' too: they renew theirs
+ * within LEASE_RENEW_MS of reconnecting, and nobody takes their calls. */
+static int may_judge(pgstore *p)
+{
+    int64_t since = atomic_load(&p->listen_since);
+    return since > 0 && tm_now_ms() - since >= 2 * LEASE_MS;
+}
+
 int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
 {
     pgstore *p = (pgstore *)st;
+    if (!may_judge(p))
+        return 0;
     const char *a[1] = {p->node};
     PGresult *r = NULL;
     if (request_query(p, REQUEST_COLS "r WHERE state = 1 AND node <> $1 AND NOT EXISTS (SELECT 1 "
@@ -441,14 +454,14 @@ int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
 int tm_pg_request_claim(tm_store *st, const char *session, const char *key)
 {
     pgstore *p = (pgstore *)st;
-    const char *a[3] = {session, key, p->node};
+    const char *a[4] = {session, key, p->node, may_judge(p) ? "t" : "f"};
     PGresult *r = NULL;
     /* claimed (1 or 0: live elsewhere, taken, finished), and whether it exists */
     if (request_query(p, "WITH c AS (UPDATE tm_requests r SET node = $3 WHERE session = $1 AND "
-                         "key = $2 AND state = 1 AND node <> $3 AND NOT EXISTS (SELECT 1 FROM "
-                         "tm_nodes n WHERE n.node = r.node AND n.until_ms > tm_now()) RETURNING 1) "
-                         "SELECT (SELECT count(*) FROM c), EXISTS (SELECT 1 FROM tm_requests "
-                         "WHERE session = $1 AND key = $2)", 3, a, &r) != 0)
+                         "key = $2 AND state = 1 AND node <> $3 AND $4::boolean AND NOT EXISTS "
+                         "(SELECT 1 FROM tm_nodes n WHERE n.node = r.node AND n.until_ms > tm_now()) "
+                         "RETURNING 1) SELECT (SELECT count(*) FROM c), EXISTS (SELECT 1 FROM "
+                         "tm_requests WHERE session = $1 AND key = $2)", 4, a, &r) != 0)
         return TIDEMARK_EIO;
     int exists = PQgetlength(r, 0, 1) == 1 && PQgetvalue(r, 0, 1)[0] == 1;
     int rc = !exists ? TIDEMARK_ENOTFOUND : tm_pg_bin_i64(r, 0, 0) == 1 ? 0 : TIDEMARK_EBUSY;

@@ -17,13 +17,13 @@
 #define TM_STORE_PG_SCHEMA_H
 
 /* The version this build writes; a database recording a higher one is refused. */
-#define TM_PG_SCHEMA_VERSION 1
+#define TM_PG_SCHEMA_VERSION 2
 
 /* The advisory lock key taken while migrating (any constant; "tidemark"). */
 #define TM_PG_LOCK_KEY "7516391447221381"
 
 static const char *const tm_pg_migrations[TM_PG_SCHEMA_VERSION] = {
-    /* 1: the whole store */
+    /* 1: the whole store (tm_append of one event) */
     "CREATE TABLE tm_kv(k text PRIMARY KEY, v bytea NOT NULL);"
     "CREATE TABLE tm_sessions(id text PRIMARY KEY, version text, client text,"
     "  created_ms bigint NOT NULL, last_seen_ms bigint NOT NULL, next_r bigint NOT NULL);"
@@ -148,6 +148,56 @@ static const char *const tm_pg_migrations[TM_PG_SCHEMA_VERSION] = {
     "    ON CONFLICT (tbl) DO UPDATE SET last = tm_rowids.last + 1 RETURNING last INTO v;\n"
     "  INSERT INTO tm_rows(tbl, id, doc) VALUES (p_tbl, v, p_doc);\n"
     "  RETURN v;\n"
+    "END $$;",
+    /* 2: tm_append takes a run of events of one stream (the writer groups
+     * a batch's consecutive appends to a stream): one UPDATE of the stream
+     * row and one INSERT of the run. p_blob holds the events' bytes end to
+     * end, p_lens their lengths; p_final and p_req belong to the last one.
+     * Returns the run's first seq, -1 no stream, -2 closed, -3 the record
+     * p_req is finished or another node's (a node taken for dead whose call
+     * a survivor took over): nothing is written. */
+    "DROP FUNCTION tm_append(text, text, text, bytea, boolean, bytea, bigint, bigint, bigint);"
+    "CREATE FUNCTION tm_append(p_session text, p_name text, p_epoch text, p_blob bytea,"
+    "  p_lens int[], p_final boolean, p_req bytea, p_now bigint, p_keep bigint, p_cut bigint,"
+    "  p_node text) RETURNS bigint LANGUAGE plpgsql AS $$\n"
+    "DECLARE s record; n int := cardinality(p_lens); v_first bigint; v_last bigint; v_te text;\n"
+    "  q record;\n"
+    "BEGIN\n"
+    "  IF p_req IS NOT NULL THEN\n"
+    "    SELECT state, node INTO q FROM tm_requests WHERE session = p_session AND key = p_req\n"
+    "      FOR UPDATE;\n"
+    "    IF FOUND AND (q.state <> 1 OR q.node <> p_node) THEN RETURN -3; END IF;\n"
+    "  END IF;\n"
+    "  UPDATE tm_streams SET head = head + n, closed = p_final\n"
+    "   WHERE session = p_session AND name = p_name AND NOT closed\n"
+    "   RETURNING sid, head, first_retained INTO s;\n"
+    "  IF NOT FOUND THEN\n"
+    "    PERFORM 1 FROM tm_streams WHERE session = p_session AND name = p_name;\n"
+    "    RETURN CASE WHEN FOUND THEN -2 ELSE -1 END;\n"
+    "  END IF;\n"
+    "  INSERT INTO tm_events(sid, seq, epoch, created_ms, data)\n"
+    "    SELECT s.sid, s.head - n + u.o, p_epoch, p_now,\n"
+    "           substring(p_blob FROM (u.off + 1)::int FOR u.len)\n"
+    "      FROM (SELECT o, len, sum(len) OVER (ORDER BY o) - len AS off\n"
+    "              FROM unnest(p_lens) WITH ORDINALITY AS x(len, o)) u;\n"
+    "  IF p_req IS NOT NULL THEN\n"
+    "    UPDATE tm_requests SET state = 2, updated_ms = p_now,\n"
+    "           response = substring(p_blob FROM length(p_blob) - p_lens[n] + 1)\n"
+    "     WHERE session = p_session AND key = p_req;\n"
+    "  END IF;\n"
+    "  v_first := s.first_retained;\n"
+    "  IF p_keep > 0 AND s.head - v_first + 1 > p_keep THEN v_first := s.head - p_keep + 1; END IF;\n"
+    "  IF p_cut IS NOT NULL THEN\n"
+    "    SELECT max(seq) INTO v_last FROM tm_events WHERE sid = s.sid AND created_ms < p_cut;\n"
+    "    IF v_last IS NOT NULL AND v_last + 1 > v_first THEN v_first := v_last + 1; END IF;\n"
+    "  END IF;\n"
+    "  IF v_first > s.first_retained THEN\n"
+    "    SELECT epoch INTO v_te FROM tm_events WHERE sid = s.sid AND seq = v_first - 1;\n"
+    "    DELETE FROM tm_events WHERE sid = s.sid AND seq < v_first;\n"
+    "    UPDATE tm_streams SET first_retained = v_first, trimmed_epoch = coalesce(v_te, '')\n"
+    "     WHERE sid = s.sid;\n"
+    "  END IF;\n"
+    "  RETURN s.head - n + 1;\n"
     "END $$;",
 };
 

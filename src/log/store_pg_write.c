@@ -21,7 +21,7 @@
 
 /* Prepared on every writer connection; indexed by op kind. */
 static const char *const op_sql[] = {
-    [OP_APPEND] = "SELECT tm_append($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    [OP_APPEND] = "SELECT tm_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     [OP_CLOSE] = "UPDATE tm_streams SET closed = true WHERE session = $1 AND name = $2 "
                  "RETURNING head",
     [OP_OPEN] = "INSERT INTO tm_streams(session, name) SELECT $1, $2 "
@@ -152,32 +152,77 @@ static PGresult *query_result(pgstore *p, int *lost)
 
 /* ---- one op --------------------------------------------------------------------------- */
 
+/* The bytes an append writes: its own, or its fallback after its effect failed. */
+static const char *append_bytes(const pop *o, size_t *len)
+{
+    int failed = (o->flags & PG_FX_FAILED) != 0;
+    *len = failed ? o->alt_len : o->len;
+    return failed ? o->alt : o->data;
+}
+
+/* Whether o may follow prev in one run: the same stream, no effect, and
+ * prev neither ends the stream nor completes a record. */
+static int joins_run(const pop *prev, const pop *o)
+{
+    return o->kind == OP_APPEND && !o->effect && !prev->effect && !prev->extra &&
+           !(prev->flags & TM_APPEND_FINAL) && strcmp(prev->session, o->session) == 0 &&
+           strcmp(prev->name, o->name) == 0;
+}
+
+/* Send the run of appends that o leads as one tm_append; marks its
+ * followers. Returns the op after the run (via *next), 0 or TIDEMARK_EIO. */
+static int send_run(pgstore *p, pop *o, const char *epoch, pop **next)
+{
+    pop *last = o;
+    unsigned n = 1;
+    while (last->w.q.next && n < BATCH_MAX && joins_run(last, (pop *)last->w.q.next)) {
+        last = (pop *)last->w.q.next;
+        last->run = 0;
+        n++;
+    }
+    o->run = n;
+    *next = (pop *)last->w.q.next;
+    tm_buf blob, lens;
+    tm_buf_init(&blob, (size_t)1 << 31);
+    tm_buf_init(&lens, (size_t)1 << 24);
+    int rc = tm_buf_adds(&lens, "{");
+    for (pop *x = o; rc == 0; x = (pop *)x->w.q.next) {
+        size_t len;
+        const char *b = append_bytes(x, &len);
+        rc = tm_buf_add(&blob, b, len);
+        if (rc == 0)
+            rc = tm_buf_printf(&lens, x == o ? "%zu" : ",%zu", len);
+        if (x == last)
+            break;
+    }
+    if (rc == 0)
+        rc = tm_buf_adds(&lens, "}");
+    char a[3][24];
+    snprintf(a[0], sizeof a[0], "%" PRId64, last->ms);
+    snprintf(a[1], sizeof a[1], "%" PRIu64, p->opt.retain_events);
+    int64_t cut = tm_retain_cutoff_ms(&p->opt, last->ms);
+    snprintf(a[2], sizeof a[2], "%" PRId64, cut);
+    const char *v[11] = {o->session, o->name, epoch, blob.data ? blob.data : "", lens.data,
+                         (last->flags & TM_APPEND_FINAL) ? "t" : "f", last->extra, a[0], a[1],
+                         cut == INT64_MIN ? NULL : a[2], p->node};
+    int len[11] = {0, 0, 0, (int)blob.len, 0, 0, last->extra ? (int)strlen(last->extra) : 0};
+    int fmt[11] = {0, 0, 0, 1, 0, 0, 1};
+    if (rc == 0 && blob.len > INT32_MAX)
+        rc = TIDEMARK_ERANGE;
+    if (rc == 0 && !PQsendQueryPrepared(p->wc, op_name[OP_APPEND], 11, v, len, fmt, 0))
+        rc = TIDEMARK_EIO;
+    tm_buf_free(&blob);
+    tm_buf_free(&lens);
+    return rc ? TIDEMARK_EIO : 0;
+}
+
 static int send_op(pgstore *p, pop *o, const char *epoch)
 {
+    (void)epoch;
     char a[4][24];
     const char *v[9] = {o->session, o->name};
     int len[9] = {0}, fmt[9] = {0}, n = 2;
     switch (o->kind) {
-    case OP_APPEND: {
-        int fx_failed = o->flags & PG_FX_FAILED;
-        v[2] = epoch;
-        v[3] = fx_failed ? o->alt : o->data;
-        len[3] = (int)(fx_failed ? o->alt_len : o->len);
-        fmt[3] = 1;
-        v[4] = (o->flags & TM_APPEND_FINAL) ? "t" : "f";
-        v[5] = o->extra; /* the request key: bytes */
-        len[5] = o->extra ? (int)strlen(o->extra) : 0;
-        fmt[5] = 1;
-        snprintf(a[0], sizeof a[0], "%" PRId64, o->ms);
-        snprintf(a[1], sizeof a[1], "%" PRIu64, p->opt.retain_events);
-        int64_t cut = tm_retain_cutoff_ms(&p->opt, o->ms);
-        snprintf(a[2], sizeof a[2], "%" PRId64, cut);
-        v[6] = a[0];
-        v[7] = a[1];
-        v[8] = cut == INT64_MIN ? NULL : a[2];
-        n = 9;
-        break;
-    }
     case OP_SESS_CREATE:
         v[1] = o->alt; /* version */
         v[2] = o->data;
@@ -226,10 +271,16 @@ static void take_result(pop *o, const PGresult *r)
     int yes = rows && PQgetvalue(r, 0, 0)[0] == 't';
     int st = 0;
     switch (o->kind) {
-    case OP_APPEND:
-        st = v > 0 ? 0 : v == -2 ? TIDEMARK_ECLOSED : TIDEMARK_ENOTFOUND;
-        o->w.seq = v > 0 ? (uint64_t)v : 0;
-        break;
+    case OP_APPEND: /* v: the run's first seq */
+        st = v > 0     ? 0
+             : v == -3 ? TIDEMARK_EBUSY
+             : v == -2 ? TIDEMARK_ECLOSED
+                       : TIDEMARK_ENOTFOUND;
+        for (unsigned i = 0, n = o->run; i < n; i++, o = op_next(o)) {
+            o->w.seq = v > 0 ? (uint64_t)v + i : 0;
+            o->w.q.status = st;
+        }
+        return;
     case OP_CLOSE:
     case OP_OPEN:
         st = rows ? 0 : TIDEMARK_ENOTFOUND;
@@ -252,7 +303,8 @@ static void take_result(pop *o, const PGresult *r)
     o->w.q.status = st;
 }
 
-/* ---- atomic effects ------------------------------------------------------------------- */
+/* ---- statements of effects ---------------------------------------------------------------- */
+
 
 /* "?N" and "?" placeholders (SQLite's, the public API's) as PostgreSQL's "$N",
  * outside quotes. A new string (free). */
@@ -291,58 +343,167 @@ static int pg_err(const PGresult *r)
     return state && strncmp(state, "23", 2) == 0 ? TIDEMARK_EEXIST : TIDEMARK_EIO;
 }
 
+/* ---- the batch in the pipeline ---------------------------------------------------------- */
+
+/* One query's result that must be ok, cleared. 0, or nonzero when bad. */
+static int expect_ok(pgstore *p, int *lost)
+{
+    PGresult *r = query_result(p, lost);
+    int bad = !r || (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK);
+    if (bad)
+        tm_pg_note_error(p, r);
+    PQclear(r);
+    return bad;
+}
+
+/* Read what op o owes: its effect's statements, then its own result (a
+ * follower in a run owes nothing: its leader's result is the run's). */
+static int read_op(pgstore *p, pop *o, int *lost)
+{
+    int bad = 0;
+    for (; o->pre && !*lost; o->pre--)
+        bad |= expect_ok(p, lost);
+    if (o->kind == OP_APPEND && o->run == 0)
+        return bad;
+    PGresult *r = *lost ? NULL : query_result(p, lost);
+    if (r && (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK))
+        take_result(o, r);
+    else
+        bad = 1;
+    if (bad)
+        tm_pg_note_error(p, r);
+    PQclear(r);
+    return bad;
+}
+
+/* Sync the pipeline and read what it owes, in order: BEGIN (if not read
+ * yet), the ops from p->pipe_from up to `upto` (exclusive; with upto_pre,
+ * also upto's effect statements so far), NOTIFY (notify), COMMIT (commit).
+ * Returns 0, or TIDEMARK_EIO when anything failed (the transaction is then
+ * lost). */
+static int pipe_sync(pgstore *p, pop *upto, int upto_pre, int notify, int commit)
+{
+    int lost = !PQpipelineSync(p->wc), bad = 0;
+    PGresult *r;
+    if (!lost && p->pipe_begin)
+        bad |= expect_ok(p, &lost);
+    p->pipe_begin = 0;
+    for (pop *o = p->pipe_from; !lost && o != upto; o = op_next(o))
+        bad |= read_op(p, o, &lost);
+    p->pipe_from = upto;
+    for (; upto && upto_pre && upto->pre && !lost; upto->pre--)
+        bad |= expect_ok(p, &lost);
+    if (!lost && notify)
+        bad |= expect_ok(p, &lost);
+    if (!lost && commit) {
+        p->doubt = 0;
+        r = query_result(p, &lost);
+        /* an aborted transaction's COMMIT answers "ROLLBACK" */
+        bad |= !r || PQresultStatus(r) != PGRES_COMMAND_OK || strcmp(PQcmdStatus(r), "COMMIT") != 0;
+        bad |= p->doubt;
+        PQclear(r);
+    }
+    if (!lost) {
+        r = next_result(p, &lost);
+        bad |= !r || PQresultStatus(r) != PGRES_PIPELINE_SYNC;
+        PQclear(r);
+    }
+    return lost || bad ? TIDEMARK_EIO : 0;
+}
+
+/* A statement of the running effect, sent without waiting (its result is
+ * read with the op's). */
+static int fx_send(pgstore *p, const char *sql, int n, const char *const *v)
+{
+    if (!PQsendQueryParams(p->wc, sql, n, NULL, v, NULL, NULL, 0)) {
+        p->fx_broken = 1;
+        return TIDEMARK_EIO;
+    }
+    p->fx_op->pre++;
+    return 0;
+}
+
+/* ---- atomic effects ------------------------------------------------------------------- */
+
+/* Whether o's effect may run: its request record (if any) is started and
+ * this node's. Read after everything queued before o (a record this batch
+ * began is seen), with the record's row locked until the commit, so a
+ * node that another took over never writes its effect. 1 yes, 0 no (o is
+ * then refused, TIDEMARK_EBUSY), -1 the batch is lost. */
+static int effect_owned(pgstore *p, pop *o)
+{
+    if (!o->extra)
+        return 1;
+    if (pipe_sync(p, o, 0, 0, 0) != 0 || !PQexitPipelineMode(p->wc))
+        return -1;
+    const char *v[3] = {o->session, o->extra, p->node};
+    int len[3] = {0, (int)strlen(o->extra), 0}, fmt[3] = {0, 1, 0};
+    PGresult *r = PQexecParams(p->wc, "SELECT state = 1 AND node = $3 FROM tm_requests "
+                                      "WHERE session = $1 AND key = $2 FOR UPDATE",
+                               3, NULL, v, len, fmt, 0);
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    int owned = ok && (PQntuples(r) == 0 || PQgetvalue(r, 0, 0)[0] == 't');
+    if (!ok)
+        tm_pg_note_error(p, r);
+    PQclear(r);
+    if (!ok || !PQenterPipelineMode(p->wc))
+        return -1;
+    return owned;
+}
+
+/* tidemark_txn_insert: pipelined, no wait. A row that fails to insert fails
+ * the whole batch (an SQL error aborts the transaction), never silently. */
 static int txn_insert(struct tidemark_txn *txn, const char *table, const char *doc)
 {
     pgstore *p = txn->impl;
     const char *v[2] = {table, doc};
-    PGresult *r = PQexecParams(p->wc, "SELECT tm_row_insert($1, $2)", 2, NULL, v, NULL, NULL, 0);
-    int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : pg_err(r);
-    PQclear(r);
-    return rc;
+    return fx_send(p, "SELECT tm_row_insert($1, $2)", 2, v);
 }
 
+/* tidemark_txn_exec: the effect needs its answer, so what is in the
+ * pipeline is read first, then the statement runs on its own. */
 static int txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args, size_t nargs)
 {
     pgstore *p = txn->impl;
+    if (pipe_sync(p, p->fx_op, 1, 0, 0) != 0 || !PQexitPipelineMode(p->wc)) {
+        p->fx_broken = 1;
+        return TIDEMARK_EIO;
+    }
     char *q = tm_pg_placeholders(sql);
-    if (!q)
-        return TIDEMARK_ENOMEM;
-    PGresult *r = PQexecParams(p->wc, q, (int)nargs, NULL, args, NULL, NULL, 0);
+    PGresult *r = q ? PQexecParams(p->wc, q, (int)nargs, NULL, args, NULL, NULL, 0) : NULL;
     ExecStatusType s = PQresultStatus(r);
-    int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : pg_err(r);
+    int rc = !q ? TIDEMARK_ENOMEM : s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : pg_err(r);
     if (rc)
         TM_DEBUG("postgresql: effect statement: %s", PQresultErrorMessage(r));
     PQclear(r);
     free(q);
-    return rc;
+    if (!PQenterPipelineMode(p->wc))
+        p->fx_broken = 1;
+    return p->fx_broken ? TIDEMARK_EIO : rc;
 }
 
 static const struct tm_txn_ops pg_txn_ops = {.name = "postgresql", .insert = txn_insert,
                                              .exec = txn_exec};
 
-static int simple(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    return ok ? 0 : TIDEMARK_EIO;
-}
-
-/* Run o's effect in a savepoint of the open transaction (out of pipeline
- * mode): its statements commit with the result, or leave no trace and the
- * fallback bytes are written instead. TIDEMARK_EIO: the connection failed. */
+/* Run o's effect in a savepoint of the open transaction: its statements
+ * commit with the result, or leave no trace and the fallback bytes are
+ * written instead. TIDEMARK_EIO: the batch is lost. */
 static int run_effect(pgstore *p, pop *o)
 {
-    if (simple(p->wc, "SAVEPOINT fx") != 0)
+    p->fx_op = o;
+    p->fx_broken = 0;
+    if (fx_send(p, "SAVEPOINT fx", 0, NULL) != 0)
         return TIDEMARK_EIO;
     struct tidemark_txn txn = {.ops = &pg_txn_ops, .impl = p};
     int rc = o->effect(o->effect_ud, &txn);
-    if (rc) {
+    if (rc && !p->fx_broken) {
         o->flags |= PG_FX_FAILED;
-        if (simple(p->wc, "ROLLBACK TO SAVEPOINT fx") != 0)
-            return TIDEMARK_EIO;
+        fx_send(p, "ROLLBACK TO SAVEPOINT fx", 0, NULL);
     }
-    return simple(p->wc, "RELEASE SAVEPOINT fx");
+    if (!p->fx_broken)
+        fx_send(p, "RELEASE SAVEPOINT fx", 0, NULL);
+    p->fx_op = NULL;
+    return p->fx_broken ? TIDEMARK_EIO : 0;
 }
 
 /* ---- a batch -------------------------------------------------------------------------- */
@@ -399,50 +560,6 @@ static const char notify_sql[] =
     "s.head, E'\\n'), '') AS p FROM tm_streams s JOIN unnest($2::text[], $3::text[]) AS u(se, na) "
     "ON s.session = u.se AND s.name = u.na) q";
 
-/* One query's result that must be ok, cleared. 0, or nonzero when bad. */
-static int expect_ok(pgstore *p, int *lost)
-{
-    PGresult *r = query_result(p, lost);
-    int bad = !r || (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK);
-    PQclear(r);
-    return bad;
-}
-
-/* Sync the pipeline and read what it owes, in order: BEGIN (begin), the ops
- * from..to (to exclusive), NOTIFY (notify), COMMIT (commit). Returns 0, or
- * TIDEMARK_EIO when anything failed (the transaction is then lost). */
-static int read_segment(pgstore *p, int begin, pop *from, pop *to, int notify, int commit)
-{
-    int lost = !PQpipelineSync(p->wc), bad = 0;
-    PGresult *r;
-    if (!lost && begin)
-        bad |= expect_ok(p, &lost);
-    for (pop *o = from; !lost && o != to; o = op_next(o)) {
-        r = query_result(p, &lost);
-        if (r && (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK))
-            take_result(o, r);
-        else
-            bad = 1;
-        PQclear(r);
-    }
-    if (!lost && notify)
-        bad |= expect_ok(p, &lost);
-    if (!lost && commit) {
-        p->doubt = 0;
-        r = query_result(p, &lost);
-        /* an aborted transaction's COMMIT answers "ROLLBACK" */
-        bad |= !r || PQresultStatus(r) != PGRES_COMMAND_OK || strcmp(PQcmdStatus(r), "COMMIT") != 0;
-        bad |= p->doubt;
-        PQclear(r);
-    }
-    if (!lost) {
-        r = next_result(p, &lost);
-        bad |= !r || PQresultStatus(r) != PGRES_PIPELINE_SYNC;
-        PQclear(r);
-    }
-    return lost || bad ? TIDEMARK_EIO : 0;
-}
-
 /* Send and commit the batch as one transaction. 0: committed (each op's
  * own status set); TIDEMARK_EIO: the outcome is unknown or it failed. */
 static int run_batch(pgstore *p, pop *batch)
@@ -455,20 +572,21 @@ static int run_batch(pgstore *p, pop *batch)
     if (rc == 0 && !(PQenterPipelineMode(p->wc) &&
                      PQsendQueryParams(p->wc, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)))
         rc = TIDEMARK_EIO;
-    int begin = 1;
-    pop *from = batch;
-    for (pop *o = batch; o && rc == 0; o = op_next(o)) {
-        if (o->kind == OP_APPEND && o->effect) {
-            rc = read_segment(p, begin, from, o, 0, 0);
-            begin = 0;
-            from = o;
-            if (rc == 0)
-                rc = PQexitPipelineMode(p->wc) ? run_effect(p, o) : TIDEMARK_EIO;
-            if (rc == 0 && !PQenterPipelineMode(p->wc))
-                rc = TIDEMARK_EIO;
+    p->pipe_begin = 1;
+    p->pipe_from = batch;
+    for (pop *o = batch, *next; o && rc == 0; o = next) {
+        next = op_next(o);
+        int own = o->kind == OP_APPEND && o->effect ? effect_owned(p, o) : 1;
+        if (own <= 0) { /* refused: neither its effect nor its event is sent */
+            o->run = 0;
+            o->w.q.status = TIDEMARK_EBUSY;
+            rc = own < 0 ? TIDEMARK_EIO : 0;
+            continue;
         }
+        if (o->kind == OP_APPEND && o->effect)
+            rc = run_effect(p, o);
         if (rc == 0)
-            rc = send_op(p, o, epoch);
+            rc = o->kind == OP_APPEND ? send_run(p, o, epoch, &next) : send_op(p, o, epoch);
     }
     const char *nv[3] = {p->node, sessions, names};
     if (rc == 0 && note == 0 && !PQsendQueryParams(p->wc, notify_sql, 3, NULL, nv, NULL, NULL, 0))
@@ -477,7 +595,7 @@ static int run_batch(pgstore *p, pop *batch)
         rc = TIDEMARK_EIO;
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "pg_before_commit");
     if (rc == 0)
-        rc = read_segment(p, begin, from, NULL, note == 0, 1);
+        rc = pipe_sync(p, NULL, 0, note == 0, 1);
     if (rc == 0 && !PQexitPipelineMode(p->wc))
         rc = TIDEMARK_EIO;
     free(sessions);
@@ -492,32 +610,63 @@ static int fail_all(pop *batch, int rc)
     return 0;
 }
 
-/* commit hook. Always settles every op (the writer's failure path, which
- * fails the queue behind a batch, is for stores that hand out seqs before
- * they commit). */
-static int w_commit(void *be, tm_wop *wbatch, size_t n)
+/* Back to what the ops were before a try that PostgreSQL rolled back. */
+static void reset_ops(pop *batch)
 {
-    (void)n;
-    pgstore *p = be;
-    pop *batch = (pop *)wbatch;
-    p->deadline = tm_now_ms() + p->timeout_ms;
+    for (pop *o = batch; o; o = op_next(o)) {
+        o->w.q.status = 0;
+        o->w.seq = 0;
+        o->run = o->pre = 0;
+        o->flags &= ~PG_FX_FAILED;
+    }
+}
+
+/* Connect (until the batch's deadline). 0, or TIDEMARK_EIO. */
+static int writer_ready(pgstore *p, size_t n)
+{
     while (!p->wc && tm_pg_writer_connect(p) != 0) {
         if (tm_now_ms() >= p->deadline) {
             TM_ERROR("postgresql: no writable primary for %lld ms: failing %zu queued write(s)",
                      (long long)p->timeout_ms, n);
-            return fail_all(batch, TIDEMARK_EIO);
+            return TIDEMARK_EIO;
         }
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    if (atomic_load(&p->not_replicated))
-        return fail_all(batch, TIDEMARK_EIO);
-    int rc = run_batch(p, batch);
-    if (rc) {
-        TM_WARN("postgresql: a batch of %zu write(s) failed or its commit was not confirmed "
-                "(%s): treated as not acknowledged", n, PQerrorMessage(p->wc));
+    return 0;
+}
+
+/* commit hook. Always settles every op (the writer's failure path, which
+ * fails the queue behind a batch, is for stores that hand out seqs before
+ * they commit). A batch PostgreSQL rolled back for a deadlock or a
+ * serialization failure (another node's writer held what it needed) is
+ * known not to have committed: it is tried again, effects included. */
+static int w_commit(void *be, tm_wop *wbatch, size_t n)
+{
+    pgstore *p = be;
+    pop *batch = (pop *)wbatch;
+    p->deadline = tm_now_ms() + p->timeout_ms;
+    for (int attempt = 0;; attempt++) {
+        if (writer_ready(p, n) != 0)
+            return fail_all(batch, TIDEMARK_EIO);
+        if (atomic_load(&p->not_replicated))
+            return fail_all(batch, TIDEMARK_EIO);
+        p->last_state[0] = p->last_error[0] = '\0';
+        if (run_batch(p, batch) == 0)
+            break;
+        int retry = attempt < 5 && (strcmp(p->last_state, "40P01") == 0 ||
+                                    strcmp(p->last_state, "40001") == 0);
+        TM_WARN("postgresql: a batch of %zu write(s) %s (%s%s%s)%s", n,
+                p->last_state[0] ? "failed" : "failed or its commit was not confirmed",
+                p->last_state, p->last_state[0] ? ": " : "",
+                p->last_error[0] ? p->last_error : PQerrorMessage(p->wc),
+                retry ? ": rolled back, tried again" : ": treated as not acknowledged");
         tm_pg_writer_lost(p);
-        fail_all(batch, TIDEMARK_EIO);
+        if (!retry) {
+            fail_all(batch, TIDEMARK_EIO);
+            break;
+        }
+        reset_ops(batch);
     }
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "commit_before_emit");
     return 0;

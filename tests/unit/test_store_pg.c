@@ -11,6 +11,7 @@
  * standby that is gone: it fails as not acknowledged within the timeout.
  */
 #include "log/store.h"
+#include "log/store_pg_schema.h"
 #include "tidemark/server.h"
 #include "tidemark/tidemark.h"
 #include "tidemark/txn.h"
@@ -121,6 +122,18 @@ static tm_store *open_db(int db, const tm_store_options *opt)
     tm_store *st = NULL;
     assert_int_equal(open_uri_db(db, opt, &st), 0);
     return st;
+}
+
+typedef struct told {
+    int status;
+    uint64_t seq;
+} told;
+
+static void told_fn(void *ud, int status, uint64_t seq)
+{
+    told *t = ud;
+    t->status = status;
+    t->seq = seq;
 }
 
 /* ---- two nodes -------------------------------------------------------------------------- */
@@ -238,8 +251,16 @@ static void test_request_claim(void **state)
     assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
     assert_int_equal(l.n, 0);
     tm_store_close(owner); /* its lease goes with it */
-    assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
+    /* a judges others dead only after two leases in touch with the store
+     * (right after an outage every lease has lapsed, live nodes' too) */
+    long long t0 = now_ms();
+    while (l.n == 0 && now_ms() - t0 < 15000) {
+        assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
+        if (l.n == 0)
+            usleep(100 * 1000);
+    }
     assert_int_equal(l.n, 1);
+    assert_true(now_ms() - t0 >= 3000); /* not at once: a's first 6 s */
     assert_int_equal(tm_store_request_claim(a, "s", "i:7"), 0);
     assert_int_equal(tm_store_request_claim(b, "s", "i:7"), TIDEMARK_EBUSY); /* a took it */
     tm_append_req q = {.session = "s", .stream = "r1", .data = "{}", .len = 2,
@@ -256,19 +277,61 @@ static void test_request_claim(void **state)
     tm_store_close(b);
 }
 
-/* ---- effects in SQL, committed with the result ------------------------------------------ */
-
-typedef struct told {
-    int status;
-    uint64_t seq;
-} told;
-
-static void told_fn(void *ud, int status, uint64_t seq)
+/* A node whose call another node took over (its record is another's, or
+ * finished) neither writes its effect nor its event: the effect happens
+ * once. */
+static int fx_owned_row(void *ud, tm_txn *txn)
 {
-    told *t = ud;
-    t->status = status;
-    t->seq = seq;
+    json_t *row = json_pack("{s:s}", "k", (const char *)ud);
+    int rc = tidemark_txn_insert(txn, "owned", row);
+    json_decref(row);
+    return rc;
 }
+
+static void test_effect_owner(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(a, "s");
+    open_stream(a, "s", NULL, "r1");
+    open_stream(b, "s", NULL, "r33");
+    tm_request_rec r = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(a, &r, 1), 0);
+    told tb = {-1, 0}, ta = {-1, 0};
+    tm_append_req q = {.session = "s", .stream = "r33", .data = "B", .len = 1, .flags = TM_APPEND_FINAL,
+                       .request_key = "i:1", .effect = fx_owned_row, .effect_ud = "b", .cb = told_fn,
+                       .cb_ud = &tb};
+    assert_int_equal(tm_store_append_ex(b, &q), 0);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_int_equal(tb.status, TIDEMARK_EBUSY); /* a's record: b's run is refused whole */
+    q.stream = "r1";
+    q.data = "A";
+    q.effect_ud = "a";
+    q.cb_ud = &ta;
+    assert_int_equal(tm_store_append_ex(a, &q), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    assert_int_equal(ta.status, 0);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(b, "owned", &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(txt, "[{\"id\":1,\"k\":\"a\"}]");
+    free(txt);
+    json_decref(rows);
+    collected c = {0};
+    read_all(b, "s", "r33", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    /* a finished record takes no second completion either */
+    tm_append_req again = {.session = "s", .stream = "r33", .data = "C", .len = 1,
+                           .request_key = "i:1", .cb = told_fn, .cb_ud = &tb};
+    assert_int_equal(tm_store_append_ex(b, &again), 0);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_int_equal(tb.status, TIDEMARK_EBUSY);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
+/* ---- effects in SQL, committed with the result ------------------------------------------ */
 
 static int fx_sql(void *ud, tm_txn *txn)
 {
@@ -381,6 +444,74 @@ static void test_kv(void **state)
     assert_int_equal(tm_store_kv_get(b, "k", got, 8, &len), TIDEMARK_ERANGE);
     tm_store_close(a);
     tm_store_close(b);
+}
+
+/* A database made by schema 1 (its tm_append took one event) is migrated
+ * at open, and the new tm_append works on it. */
+static void test_migrate_from_1(void **state)
+{
+    (void)state;
+    int db = new_db();
+    char name[16];
+    snprintf(name, sizeof name, "t%d", db);
+    admin_sql(name, "CREATE TABLE tm_meta(k text PRIMARY KEY, v text);"
+                    "INSERT INTO tm_meta VALUES ('schema', '1')");
+    admin_sql(name, tm_pg_migrations[0]);
+    tm_store *st = open_db(db, NULL);
+    mk_session(st, "s");
+    open_stream(st, "s", NULL, "r1");
+    fill(st, "s", "r1", 3);
+    collected c = {0};
+    read_all(st, "s", "r1", 0, 10, &c);
+    expect_run(&c, 1, 3);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(st, "SELECT v FROM tm_meta WHERE k = 'schema'", NULL, 0, &rows), 0);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "v")), "2");
+    json_decref(rows);
+    tm_store_close(st);
+}
+
+/* A batch's appends to one stream go as runs: every callback its own seq,
+ * every event its own bytes, another stream between them. */
+static void test_runs(void **state)
+{
+    (void)state;
+    tm_store *st = open_db(new_db(), NULL);
+    mk_session(st, "s");
+    open_stream(st, "s", NULL, "r1");
+    open_stream(st, "s", NULL, "r2");
+    assert_int_equal(tm_store_sync(st), 0);
+    enum { N = 120 };
+    static told t[N];
+    char data[N][16];
+    tm_store_hold(st);
+    for (int i = 0; i < N; i++) {
+        t[i] = (told){-1, 0};
+        int len = snprintf(data[i], sizeof data[i], "ev-%d", i + 1);
+        if (i == 60)
+            assert_int_equal(tm_store_append(st, "s", "r2", "", 0, 0, NULL, NULL), 0);
+        assert_int_equal(tm_store_append(st, "s", "r1", data[i], (size_t)len,
+                                         i == N - 1 ? TM_APPEND_FINAL : 0, told_fn, &t[i]),
+                         0);
+    }
+    tm_store_release(st);
+    assert_int_equal(tm_store_sync(st), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(t[i].status, 0);
+        assert_int_equal(t[i].seq, i + 1);
+    }
+    collected c = {0};
+    read_all(st, "s", "r1", 0, N + 10, &c);
+    assert_int_equal(c.n, N);
+    for (int i = 0; i < N; i++)
+        assert_memory_equal(c.data[i], data[i], strlen(data[i]));
+    tm_stream_bounds b;
+    assert_int_equal(tm_store_bounds(st, "s", "r1", &b), 0);
+    assert_int_equal(b.closed, 1);
+    assert_int_equal(tm_store_bounds(st, "s", "r2", &b), 0);
+    assert_int_equal(b.head, 1);
+    assert_int_equal(tm_store_append(st, "s", "r1", "x", 1, 0, NULL, NULL), TIDEMARK_ECLOSED);
+    tm_store_close(st);
 }
 
 /* ---- durability replicated, and a standby that is gone ------------------------------------ */
@@ -499,9 +630,12 @@ int main(void)
         cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_two_nodes),
         cmocka_unit_test(test_request_claim),
+        cmocka_unit_test(test_effect_owner),
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
+        cmocka_unit_test(test_migrate_from_1),
+        cmocka_unit_test(test_runs),
         cmocka_unit_test(test_not_replicated),
         cmocka_unit_test(test_standby_lost),
     };
