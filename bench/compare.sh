@@ -194,7 +194,8 @@ for side in base new; do for s in "${stores[@]}"; do stop "$side.$s"; done; done
 # RSS of STREAMS open GET streams, once per side, each on a fresh memory server
 for side in base new; do
     lim=()
-    "${srvbin[$side]}" --help 2>&1 | grep -q -- --max-connections-per-address &&
+    help="$("${srvbin[$side]}" --help 2>&1 || true)" # (grep -q in a pipe: SIGPIPE under pipefail)
+    [[ "$help" == *--max-connections-per-address* ]] &&
         lim=(--max-connections $((nstreams + 100)) --max-connections-per-address $((nstreams + 100)))
     start "$side.rss" "${srvbin[$side]}" --listen 127.0.0.1:0 --log-level warn --store memory "${lim[@]}"
     log "$nstreams streams on $side"
