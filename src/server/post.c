@@ -244,7 +244,10 @@ static int post_classify(post_msgs *pm)
     return 0;
 }
 
-/* Parse the body into pm. 0, or 1 when answered (a parse or batch error). */
+/* Parse the body into pm. 0, or 1 when answered (a parse or batch error).
+ * A batch over max_batch is not classified (pm->m stays NULL): it is
+ * refused once the session's version is known, batch_not_supported on a
+ * version without batches, else batch_too_large. */
 static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
 {
     size_t len;
@@ -262,12 +265,8 @@ static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
                        "Invalid Request: empty batch", NULL);
         return 1;
     }
-    if (pm->n > srv->cfg.max_batch) {
-        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_too_large",
-                       "Invalid Request: too many messages in one batch",
-                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_batch));
-        return 1;
-    }
+    if (pm->n > srv->cfg.max_batch)
+        return 0;
     if (post_classify(pm) != 0) {
         tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
         return 1;
@@ -311,6 +310,12 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
                        "Invalid Request: JSON-RPC batches are not allowed in this protocol version",
                        json_pack("{s:s}", "protocolVersion", sess->version));
+        return 1;
+    }
+    if (!pm->m) { /* a batch over max_batch (post_parse) */
+        tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_too_large",
+                       "Invalid Request: too many messages in one batch",
+                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_batch));
         return 1;
     }
     for (size_t i = 0; i < pm->n; i++) { /* notifications and responses take effect now */
@@ -674,5 +679,6 @@ void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
                               NULL);
     }
     *held = pm;
-    tm_gate(srv, r, held->m, held->n, modern ? post_modern : post_legacy, held, post_msgs_drop);
+    tm_gate(srv, r, held->m, held->m ? held->n : 0, modern ? post_modern : post_legacy, held,
+            post_msgs_drop);
 }

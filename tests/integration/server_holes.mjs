@@ -251,6 +251,12 @@ async function framing(urls) {
     JSON.stringify([big.status, big.msgs[0]]));
   const fine = await messages(await post(url, old, batch(64)));
   t.check("a batch of 64: 64 answers", fine.status === 200 && fine.msgs.length === 64);
+  // Versions without batches refuse any batch as such, whatever its size.
+  for (const n of [2, 65, 10000]) {
+    const nb = await messages(await post(url, sid, batch(n)));
+    t.check(`a batch of ${n} on 2025-11-25: 400 batch_not_supported`,
+      nb.status === 400 && reasonOf(nb.msgs[0]) === "batch_not_supported", JSON.stringify([nb.status, nb.msgs[0]]));
+  }
   const huge = await callTool(url, sid, 9, "stream", { n: 10001 });
   t.check("stream n=10001 refused by the demo tool", huge.response?.result?.isError === true);
 }
