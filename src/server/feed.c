@@ -17,6 +17,7 @@
 typedef struct feed {
     tm_store *store;
     tm_sealer *sealer;     /* the ids' macs (lives as long as the store) */
+    tm_seal_mac_prefix *macs; /* this stream's, for the epoch it names (or NULL) */
     char *session, *stream;
     uint64_t delivered;
     uint64_t began;        /* delivered when attached (feed_has_events) */
@@ -90,7 +91,12 @@ static int frame_event(void *ud, const tm_event *ev)
     feed *f = ud;
     char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1], mac[TM_EVENT_MAC_LEN + 1];
     tm_epoch_for_session(ev->epoch, f->session, epoch);
-    if (tm_seal_event_mac(f->sealer, f->session, epoch, f->stream, ev->seq, mac) != 0 ||
+    if (!f->macs || strcmp(tm_seal_mac_prefix_epoch(f->macs), epoch) != 0) {
+        tm_seal_mac_prefix_free(f->macs);
+        if (tm_seal_mac_prefix_new(f->sealer, f->session, epoch, f->stream, &f->macs) != 0)
+            return 1;
+    }
+    if (tm_seal_mac_prefix_seq(f->macs, ev->seq, mac) != 0 ||
         tm_event_id_format_mac(id, sizeof id, epoch, f->stream, ev->seq, mac) < 0)
         return 1;
     if (tm_sse_frame(f->out, NULL, id, ev->data, ev->len) != 0)
@@ -197,6 +203,7 @@ static void feed_free(void *ud)
     if (f->counted)
         live_count(f->store, f->session, 0);
     tm_buf_free(&f->head);
+    tm_seal_mac_prefix_free(f->macs);
     if (f->last_words) {
         tm_buf_free(f->last_words);
         free(f->last_words);

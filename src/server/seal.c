@@ -472,29 +472,11 @@ static int ev_hmac_part(gnutls_hmac_hd_t h, const char *p)
     return gnutls_hmac(h, len, sizeof len) == 0 && gnutls_hmac(h, p, n) == 0 ? 0 : TIDEMARK_EIO;
 }
 
-int tm_seal_event_mac(tm_sealer *s, const char *session, const char *epoch, const char *stream,
-                      uint64_t seq, char out[TM_EVENT_MAC_LEN + 1])
+/* The first 9 bytes of mac in base64url: whole groups, no padding. */
+static void ev_mac_encode(const unsigned char *mac, char out[TM_EVENT_MAC_LEN + 1])
 {
-    if (!s || !session || !epoch || !stream || !out)
-        return TIDEMARK_EINVAL;
-    out[0] = '\0';
-    gnutls_hmac_hd_t h;
-    if (gnutls_hmac_init(&h, GNUTLS_MAC_SHA256, s->ev_key, KEY_LEN) != 0)
-        return TIDEMARK_EIO;
-    unsigned char num[8], mac[32];
-    put_u64(num, seq);
-    int rc = ev_hmac_part(h, session);
-    if (rc == 0)
-        rc = ev_hmac_part(h, epoch);
-    if (rc == 0)
-        rc = ev_hmac_part(h, stream);
-    if (rc == 0 && gnutls_hmac(h, num, sizeof num) != 0)
-        rc = TIDEMARK_EIO;
-    gnutls_hmac_deinit(h, mac);
-    if (rc)
-        return rc;
     char *w = out;
-    for (size_t i = 0; i < EV_MAC_BYTES; i += 3) { /* 9 bytes: whole groups, no padding */
+    for (size_t i = 0; i < EV_MAC_BYTES; i += 3) {
         uint32_t v = (uint32_t)mac[i] << 16 | (uint32_t)mac[i + 1] << 8 | mac[i + 2];
         *w++ = B64[v >> 18];
         *w++ = B64[(v >> 12) & 63];
@@ -502,7 +484,88 @@ int tm_seal_event_mac(tm_sealer *s, const char *session, const char *epoch, cons
         *w++ = B64[v & 63];
     }
     *w = '\0';
+}
+
+/* An HMAC under the event key fed with session, epoch and stream. */
+static int ev_hmac_prefix(tm_sealer *s, const char *session, const char *epoch, const char *stream,
+                          gnutls_hmac_hd_t *h)
+{
+    if (gnutls_hmac_init(h, GNUTLS_MAC_SHA256, s->ev_key, KEY_LEN) != 0)
+        return TIDEMARK_EIO;
+    int rc = ev_hmac_part(*h, session);
+    if (rc == 0)
+        rc = ev_hmac_part(*h, epoch);
+    if (rc == 0)
+        rc = ev_hmac_part(*h, stream);
+    if (rc) {
+        unsigned char drop[32];
+        gnutls_hmac_deinit(*h, drop);
+    }
+    return rc;
+}
+
+/* Finish h (consumed) with seq into out. */
+static int ev_hmac_seq(gnutls_hmac_hd_t h, uint64_t seq, char out[TM_EVENT_MAC_LEN + 1])
+{
+    unsigned char num[8], mac[32];
+    put_u64(num, seq);
+    int rc = gnutls_hmac(h, num, sizeof num) == 0 ? 0 : TIDEMARK_EIO;
+    gnutls_hmac_deinit(h, mac);
+    if (rc == 0)
+        ev_mac_encode(mac, out);
+    return rc;
+}
+
+int tm_seal_event_mac(tm_sealer *s, const char *session, const char *epoch, const char *stream,
+                      uint64_t seq, char out[TM_EVENT_MAC_LEN + 1])
+{
+    if (!s || !session || !epoch || !stream || !out)
+        return TIDEMARK_EINVAL;
+    out[0] = '\0';
+    gnutls_hmac_hd_t h;
+    int rc = ev_hmac_prefix(s, session, epoch, stream, &h);
+    return rc ? rc : ev_hmac_seq(h, seq, out);
+}
+
+struct tm_seal_mac_prefix {
+    gnutls_hmac_hd_t h;
+    char epoch[TM_EPOCH_LEN + 1];
+};
+
+int tm_seal_mac_prefix_new(tm_sealer *s, const char *session, const char *epoch, const char *stream,
+                           tm_seal_mac_prefix **out)
+{
+    *out = NULL;
+    if (!s || !session || !epoch || !stream || strlen(epoch) > TM_EPOCH_LEN)
+        return TIDEMARK_EINVAL;
+    tm_seal_mac_prefix *p = calloc(1, sizeof *p);
+    if (!p)
+        return TIDEMARK_ENOMEM;
+    int rc = ev_hmac_prefix(s, session, epoch, stream, &p->h);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    memcpy(p->epoch, epoch, strlen(epoch) + 1);
+    *out = p;
     return 0;
+}
+
+int tm_seal_mac_prefix_seq(const tm_seal_mac_prefix *p, uint64_t seq, char out[TM_EVENT_MAC_LEN + 1])
+{
+    gnutls_hmac_hd_t h = gnutls_hmac_copy(p->h);
+    return h ? ev_hmac_seq(h, seq, out) : TIDEMARK_ENOMEM;
+}
+
+const char *tm_seal_mac_prefix_epoch(const tm_seal_mac_prefix *p) { return p->epoch; }
+
+void tm_seal_mac_prefix_free(tm_seal_mac_prefix *p)
+{
+    if (!p)
+        return;
+    unsigned char drop[32];
+    gnutls_hmac_deinit(p->h, drop);
+    free(p);
 }
 
 int tm_seal_event_verify(tm_sealer *s, const char *session, const tm_event_id *id)

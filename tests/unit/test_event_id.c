@@ -337,6 +337,19 @@ static void test_event_mac(void **state)
     assert_string_not_equal(seen[6], seen[7]);
     assert_int_equal(tm_seal_event_mac(NULL, SID, EPOCH, "g", 1, mac), TIDEMARK_EINVAL);
     assert_false(tm_seal_event_verify(s, SID, NULL));
+    /* a stream's prefix hashed once gives the same macs, seq after seq */
+    tm_seal_mac_prefix *pre = NULL;
+    assert_int_equal(tm_seal_mac_prefix_new(s, SID, EPOCH, "r3", &pre), 0);
+    assert_string_equal(tm_seal_mac_prefix_epoch(pre), EPOCH);
+    for (uint64_t q = 15; q <= 19; q++) {
+        char a[TM_EVENT_MAC_LEN + 1], b[TM_EVENT_MAC_LEN + 1];
+        assert_int_equal(tm_seal_mac_prefix_seq(pre, q, a), 0);
+        assert_int_equal(tm_seal_event_mac(s, SID, EPOCH, "r3", q, b), 0);
+        assert_string_equal(a, b);
+        if (q == 17)
+            assert_string_equal(a, "ZOf03o-d0HzB");
+    }
+    tm_seal_mac_prefix_free(pre);
     tm_sealer_free(s);
     tm_sealer_free(other);
 }
