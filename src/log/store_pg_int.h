@@ -47,6 +47,7 @@ typedef struct pop {
     unsigned run;             /* append leading a run of appends to its stream sent as one
                                  statement: the run's length; 0: a follower in a run */
     unsigned pre;             /* results owed before its own (its effect's statements) */
+    signed char owned;        /* an effect's record: 1 this node's (or none), -1 not, 0 not asked */
 } pop;
 
 typedef struct pstream {

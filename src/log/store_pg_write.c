@@ -425,30 +425,83 @@ static int fx_send(pgstore *p, const char *sql, int n, const char *const *v)
 
 /* ---- atomic effects ------------------------------------------------------------------- */
 
+/* Whether o's record is begun earlier in this batch (then only a read
+ * after that begin can tell whose it is). */
+static int begun_in_batch(pop *batch, pop *o)
+{
+    for (pop *x = batch; x && x != o; x = op_next(x))
+        if (x->kind == OP_REQ_BEGIN && strcmp(x->session, o->session) == 0 && strcmp(x->name, o->extra) == 0)
+            return 1;
+    return 0;
+}
+
+/* Ask in one statement whose records the effects from o on are (those
+ * whose record no op of this batch begins), locking the records' rows
+ * until the commit; sets each one's owned. Returns 0 or TIDEMARK_EIO. */
+static int ask_owners(pgstore *p, pop *batch, pop *o)
+{
+    tm_buf se, ke;
+    tm_buf_init(&se, (size_t)64 << 20);
+    tm_buf_init(&ke, (size_t)64 << 20);
+    int rc = tm_buf_adds(&se, "{") | tm_buf_adds(&ke, "{");
+    unsigned n = 0;
+    for (pop *x = o; x && rc == 0; x = op_next(x)) {
+        if (x->kind != OP_APPEND || !x->effect || !x->extra || x->owned || (x != o && begun_in_batch(batch, x)))
+            continue;
+        x->owned = 2; /* asked now; no row: nobody else's */
+        char *one = tm_pg_text_array((const char *const *)&x->session, 1);
+        rc = one ? tm_buf_printf(&se, "%s%.*s", n ? "," : "", (int)strlen(one) - 2, one + 1) : TIDEMARK_ENOMEM;
+        free(one);
+        rc |= tm_buf_adds(&ke, n ? ",\"\\\\x" : "\"\\\\x");
+        for (const unsigned char *c = (const unsigned char *)x->extra; *c && rc == 0; c++)
+            rc = tm_buf_printf(&ke, "%02x", *c);
+        rc |= tm_buf_adds(&ke, "\"");
+        n++;
+    }
+    rc |= tm_buf_adds(&se, "}") | tm_buf_adds(&ke, "}");
+    const char *v[3] = {p->node, se.data, ke.data};
+    PGresult *r = rc ? NULL : PQexecParams(p->wc, "SELECT u.i, r.state = 1 AND r.node = $1 FROM unnest($2::text[], "
+                                                  "$3::bytea[]) WITH ORDINALITY AS u(s, k, i) JOIN tm_requests r "
+                                                  "ON r.session = u.s AND r.key = u.k ORDER BY u.i FOR UPDATE OF r",
+                                           3, NULL, v, NULL, NULL, 0);
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok)
+        tm_pg_note_error(p, r);
+    /* row i names the i-th op asked (owned 2, in order): mark after counting */
+    for (int i = 0; ok && i < PQntuples(r); i++) {
+        long want = strtol(PQgetvalue(r, i, 0), NULL, 10), k = 0;
+        for (pop *x = o; x; x = op_next(x))
+            if (x->kind == OP_APPEND && (x->owned >= 2 || x->owned <= -2) && ++k == want)
+                x->owned = PQgetvalue(r, i, 1)[0] == 't' ? 3 : -2;
+    }
+    for (pop *x = o; x; x = op_next(x))
+        if (x->kind == OP_APPEND && (x->owned >= 2 || x->owned <= -2))
+            x->owned = x->owned > 0 ? 1 : -1;
+    PQclear(r);
+    tm_buf_free(&se);
+    tm_buf_free(&ke);
+    return ok ? 0 : TIDEMARK_EIO;
+}
+
 /* Whether o's effect may run: its request record (if any) is started and
  * this node's. Read after everything queued before o (a record this batch
  * began is seen), with the record's row locked until the commit, so a
- * node that another took over never writes its effect. 1 yes, 0 no (o is
- * then refused, TIDEMARK_EBUSY), -1 the batch is lost. */
-static int effect_owned(pgstore *p, pop *o)
+ * node that another took over never writes its effect; the effects after
+ * o whose records are older than the batch are asked in the same round
+ * trip. 1 yes, 0 no (o is then refused, TIDEMARK_EBUSY), -1 the batch is
+ * lost. */
+static int effect_owned(pgstore *p, pop *batch, pop *o)
 {
     if (!o->extra)
         return 1;
+    if (o->owned)
+        return o->owned > 0;
     if (pipe_sync(p, o, 0, 0, 0) != 0 || !PQexitPipelineMode(p->wc))
         return -1;
-    const char *v[3] = {o->session, o->extra, p->node};
-    int len[3] = {0, (int)strlen(o->extra), 0}, fmt[3] = {0, 1, 0};
-    PGresult *r = PQexecParams(p->wc, "SELECT state = 1 AND node = $3 FROM tm_requests "
-                                      "WHERE session = $1 AND key = $2 FOR UPDATE",
-                               3, NULL, v, len, fmt, 0);
-    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-    int owned = ok && (PQntuples(r) == 0 || PQgetvalue(r, 0, 0)[0] == 't');
-    if (!ok)
-        tm_pg_note_error(p, r);
-    PQclear(r);
-    if (!ok || !PQenterPipelineMode(p->wc))
+    int rc = ask_owners(p, batch, o);
+    if (rc != 0 || !PQenterPipelineMode(p->wc))
         return -1;
-    return owned;
+    return o->owned > 0;
 }
 
 /* tidemark_txn_insert: pipelined, no wait. A row that fails to insert fails
@@ -576,7 +629,7 @@ static int run_batch(pgstore *p, pop *batch)
     p->pipe_from = batch;
     for (pop *o = batch, *next; o && rc == 0; o = next) {
         next = op_next(o);
-        int own = o->kind == OP_APPEND && o->effect ? effect_owned(p, o) : 1;
+        int own = o->kind == OP_APPEND && o->effect ? effect_owned(p, batch, o) : 1;
         if (own <= 0) { /* refused: neither its effect nor its event is sent */
             o->run = 0;
             o->w.q.status = TIDEMARK_EBUSY;
@@ -617,6 +670,7 @@ static void reset_ops(pop *batch)
         o->w.q.status = 0;
         o->w.seq = 0;
         o->run = o->pre = 0;
+        o->owned = 0;
         o->flags &= ~PG_FX_FAILED;
     }
 }

@@ -331,6 +331,55 @@ static void test_effect_owner(void **state)
     tm_store_close(b);
 }
 
+/* The owners of a batch's effects are asked together: each effect still
+ * gets its own answer (a record begun in the batch, another node's, a
+ * finished one, none at all). */
+static void test_effect_owners_batch(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(a, "s");
+    const char *st[5] = {"r1", "r2", "r3", "r4", "r5"};
+    for (int i = 0; i < 5; i++)
+        open_stream(a, "s", NULL, st[i]);
+    tm_request_rec ra = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
+    tm_request_rec rb = {.session = "s", .key = "i:2", .tool = "t", .stream = "r2", .message = "{}"};
+    tm_request_rec rf = {.session = "s", .key = "i:3", .tool = "t", .stream = "r3", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
+    assert_int_equal(tm_store_request_begin(b, &rb, 1), 0);
+    assert_int_equal(tm_store_request_begin(b, &rf, 1), 0);
+    tm_append_req done = {.session = "s", .stream = "r3", .data = "F", .len = 1, .request_key = "i:3"};
+    assert_int_equal(tm_store_append_ex(b, &done), 0); /* i:3 finished */
+    assert_int_equal(tm_store_sync(b), 0);
+    static const char *keys[5] = {"i:1", "i:2", "i:3", "i:4", "i:5"};
+    static const char *uds[5] = {"one", "two", "three", "four", "five"};
+    told t[5];
+    tm_store_hold(b);
+    tm_request_rec r5 = {.session = "s", .key = "i:5", .tool = "t", .stream = "r5", .message = "{}"};
+    for (int i = 0; i < 5; i++) {
+        t[i] = (told){-1, 0};
+        if (i == 4) /* its record begun in the same batch */
+            assert_int_equal(tm_store_request_begin(b, &r5, 0), 0);
+        tm_append_req q = {.session = "s", .stream = st[i], .data = "x", .len = 1, .request_key = keys[i],
+                           .effect = fx_owned_row, .effect_ud = (void *)uds[i], .cb = told_fn, .cb_ud = &t[i]};
+        assert_int_equal(tm_store_append_ex(b, &q), 0);
+    }
+    tm_store_release(b);
+    assert_int_equal(tm_store_sync(b), 0);
+    int want[5] = {TIDEMARK_EBUSY, 0, TIDEMARK_EBUSY, 0, 0}; /* a's; b's; finished; none; b's */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(t[i].status, want[i]);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(a, "owned", &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(txt, "[{\"id\":1,\"k\":\"two\"},{\"id\":2,\"k\":\"four\"},{\"id\":3,\"k\":\"five\"}]");
+    free(txt);
+    json_decref(rows);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 /* ---- effects in SQL, committed with the result ------------------------------------------ */
 
 static int fx_sql(void *ud, tm_txn *txn)
@@ -631,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_two_nodes),
         cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effect_owner),
+        cmocka_unit_test(test_effect_owners_batch),
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
