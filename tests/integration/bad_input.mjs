@@ -148,11 +148,18 @@ function parseSse(text) {
     return events;
 }
 
-const ID_RE = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)$/;
+// <epoch>-<stream>-<seq>-<mac>: the mac is 12 base64url characters (it may
+// hold '-'); ids without one are accepted by the server at or below the head.
+const ID_RE = /^([0-9a-f]{16})-(g|r[1-9][0-9]*)-([1-9][0-9]*)-([A-Za-z0-9_-]{12})$/;
 function parseId(id) {
     const m = ID_RE.exec(id ?? '');
-    return m ? { epoch: m[1], stream: m[2], seq: Number(m[3]) } : null;
+    return m ? { epoch: m[1], stream: m[2], seq: Number(m[3]), mac: m[4] } : null;
 }
+// The same id with the first character of its mac changed.
+const alterMac = (id) => {
+    const p = parseId(id);
+    return `${p.epoch}-${p.stream}-${p.seq}-${p.mac[0] === 'A' ? 'B' : 'A'}${p.mac.slice(1)}`;
+};
 
 // ---------------------------------------------------------------------------
 // Request builders
@@ -308,6 +315,7 @@ async function setup() {
     ctx.epoch = lid.epoch;
     ctx.stream = lid.stream;
     ctx.head = lid.seq;
+    ctx.headId = last.id;
     if (ctx.head !== STREAM_N + 2)
         throw new Error(`stream call: expected head ${STREAM_N + 2} (priming + ${STREAM_N} progress + response), got ${ctx.head}`);
     ctx.firstRetained = ctx.head - RETAIN + 1;
@@ -506,8 +514,14 @@ const cases = [
     { name: 'Last-Event-ID from another session (stream exists there)', req: (c) => G(c.B, { 'Last-Event-ID': c.cursor(c.head - 1) }), expect: { status: 400, code: -32600, reason: 'unknown_stream' } },
     { name: 'Last-Event-ID of a stream no session has', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(1, c.epoch, 'r999') }), expect: { status: 400, code: -32600, reason: 'unknown_stream' } },
     { name: 'Last-Event-ID from another epoch', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(c.head - 1, c.epoch === '0123456789abcdef' ? 'fedcba9876543210' : '0123456789abcdef') }), expect: { status: 400, code: -32600, reason: 'epoch_mismatch' } },
-    { name: 'Last-Event-ID ahead of the head', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(c.head + 1) }), expect: { status: 400, code: -32600, reason: 'cursor_ahead', data: { durable_head: STREAM_N + 2 } } },
-    { name: 'Last-Event-ID far ahead (18 digits)', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor('9'.repeat(18)) }), expect: { status: 400, code: -32600, reason: 'cursor_ahead', data: { durable_head: STREAM_N + 2 } } },
+    // No mac can be forged for a seq the server never issued: a cursor ahead
+    // without one is malformed, so cursor_ahead names only ids it issued.
+    { name: 'Last-Event-ID ahead of the head, no mac', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(c.head + 1) }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
+    { name: 'Last-Event-ID far ahead (18 digits), no mac', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor('9'.repeat(18)) }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
+    { name: 'Last-Event-ID ahead of the head with the head\'s mac', req: (c) => G(c.A, { 'Last-Event-ID': `${c.cursor(c.head + 1)}-${parseId(c.headId).mac}` }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
+    { name: 'Last-Event-ID with its mac altered', req: (c) => G(c.A, { 'Last-Event-ID': alterMac(c.headId) }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
+    { name: 'Last-Event-ID with a mac, from another session', req: (c) => G(c.B, { 'Last-Event-ID': c.headId }), expect: { status: 400, code: -32600, reason: 'malformed_cursor' } },
+    { name: 'Last-Event-ID as issued, at the head, replays nothing and ends', run: async (c) => resume(c.A, c.headId), expect: { status: 200, check: (r) => (r.events.length === 0 ? null : `no events, got ${show(r.events)}`) } },
     { name: 'Last-Event-ID older than retention (seq 1)', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(1) }), expect: { status: 400, code: -32600, reason: 'resumption_gap', data: { missing: [2, STREAM_N + 2 - RETAIN] } } },
     { name: 'Last-Event-ID one before the boundary', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(c.firstRetained - 2) }), expect: { status: 400, code: -32600, reason: 'resumption_gap', data: { missing: [STREAM_N + 2 - RETAIN, STREAM_N + 2 - RETAIN] } } },
     { name: 'Last-Event-ID in the gap with a forged epoch (gap row first)', req: (c) => G(c.A, { 'Last-Event-ID': c.cursor(1, '0000000000000000') }), expect: { status: 400, code: -32600, reason: 'resumption_gap', data: { missing: [2, STREAM_N + 2 - RETAIN] } } },
