@@ -63,7 +63,7 @@ try {
     res.headers.get("transfer-encoding") === "chunked" && !first.includes('"result"') &&
     ka >= 0 && ka < answer, JSON.stringify(body));
   t.check("... the answer follows on the same response once committed",
-    /"entry":"held"/.test(body) && /id: [0-9a-f]{16}-r\d+-2\n/.test(body), JSON.stringify(body));
+    /"entry":"held"/.test(body) && /id: [0-9a-f]{16}-r\d+-2-[A-Za-z0-9_-]{12}\n/.test(body), JSON.stringify(body));
 
   // SIGTERM while an answer is held (its commit delayed): the server exits
   const pending = post(s.url, sid, toolCall(8, "ledger_append", { entry: "cut" }), LEGACY)
