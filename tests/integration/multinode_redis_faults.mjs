@@ -51,7 +51,9 @@ async function initialize() {
   return sid;
 }
 
-const seqOf = (id) => Number(/-(\d+)$/.exec(id)[1]);
+// <epoch>-<stream>-<seq>-<mac>; the mac (12 base64url characters) may hold
+// '-' and end in digits, so the seq is the third field from the left.
+const seqOf = (id) => Number(/^[0-9a-f]{16}-(?:g|r\d+)-(\d+)-[A-Za-z0-9_-]{12}$/.exec(id)?.[1]);
 const resumeGet = (sid, cursor) => fetch(cl.url, { headers: { accept: "text/event-stream",
   "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25", "last-event-id": cursor },
   signal: AbortSignal.timeout(30000) });
