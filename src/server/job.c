@@ -5,6 +5,7 @@
  * effect, and the last completion ends the stream or answers the POST.
  */
 #include "server_int.h"
+#include "record.h"
 #include "../base/log.h"
 #include "../base/str.h"
 #include "../base/metrics.h"
@@ -303,6 +304,8 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 
 void tm_call_free(tidemark_call_t *c)
 {
+    if (c->claimed) /* its record holds its outcome now, or it recorded nothing */
+        tm_record_unclaim_name(c->srv, c->idem);
     json_decref(c->answers);
     json_decref(c->asked);
     if (c->holds_sess)

@@ -38,7 +38,8 @@ static void run_initialize(void *arg)
     } else {
         const char *why = json_string_value(
             json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "reason"));
-        int unavailable = why && strcmp(why, "store_unavailable") == 0;
+        int unavailable = why && (strcmp(why, "store_unavailable") == 0 ||
+                                  strcmp(why, "store_not_replicated") == 0);
         int limited = tm_session_limit_status(resp); /* a DELETE or the TTL frees a place */
         if (unavailable || limited)
             tm_http_req_add_header(ij->req, "Retry-After", limited ? "60" : "1");
@@ -72,13 +73,27 @@ static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_
     (void)srv;
 }
 
-/* Attach this POST to an existing stream of the session, from its start. */
-static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream)
+/* Mcp-Session-Id on pm's answer, once (a POST may be judged twice). */
+static void sid_header(tm_http_req *r, tm_sess *sess, post_msgs *pm)
+{
+    if (!pm->sid_sent)
+        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+    pm->sid_sent = 1;
+}
+
+/* Attach this POST to an existing stream of the session, from its start.
+ * busy: what to do when a live connection has it (its first request's
+ * own, as when a copy of a request arrives with it): 0 answer 409, 1
+ * return TIDEMARK_EBUSY unanswered. 0 when answered. */
+static int attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                         const char *stream, int busy)
 {
     tm_feed_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
                              .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early};
-    tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+    sid_header(r, sess, pm);
     int rc = tm_feed_attach(srv, r, &o);
+    if (rc == TIDEMARK_EBUSY && busy)
+        return rc;
     if (rc == TIDEMARK_EBUSY) {
         json_t *x = json_pack("{s:s}", "stream", stream);
         tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
@@ -87,6 +102,7 @@ static void attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
     } else if (rc) {
         tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc), NULL);
     }
+    return 0;
 }
 
 /* Conflict: the call under this identity still runs, on a stream this
@@ -98,19 +114,103 @@ static void reply_in_flight(tm_http_req *r, const char *stream)
                    stream[0] ? json_pack("{s:s}", "stream", stream) : NULL);
 }
 
+/* How long a request waits for another one under its identity to be
+ * begun (record.h tm_record_claim) before it is told to retry. */
+#define CLAIM_WAIT_MS 30000
+
+/* A retry answered from its record (answer NULL: unreadable). */
+static void reply_answered(tm_http_req *r, tm_sess *sess, post_msgs *pm, json_t *answer)
+{
+    sid_header(r, sess, pm);
+    if (answer)
+        tm_reply_json(r, 200, answer);
+    else
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error", "stored response unreadable",
+                       NULL);
+}
+
+/* A copy of a running call whose stream its first request's connection
+ * holds: answered from the record once the call's outcome is stored (on a
+ * worker: 2 to be sent there first), else 409 stream_attached as before.
+ * 0 when answered. */
+static int await_outcome(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                         int on_worker, const char *stream)
+{
+    if (!on_worker)
+        return 2;
+    json_t *answer = NULL;
+    tm_rec_verdict v = tm_record_wait_outcome(srv, sess, &pm->m[0], CLAIM_WAIT_MS, &answer);
+    if (v == TM_REC_ANSWERED)
+        reply_answered(r, sess, pm, answer);
+    else if (v == TM_REC_REUSED)
+        tm_reply_json(r, 400, answer);
+    else
+        tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
+                       "Conflict: the request is running and its stream is attached to a live "
+                       "connection", json_pack("{s:s}", "stream", stream));
+    return 0;
+}
+
+
+/* pm's message i holds the claim of its identity in sess (record.h): kept
+ * until its call takes it over, else let go by post_msgs_free. */
+static void keep_claim(post_msgs *pm, size_t i, tm_sess *sess)
+{
+    char key[TM_REQ_KEY_MAX], name[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
+    int ok = tm_request_key(&pm->m[i], key) == 0;
+    if (ok)
+        tm_strjoin(name, sizeof name, sess->id, "/", key, (const char *)NULL);
+    if (ok && (pm->claimed || (pm->claimed = calloc(pm->n, sizeof *pm->claimed))) &&
+        (pm->claimed[i] = strdup(name)) != NULL) {
+        return;
+    }
+    if (ok)
+        tm_record_unclaim_name(pm->srv, name); /* out of memory: as before claims */
+}
+
+/* The verdict of the lone call m: its identity claimed by another request
+ * of this process, waited for (on a worker: 2 to be sent there first) and
+ * judged again. OUT look. 1 when the wait ended first (answered here). */
+static int look_lone(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m,
+                     tm_req_prefetch *pf, int on_worker, tm_rec_look *look)
+{
+    int64_t deadline = tm_now_ms() + CLAIM_WAIT_MS;
+    for (;;) {
+        tm_record_look(srv, sess, m, pf, look);
+        if (look->verdict != TM_REC_CLAIMED)
+            return 0;
+        if (!on_worker)
+            return 2;
+        if (!tm_record_await_claim(srv, sess->id, m, deadline))
+            break;
+    }
+    tm_http_req_add_header(r, "Retry-After", "1");
+    reply_in_flight(r, "");
+    return 1;
+}
+
 /* A lone tools/call of this session judged by its record (record.h): a
  * retry of a completed call gets the stored response and runs nothing; one
  * of a running call is attached to its stream; a request id or key that
- * names another request is refused typed. 1 when the POST was answered
- * here, 0 when the call is new. */
-static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m,
-                         tm_req_prefetch *pf)
+ * names another request is refused typed; one that arrives while another
+ * request under its identity is being begun here waits for that one and is
+ * then judged as its retry. 1 when the POST was answered here, 0 when the
+ * call is new (its claim kept in pm), 2 when it must wait on a worker. */
+static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+                         tm_req_prefetch *pf, int on_worker)
 {
+    const tm_msg *m = &pm->m[0];
     tm_rec_look look;
-    tm_record_look(srv, sess, m, pf, &look);
+    int waited = look_lone(srv, r, sess, m, pf, on_worker, &look);
+    if (waited)
+        return waited;
     switch (look.verdict) {
     case TM_REC_NEW:
+        if (look.claimed)
+            keep_claim(pm, 0, sess);
         return 0;
+    case TM_REC_CLAIMED: /* look_lone waited */
+        break;
     case TM_REC_UNSETTLED: /* the same reason until the store recovers and it is settled */
         tm_http_req_add_header(r, "Retry-After", "1");
         tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_failed",
@@ -121,23 +221,18 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
         look.answer = NULL;
         break;
     case TM_REC_ANSWERED:
-        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
-        if (look.answer)
-            tm_reply_json(r, 200, look.answer);
-        else
-            tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
-                           "stored response unreadable", NULL);
+        reply_answered(r, sess, pm, look.answer);
         look.answer = NULL;
         break;
     case TM_REC_RUNNING:
-        if (look.same_id && look.stream[0])
-            attach_stream(srv, r, sess, look.stream);
-        else
+        if (!look.same_id || !look.stream[0])
             reply_in_flight(r, look.stream);
+        else if (attach_stream(srv, r, sess, pm, look.stream, 1) == TIDEMARK_EBUSY)
+            waited = await_outcome(srv, r, sess, pm, on_worker, look.stream);
         break;
     }
     tm_rec_look_clear(&look);
-    return 1;
+    return waited ? waited : 1;
 }
 
 /* A batch's call judged by its record (record.h): its answer without
@@ -149,6 +244,8 @@ static json_t *batch_answer(const tm_msg *m, tm_rec_look *look)
     switch (look->verdict) {
     case TM_REC_NEW:
         return NULL;
+    case TM_REC_CLAIMED: /* another request is beginning it: retry */
+        break;
     case TM_REC_ANSWERED:
         return a ? a : tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "stored response unreadable",
                                         "store_error", NULL);
@@ -177,6 +274,8 @@ static int batch_records(tidemark_server_t *srv, tm_sess *sess, post_msgs *pm)
             continue;
         tm_rec_look look;
         tm_record_look(srv, sess, m, NULL, &look);
+        if (look.claimed)
+            keep_claim(pm, i, sess);
         json_t *a = batch_answer(m, &look);
         tm_rec_look_clear(&look);
         if (!a)
@@ -199,6 +298,12 @@ void post_msgs_free(post_msgs *pm)
     for (size_t i = 0; pm->answered && i < pm->n; i++)
         json_decref(pm->answered[i]);
     free(pm->answered);
+    for (size_t i = 0; pm->claimed && i < pm->n; i++) {
+        if (pm->claimed[i]) /* no call took it: nothing of it runs */
+            tm_record_unclaim_name(pm->srv, pm->claimed[i]);
+        free(pm->claimed[i]);
+    }
+    free(pm->claimed);
 }
 
 /* Content-Type and Accept (a body over the limit never gets here: the
@@ -304,7 +409,7 @@ static void post_initialize(tidemark_server_t *srv, tm_http_req *r, const tm_req
  * without batches, notifications and responses (202), a retry of a
  * recorded call, a session over its queue (429). 1 when answered. */
 static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
-                               tm_req_prefetch *pf)
+                               tm_req_prefetch *pf, int on_worker)
 {
     if (pm->batch && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_03_26) != 0) {
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
@@ -328,8 +433,10 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
         tm_http_reply(r, 202, NULL, NULL, 0);
         return 1;
     }
-    if (!pm->batch && tm_is_call(&pm->m[0]) && answer_repeat(srv, r, sess, &pm->m[0], pf))
-        return 1;
+    int repeat = !pm->batch && tm_is_call(&pm->m[0]) ? answer_repeat(srv, r, sess, pm, pf, on_worker)
+                                                     : 0;
+    if (repeat)
+        return repeat;
     if (pm->batch && batch_records(srv, sess, pm) != 0) {
         tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
         return 1;
@@ -514,6 +621,11 @@ static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t m
         if (m->kind != TM_MSG_REQUEST)
             continue;
         tidemark_call_t *c = call_new(j, r, m, mark);
+        if (c && pm->claimed && pm->claimed[i]) { /* the call holds its claim now */
+            c->claimed = 1;
+            free(pm->claimed[i]);
+            pm->claimed[i] = NULL;
+        }
         if (c)
             call_start(j, c);
         else
@@ -622,10 +734,46 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
     tm_store_release(srv->store);
 }
 
+static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud);
+
+/* A POST that waits for another request under its call's identity (record.h
+ * tm_record_claim), sent from an I/O thread to a worker. */
+typedef struct legacy_wait {
+    tidemark_server_t *srv;
+    tm_http_req *r;
+    tm_reqctx ctx;
+    post_msgs *pm;
+} legacy_wait;
+
+static void legacy_wait_run(void *arg)
+{
+    legacy_wait *lw = arg;
+    post_legacy(lw->srv, lw->r, &lw->ctx, lw->pm);
+    free(lw);
+}
+
+/* pm's POST goes on on a worker (its session is looked up again there). */
+static void legacy_to_worker(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+                             post_msgs *pm)
+{
+    legacy_wait *lw = malloc(sizeof *lw);
+    if (lw) {
+        *lw = (legacy_wait){.srv = srv, .r = r, .ctx = *ctx, .pm = pm};
+        lw->ctx.on_worker = 1;
+        if (tm_pool_submit(srv->pool, legacy_wait_run, lw) == 0)
+            return;
+        free(lw);
+    }
+    tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "shutting_down", "Server is stopping", NULL);
+    post_msgs_free(pm);
+    free(pm);
+}
+
 /* Its principal known (ctx): the 2025 path. */
 static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
 {
     post_msgs *pm = ud;
+    pm->srv = srv;
     if (pm->ninit) {
         post_initialize(srv, r, ctx, pm);
     } else if (!pm->batch && pm->m[0].kind == TM_MSG_INVALID) {
@@ -637,12 +785,15 @@ static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
         int lone = !pm->batch && tm_is_call(&pm->m[0]) && tm_request_key(&pm->m[0], key) == 0;
         tm_req_prefetch pf = TM_REQ_PREFETCH_INIT;
         tm_sess *sess = tm_require_session_prefetch(srv, r, ctx, lone ? key : NULL, &pf);
-        if (sess && post_answered_early(srv, r, sess, pm, &pf))
+        int early = sess ? post_answered_early(srv, r, sess, pm, &pf, ctx->on_worker) : 0;
+        if (early)
             tm_sess_unref(sess);
         else if (sess) /* the store mark is taken before the records: a tool that
                           is not idempotent waits for them by it */
             tm_post_submit(srv, r, sess, pm, TM_POST_QUIET);
         tm_req_prefetch_clear(&pf);
+        if (early == 2)
+            return legacy_to_worker(srv, r, ctx, pm);
     }
     post_msgs_free(pm);
     free(pm);

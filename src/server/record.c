@@ -1,6 +1,7 @@
 /* record.c - the request-record rule of both eras (record.h). */
 #include "record.h"
 #include "../base/clock.h"
+#include "../base/map.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <gnutls/crypto.h>
@@ -142,6 +143,26 @@ static int look_live(tm_sess *sess, const char *key, const tm_msg *m, tm_req_pre
     return stream != NULL;
 }
 
+/* The record of (sess, key) judged into look, under the claim this request
+ * holds (so no other request of this process begins it meanwhile). */
+static void look_recorded(tidemark_server_t *srv, tm_sess *sess, const char *key, const tm_msg *m,
+                          tm_req_prefetch *pf, int fresh, tm_rec_look *look)
+{
+    tm_request_rec rec;
+    if (fresh && pf->rc == 0) { /* read with the session: taken over */
+        rec = pf->rec;
+        pf->rc = 1;
+    } else if (fresh || tm_sess_surely_unrecorded(sess, key)) {
+        return;
+    } else {
+        tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+        if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
+            return;
+    }
+    judge_into(&rec, m, look);
+    tm_request_rec_clear(&rec);
+}
+
 void tm_record_look(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m, tm_req_prefetch *pf,
                     tm_rec_look *look)
 {
@@ -155,19 +176,18 @@ void tm_record_look(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m, tm_r
         return;
     }
     if (!look_live(sess, key, m, pf, look, &fresh)) {
-        tm_request_rec rec;
-        if (fresh && pf->rc == 0) { /* read with the session: taken over */
-            rec = pf->rec;
-            pf->rc = 1;
-        } else if (fresh || tm_sess_surely_unrecorded(sess, key)) {
+        /* Claimed before the record is read: a request that claims after
+         * the holder let go reads what the holder's call left there. */
+        int claim = tm_record_claim(srv, sess->id, key);
+        if (claim == 0) {
+            look->verdict = TM_REC_CLAIMED;
             return;
-        } else {
-            tm_metric_inc(TM_M_REQUEST_LOOKUPS);
-            if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
-                return;
         }
-        judge_into(&rec, m, look);
-        tm_request_rec_clear(&rec);
+        look_recorded(srv, sess, key, m, pf, fresh, look);
+        if (claim == 1 && look->verdict == TM_REC_NEW)
+            look->claimed = 1;
+        else if (claim == 1)
+            tm_record_unclaim(srv, sess->id, key);
     }
     counted(look);
 }
@@ -195,9 +215,10 @@ typedef struct rec_waiter {
 
 struct tm_rec_waits {
     pthread_mutex_t mu;
-    pthread_cond_t cv;        /* CLOCK_MONOTONIC */
+    pthread_cond_t cv;        /* CLOCK_MONOTONIC; also told of every claim let go */
     atomic_int n;             /* waiters in the list: the listener's fast path */
     rec_waiter *head;
+    tm_map *claims;           /* "session/key" of the identities claimed (under mu) */
 };
 
 int tm_record_waits_new(tidemark_server_t *srv)
@@ -214,6 +235,11 @@ int tm_record_waits_new(tidemark_server_t *srv)
         free(w);
         return TIDEMARK_ENOMEM;
     }
+    if (!(w->claims = tm_map_new())) {
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return TIDEMARK_ENOMEM;
+    }
     pthread_mutex_init(&w->mu, NULL);
     atomic_init(&w->n, 0);
     srv->rec_waits = w;
@@ -227,6 +253,7 @@ void tm_record_waits_free(tidemark_server_t *srv)
         return;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    tm_map_free(w->claims);
     free(w);
     srv->rec_waits = NULL;
 }
@@ -293,9 +320,11 @@ static int await_commit(tidemark_server_t *srv, struct tm_rec_waits *w, rec_wait
     return woken;
 }
 
-tm_rec_verdict tm_record_wait(tidemark_server_t *srv, const char *sid, const char *key,
-                              const json_t *raw, int64_t wait_ms, int counted_before,
-                              json_t **answer)
+/* tm_record_wait; absent: no record yet is waited for too (an inline call
+ * begins its record in the commit that completes it). */
+static tm_rec_verdict wait_record(tidemark_server_t *srv, const char *sid, const char *key,
+                                  const json_t *raw, int64_t wait_ms, int counted_before,
+                                  int absent, json_t **answer)
 {
     struct tm_rec_waits *w = srv->rec_waits;
     rec_waiter x = {.sid = sid};
@@ -308,7 +337,10 @@ tm_rec_verdict tm_record_wait(tidemark_server_t *srv, const char *sid, const cha
     for (;;) {
         tm_request_rec rec;
         tm_metric_inc(TM_M_REQUEST_LOOKUPS);
-        if (tm_store_request_get(srv->store, sid, key, &rec) != 0)
+        int rc = tm_store_request_get(srv->store, sid, key, &rec);
+        if (rc == TIDEMARK_ENOTFOUND && absent && await_commit(srv, w, &x, deadline))
+            continue;
+        if (rc != 0)
             break;
         judge_into(&rec, &m, &look);
         tm_request_rec_clear(&rec);
@@ -322,6 +354,78 @@ tm_rec_verdict tm_record_wait(tidemark_server_t *srv, const char *sid, const cha
         counted(&look);
     *answer = look.answer;
     return look.verdict;
+}
+
+tm_rec_verdict tm_record_wait(tidemark_server_t *srv, const char *sid, const char *key,
+                              const json_t *raw, int64_t wait_ms, int counted_before,
+                              json_t **answer)
+{
+    return wait_record(srv, sid, key, raw, wait_ms, counted_before, 0, answer);
+}
+
+tm_rec_verdict tm_record_wait_outcome(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m,
+                                      int64_t wait_ms, json_t **answer)
+{
+    char key[TM_REQ_KEY_MAX];
+    *answer = NULL;
+    if (tm_request_key(m, key) != 0)
+        return TM_REC_RUNNING;
+    return wait_record(srv, sess->id, key, m->raw, wait_ms, 1, 1, answer);
+}
+
+/* ---- claims: one request at a time begins an identity ------------------------- */
+
+/* "session/key" into out (sizeof tidemark_call.idem). 0, or nonzero when it
+ * does not fit. */
+static int claim_name(char *out, size_t n, const char *sid, const char *key)
+{
+    return snprintf(out, n, "%s/%s", sid, key) >= (int)n;
+}
+
+int tm_record_claim(tidemark_server_t *srv, const char *sid, const char *key)
+{
+    struct tm_rec_waits *w = srv->rec_waits;
+    char name[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
+    if (claim_name(name, sizeof name, sid, key))
+        return TIDEMARK_EINVAL;
+    pthread_mutex_lock(&w->mu);
+    int rc = tm_map_get(w->claims, name) ? 0
+             : tm_map_put(w->claims, name, w) == 0 ? 1 : TIDEMARK_ENOMEM;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void tm_record_unclaim_name(tidemark_server_t *srv, const char *name)
+{
+    struct tm_rec_waits *w = srv->rec_waits;
+    pthread_mutex_lock(&w->mu);
+    if (tm_map_del(w->claims, name))
+        pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void tm_record_unclaim(tidemark_server_t *srv, const char *sid, const char *key)
+{
+    char name[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
+    if (!claim_name(name, sizeof name, sid, key))
+        tm_record_unclaim_name(srv, name);
+}
+
+int tm_record_await_claim(tidemark_server_t *srv, const char *sid, const tm_msg *m,
+                          int64_t deadline)
+{
+    struct tm_rec_waits *w = srv->rec_waits;
+    char key[TM_REQ_KEY_MAX], name[TM_SESSION_ID_LEN + 1 + TM_REQ_KEY_MAX];
+    if (tm_request_key(m, key) != 0 || claim_name(name, sizeof name, sid, key))
+        return 1; /* nothing can claim it */
+    struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+    pthread_mutex_lock(&w->mu);
+    while (tm_map_get(w->claims, name) && !atomic_load(&srv->stopping) && tm_now_ms() < deadline)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+            break;
+    int free_now = !tm_map_get(w->claims, name) && !atomic_load(&srv->stopping);
+    pthread_mutex_unlock(&w->mu);
+    return free_now;
 }
 
 /* ---- recovery ------------------------------------------------------------------ */

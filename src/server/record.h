@@ -41,7 +41,9 @@ typedef enum tm_rec_verdict {
     TM_REC_RUNNING,  /* begun, no outcome yet (here, on another node, or left
                         by a dead process that recovery finishes) */
     TM_REC_REUSED,   /* the identity names another request: refused */
-    TM_REC_UNSETTLED /* its response could not be made durable yet (503) */
+    TM_REC_UNSETTLED, /* its response could not be made durable yet (503) */
+    TM_REC_CLAIMED   /* another request of this process holds the identity's
+                        claim: it is beginning it (wait: tm_record_await_claim) */
 } tm_rec_verdict;
 
 /* What the rule says of one request. answer (new ref, or NULL): the stored
@@ -52,6 +54,7 @@ typedef struct tm_rec_look {
     tm_rec_verdict verdict;
     json_t *answer;
     int same_id;
+    int claimed; /* NEW from tm_record_look: this request holds the claim */
     char stream[TM_STREAM_MAX];
 } tm_rec_look;
 
@@ -70,8 +73,11 @@ json_t *tm_record_refusal(const tm_msg *m);
 
 /* The rule for a tools/call m of a 2025 session (lone or in a batch): its
  * running call in sess's map, else pf's record read with the session (may
- * be NULL), else the store's (unless sess surely has none). OUT look
- * (tm_rec_look_clear). */
+ * be NULL), else the store's (unless sess surely has none). Before the
+ * record is read the identity is claimed (tm_record_claim): CLAIMED when
+ * another request holds it; a NEW verdict keeps the claim (look->claimed),
+ * which its call lets go when it is freed (tidemark_call.claimed), or the
+ * caller if no call is made. OUT look (tm_rec_look_clear). */
 void tm_record_look(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m, tm_req_prefetch *pf,
                     tm_rec_look *look);
 /* The same for the record (sid, key) of the store alone (2026-07-28 keys). */
@@ -87,6 +93,11 @@ void tm_rec_look_clear(tm_rec_look *look);
  * deduplicated already (else it is when answered). Blocks: a worker's. */
 tm_rec_verdict tm_record_wait(tidemark_server_t *srv, const char *sid, const char *key,
                               const json_t *raw, int64_t wait_ms, int counted, json_t **answer);
+/* The same for a 2025 call m of sess that a retry found running here
+ * (counted already): its record may not be stored yet (an inline call's is
+ * begun in the commit that completes it), which is waited for too. */
+tm_rec_verdict tm_record_wait_outcome(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m,
+                                      int64_t wait_ms, json_t **answer);
 /* The commit listener: events of session became durable. Cheap when
  * nothing waits (one atomic load). */
 void tm_record_wake(tidemark_server_t *srv, const char *session);
@@ -95,6 +106,21 @@ void tm_record_wake_all(tidemark_server_t *srv);
 /* The waits' state, made with the server, freed with it. */
 int tm_record_waits_new(tidemark_server_t *srv);
 void tm_record_waits_free(tidemark_server_t *srv);
+
+/* The claim of the identity (sid, key) in this process, held by the one
+ * request that found it new, from before its record is read until its
+ * call is freed (by then the record is durable and holds the response, or
+ * the call recorded nothing): two requests under one identity that arrive
+ * at once never both run (both would find no record and no running call).
+ * 1 taken, 0 held by another request, TIDEMARK_ENOMEM / _EINVAL. */
+int tm_record_claim(tidemark_server_t *srv, const char *sid, const char *key);
+void tm_record_unclaim(tidemark_server_t *srv, const char *sid, const char *key);
+/* The same by its name "sid/key" (tidemark_call.idem). */
+void tm_record_unclaim_name(tidemark_server_t *srv, const char *name);
+/* Wait until m's identity in session sid is not claimed, or the deadline
+ * (monotonic ms) or the stop. 1 when it is free. Blocks: a worker's. */
+int tm_record_await_claim(tidemark_server_t *srv, const char *sid, const tm_msg *m,
+                          int64_t deadline);
 
 /* Whether recovery may run a dead process's call again (hints: its tool's
  * TIDEMARK_TOOL_*; key: its record key; modern: a 2026-07-28 call). */

@@ -67,6 +67,10 @@ typedef struct post_msgs {
     size_t nreq, ninit, ninvalid, ncall, nhandler;
     json_t **answered;   /* a batch: per message, the answer its record gave (a
                             retry, a refusal: record.h), or NULL to run it */
+    tidemark_server_t *srv;
+    char **claimed;      /* per message, the identity it claimed (record.h
+                            tm_record_claim, "session/key") until its call takes it */
+    int sid_sent;        /* Mcp-Session-Id is on the answer already */
 } post_msgs;
 
 /* One POST's requests and how they are answered. */
@@ -122,6 +126,7 @@ struct tidemark_call {
     uint64_t mark;            /* the store's queue position before its record was queued */
     atomic_int cancelled;
     int registered;           /* present in sess->calls */
+    int claimed;              /* holds the claim of idem (record.h): let go when freed */
     /* 2026-07-28 (mrtr.c): the answers to input requests (earlier rounds from
      * the sealed state, this round's inputResponses), what the handler asked
      * that is not answered, how many it asked, a capability it needed that
