@@ -217,12 +217,28 @@ PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals,
     return NULL;
 }
 
+/* An idle connection, a new one while fewer than POOL_MAX exist, or the
+ * next one given back: a burst of readers never opens connections it
+ * closes right after (each a TCP and authentication round). */
 PGconn *tm_pg_pool_get(pgstore *p)
 {
     pthread_mutex_lock(&p->p_mu);
+    while (!p->npool && p->nconn >= POOL_MAX)
+        pthread_cond_wait(&p->p_cv, &p->p_mu);
     PGconn *c = p->npool ? p->pool[--p->npool] : NULL;
+    if (!c)
+        p->nconn++; /* this caller's, made below */
     pthread_mutex_unlock(&p->p_mu);
-    return c ? c : tm_pg_connect(p, "read");
+    if (c)
+        return c;
+    c = tm_pg_connect(p, "read");
+    if (!c) {
+        pthread_mutex_lock(&p->p_mu);
+        p->nconn--;
+        pthread_cond_signal(&p->p_cv);
+        pthread_mutex_unlock(&p->p_mu);
+    }
+    return c;
 }
 
 /* Give c back; a broken connection is closed instead. */
@@ -230,17 +246,16 @@ void tm_pg_pool_put(pgstore *p, PGconn *c)
 {
     if (!c)
         return;
-    if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE) {
-        PQfinish(c);
-        return;
-    }
+    int broken = PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE;
     pthread_mutex_lock(&p->p_mu);
-    if (p->npool < POOL_MAX) {
-        p->pool[p->npool++] = c;
-        c = NULL;
-    }
+    if (broken)
+        p->nconn--;
+    else
+        p->pool[p->npool++] = c; /* room: nconn <= POOL_MAX */
+    pthread_cond_signal(&p->p_cv);
     pthread_mutex_unlock(&p->p_mu);
-    PQfinish(c);
+    if (broken)
+        PQfinish(c);
 }
 
 /* One statement on a pooled connection, tried again once on a fresh
@@ -279,8 +294,10 @@ int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int
 static void pool_drain(pgstore *p)
 {
     pthread_mutex_lock(&p->p_mu);
-    while (p->npool)
+    while (p->npool) {
         PQfinish(p->pool[--p->npool]);
+        p->nconn--;
+    }
     pthread_mutex_unlock(&p->p_mu);
 }
 
@@ -664,6 +681,7 @@ static void pg_free(pgstore *p)
     pthread_mutex_destroy(&p->e_mu);
     pthread_mutex_destroy(&p->c_mu);
     pthread_mutex_destroy(&p->p_mu);
+    pthread_cond_destroy(&p->p_cv);
     free(p->uri);
     free(p);
 }
@@ -701,6 +719,7 @@ const struct tm_store_ops tm_pg_ops = {
     .event_epoch = tm_pg_event_epoch,
     .append_ex = tm_pg_append_ex,
     .request_get = tm_pg_request_get,
+    .session_request_get = tm_pg_session_request_get,
     .request_begin = tm_pg_request_begin,
     .requests_unfinished = tm_pg_requests_unfinished,
     .exec_schema = tm_pg_exec_schema,
@@ -768,6 +787,7 @@ int tm_store_pg_open(const char *uri, const tm_store_options *opt, tm_store **ou
     pthread_mutex_init(&p->e_mu, NULL);
     pthread_mutex_init(&p->c_mu, NULL);
     pthread_mutex_init(&p->p_mu, NULL);
+    pthread_cond_init(&p->p_cv, NULL);
     p->opt = *opt;
     p->timeout_ms = opt->store_timeout_ms > 0 ? opt->store_timeout_ms : TIMEOUT_DEFAULT_MS;
     p->uri = strdup(uri);

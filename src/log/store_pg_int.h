@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define POOL_MAX 8
+#define POOL_MAX 16       /* reader connections at most; more callers wait for one */
 #define RESERVE_R 32          /* stream numbers a node reserves at a time */
 #define LEASE_MS 3000         /* a node not heard of this long is dead */
 #define LEASE_RENEW_MS 750
@@ -85,9 +85,10 @@ struct pgstore {
     pthread_mutex_t c_mu;      /* streams, resv */
     tm_map *streams;           /* "session\x1fname" -> pstream */
     tm_map *resv;              /* session -> resv */
-    pthread_mutex_t p_mu;      /* pool */
+    pthread_mutex_t p_mu;      /* pool: idle connections, and how many exist */
+    pthread_cond_t p_cv;       /* one was given back */
     PGconn *pool[POOL_MAX];
-    int npool;
+    int npool, nconn;
     pthread_t lthread;
     int lstarted;
     atomic_int stopping;
@@ -151,6 +152,8 @@ int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stre
 int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
                       char out[TM_EPOCH_LEN + 1]);
 int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out);
+int tm_pg_session_request_get(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                              tm_request_rec *req, int *req_rc);
 int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud);
 int tm_pg_request_claim(tm_store *st, const char *session, const char *key);
 int tm_pg_exec_schema(tm_store *st, const char *sql);

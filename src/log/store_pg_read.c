@@ -372,21 +372,28 @@ int tm_pg_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const
     "FROM tm_requests "
 
 /* Row i of a REQUEST_COLS result (binary: response is bytea). */
+static int request_of_row_at(const PGresult *r, int i, int base, tm_request_rec *out);
 static int request_of_row(const PGresult *r, int i, tm_request_rec *out)
 {
+    return request_of_row_at(r, i, 0, out);
+}
+
+/* The same, its columns from base on. */
+static int request_of_row_at(const PGresult *r, int i, int base, tm_request_rec *out)
+{
     memset(out, 0, sizeof *out);
-    out->session = tm_pg_str(r, i, 0);
-    out->key = tm_pg_str(r, i, 1);
-    out->tool = tm_pg_str(r, i, 2);
-    out->stream = tm_pg_str(r, i, 3);
-    out->message = tm_pg_str(r, i, 4);
-    if (!PQgetisnull(r, i, 5)) {
-        out->response_len = (size_t)PQgetlength(r, i, 5);
-        out->response = tm_memdup(PQgetvalue(r, i, 5), out->response_len);
+    out->session = tm_pg_str(r, i, base + 0);
+    out->key = tm_pg_str(r, i, base + 1);
+    out->tool = tm_pg_str(r, i, base + 2);
+    out->stream = tm_pg_str(r, i, base + 3);
+    out->message = tm_pg_str(r, i, base + 4);
+    if (!PQgetisnull(r, i, base + 5)) {
+        out->response_len = (size_t)PQgetlength(r, i, base + 5);
+        out->response = tm_memdup(PQgetvalue(r, i, base + 5), out->response_len);
     }
-    out->state = (int)tm_pg_bin_i64(r, i, 6);
-    out->updated_ms = tm_pg_bin_i64(r, i, 7);
-    if (!out->session || !out->key || (!PQgetisnull(r, i, 5) && !out->response)) {
+    out->state = (int)tm_pg_bin_i64(r, i, base + 6);
+    out->updated_ms = tm_pg_bin_i64(r, i, base + 7);
+    if (!out->session || !out->key || (!PQgetisnull(r, i, base + 5) && !out->response)) {
         tm_request_rec_clear(out);
         return TIDEMARK_ENOMEM;
     }
@@ -410,6 +417,30 @@ int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_req
     if (request_query(p, REQUEST_COLS "WHERE session = $1 AND key = $2", 2, a, &r) != 0)
         return TIDEMARK_EIO;
     int rc = PQntuples(r) == 1 ? request_of_row(r, 0, out) : TIDEMARK_ENOTFOUND;
+    PQclear(r);
+    return rc;
+}
+
+/* A session and one record of it in one statement (one round trip on
+ * the request path of a store shared by nodes). */
+int tm_pg_session_request_get(tm_store *st, const char *id, const char *key, tm_session_rec *sess,
+                              tm_request_rec *req, int *req_rc)
+{
+    pgstore *p = (pgstore *)st;
+    const char *a[2] = {id, key};
+    PGresult *r = NULL;
+    memset(sess, 0, sizeof *sess);
+    *req_rc = 1;
+    if (request_query(p, "SELECT s.id, s.version, s.client, s.created_ms::text, s.last_seen_ms::text, "
+                         "(SELECT json_object_agg(name, value::json ORDER BY name)::text FROM "
+                         "tm_session_attrs a WHERE a.session = s.id), q.session, q.key, q.tool, "
+                         "q.stream, q.message, q.response, q.state::bigint, q.updated_ms FROM "
+                         "tm_sessions s LEFT JOIN tm_requests q ON q.session = s.id AND q.key = $2 "
+                         "WHERE s.id = $1", 2, a, &r) != 0)
+        return TIDEMARK_EIO;
+    int rc = PQntuples(r) == 1 ? session_of_row(r, 0, sess) : TIDEMARK_ENOTFOUND;
+    if (rc == 0)
+        *req_rc = PQgetisnull(r, 0, 6) ? TIDEMARK_ENOTFOUND : request_of_row_at(r, 0, 6, req);
     PQclear(r);
     return rc;
 }
