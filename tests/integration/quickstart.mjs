@@ -23,7 +23,7 @@ try {
   t.check("it got a session id", /^session [0-9a-f]{32}$/m.test(out), out.slice(0, 300));
   const [cut, resumed] = out.split(/^--- resuming after (\S+)$/m).filter((_, i) => i !== 1);
   const last = out.match(/^--- resuming after (\S+)$/m)?.[1];
-  const seqs = (x) => [...(x ?? "").matchAll(/^id: \S+-r\d+-(\d+)$/gm)].map((a) => Number(a[1]));
+  const seqs = (x) => [...(x ?? "").matchAll(/^id: [0-9a-f]{16}-r\d+-(\d+)-[A-Za-z0-9_-]{12}$/gm)].map((a) => Number(a[1]));
   const a = seqs(cut), b = seqs(resumed);
   t.check("the cut stream carried some events, not all", a.length > 1 && !/"result"/.test(cut), cut);
   t.check("the resume went on at exactly the next seq", last && b[0] === Number(last.split("-")[2]) + 1,
