@@ -496,6 +496,12 @@ static int job_request_key(const tm_job *j, const tm_msg *m, char key[TM_REQ_KEY
     return 0;
 }
 
+/* Whether a 2025 call's record begin is waited for (begin_records). */
+static int begin_waits(tidemark_server_t *srv, const tm_msg *m)
+{
+    return tm_store_shared(srv->store) && !(tm_call_tool_hints(srv, m) & TIDEMARK_TOOL_IDEMPOTENT);
+}
+
 static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     for (size_t i = 0; i < pm->n; i++) {
@@ -512,15 +518,18 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
         tm_request_rec rec = {.session = j->sess->id, .key = key,
                               .tool = (char *)(tool ? tool : ""), .stream = j->stream,
                               .message = message};
-        /* A keyed modern call waits for its record: only then does a store
-         * shared by several nodes say whether the key's first request began
-         * elsewhere (EEXIST), before anything runs. */
-        rc = message ? tm_store_request_begin(srv->store, &rec, j->modern && !j->ephemeral)
-                     : TIDEMARK_ENOMEM;
+        /* A keyed modern call, and a 2025 call of a tool that is not
+         * idempotent on a store shared by nodes, waits for its record: only
+         * then does the store say whether the identity's first request
+         * began elsewhere (EEXIST), before anything runs. (Within this
+         * process the identity's claim, record.h, keeps a copy out.) */
+        int wait = j->modern ? !j->ephemeral : begin_waits(srv, &pm->m[i]);
+        rc = message ? tm_store_request_begin(srv->store, &rec, wait) : TIDEMARK_ENOMEM;
         free(message);
-        /* EEXIST: a racing duplicate (memory store); a modern keyed call's
-         * first run on another node, which its caller waits for instead. */
-        if (rc && (rc != TIDEMARK_EEXIST || j->modern))
+        /* EEXIST: a modern keyed call's first run on another node, which
+         * its caller waits for instead; a 2025 call's, answered as its
+         * retry (begun_elsewhere); unwaited, nothing can have begun it. */
+        if (rc && (rc != TIDEMARK_EEXIST || wait))
             return rc;
     }
     return 0;
@@ -546,6 +555,8 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
             j->lazy = r; /* answered as JSON, or attached by the call's first notification */
         return rc;
     }
+    if (rc == TIDEMARK_EEXIST) /* begun on another node: the caller answers */
+        return rc;
     if (rc == 0) {
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
         rc = tm_feed_attach(srv, r, &o);
@@ -678,11 +689,41 @@ int tm_job_open_deferred(tm_job *j, tidemark_call_t *c)
     post_msgs *pm = j->deferred;
     j->deferred = NULL;
     j->sse = 1;
-    (void)open_call_stream(j->srv, j, j->req, pm); /* 2025: 0; a failure clears sse */
+    if (open_call_stream(j->srv, j, j->req, pm)) { /* unwaited (idempotent): never */
+        tm_reply_store_error(j->req, TIDEMARK_EEXIST);
+        j->sse = 0;
+        j->req = NULL;
+    }
     if (!j->sse)
         return TIDEMARK_EIO;
     c->recorded = 1;
     return 0;
+}
+
+/* A 2025 POST whose call's record another node began first (EEXIST of its
+ * waited begin, begin_records): a lone call is answered as that request's
+ * retry from its record, a batch told to retry (then each of its calls is
+ * judged by its record). Nothing of it runs. */
+static void begun_elsewhere(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm)
+{
+    char key[TM_REQ_KEY_MAX];
+    tm_rec_look look = {.verdict = TM_REC_CLAIMED};
+    if (!pm->batch && tm_request_key(&pm->m[0], key) == 0)
+        tm_record_look_store(srv, sess->id, key, &pm->m[0], &look);
+    if (look.verdict == TM_REC_ANSWERED) {
+        reply_answered(r, sess, pm, look.answer);
+        look.answer = NULL;
+    } else if (look.verdict == TM_REC_REUSED) {
+        tm_reply_json(r, 400, look.answer);
+        look.answer = NULL;
+    } else if (look.verdict == TM_REC_RUNNING && look.same_id && look.stream[0]) {
+        if (attach_stream(srv, r, sess, pm, look.stream, 1) == TIDEMARK_EBUSY)
+            await_outcome(srv, r, sess, pm, 1, look.stream);
+    } else {
+        tm_http_req_add_header(r, "Retry-After", "1");
+        reply_in_flight(r, look.stream);
+    }
+    tm_rec_look_clear(&look);
 }
 
 static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
@@ -716,10 +757,12 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
     }
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
-    if (rc) { /* modern: nothing runs unrecorded */
+    if (rc && !j->modern) /* its identity began on another node: nothing runs */
+        begun_elsewhere(srv, r, j->sess, pm);
+    else if (rc) /* modern: nothing runs unrecorded */
         tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], j->ephemeral, rc);
+    if (rc)
         return tm_job_free(j);
-    }
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */
 }
 

@@ -6,8 +6,8 @@
 //
 //   node same_id.mjs SERVER_BINARY STORE [PAIRS]
 //   STORE: memory | sqlite | redis (two nodes on one Redis, exit 77 when
-//   redis-server is missing; both copies go to one node: the claim is the
-//   node's own, another node's begin is refused by the store)
+//   redis-server is missing: the copies go to one node, then each to
+//   another node, where the second begin finds the first's record)
 import { checker, initialize, messages, post, serversFor, toolCall } from "./mcp_http.mjs";
 
 const [bin, kind, pairsArg] = process.argv.slice(2);
@@ -33,7 +33,7 @@ async function answer(res) {
 }
 
 // PAIRS calls, each sent twice at once; DELAY > 0 sends them to a worker.
-async function pairs(url, sid, tag, delay, base) {
+async function pairs([url, url2], sid, tag, delay, base) {
   const bad = [];
   for (let i = 1; i <= PAIRS; i++) {
     const args = { entry: `${tag}-${i}` };
@@ -41,7 +41,7 @@ async function pairs(url, sid, tag, delay, base) {
     const call = toolCall(base + i, "ledger_append", args);
     delete call.params._meta;
     const [a, b] = await Promise.all([post(url, sid, call, { headers: H }).then(answer),
-                                      post(url, sid, call, { headers: H }).then(answer)]);
+                                      post(url2, sid, call, { headers: H }).then(answer)]);
     const ok = (x) => x.status === 200 && x.msg?.id === call.id && x.msg?.result &&
       !x.msg.result.isError;
     if (!ok(a) || !ok(b) || JSON.stringify(a.msg.result) !== JSON.stringify(b.msg.result))
@@ -65,9 +65,11 @@ async function rows(url, sid, tag) {
 try {
   const url = servers.urls[0];
   const sid = await initialize(url, VERSION);
-  for (const [what, delay] of [["inline", 0], ["on a worker", 20]]) {
-    const tag = `s${Date.now()}${delay}`;
-    const bad = await pairs(url, sid, tag, delay, delay ? 20000 : 10000);
+  const phases = [["inline", 0, [url, url]], ["on a worker", 20, [url, url]]];
+  if (servers.urls[1] !== url) phases.push(["on two nodes", 20, servers.urls]);
+  for (const [[what, delay, urls], n] of phases.map((p, n) => [p, n])) {
+    const tag = `s${Date.now()}${n}`;
+    const bad = await pairs(urls, sid, tag, delay, 10000 * (n + 1));
     t.check(`${what}: both copies of each of ${PAIRS} calls answered with its one result`,
       bad.length === 0, `${bad.length} not: ` + JSON.stringify(bad.slice(0, 2)));
     const per = await rows(url, sid, tag);
