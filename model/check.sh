@@ -136,7 +136,10 @@ requests-2026-atomic-ltl|requests.pml|-DMODERN|ltl|at_most_once,true_answer,sett
 requests-2026-external|requests.pml|-DMODERN -DEXTERNAL|ltl|at_most_once,true_answer,settles|pass
 requests-2025-3attempts|requests.pml|-DNATT=3 -DNCRASH=1|safety||pass
 requests-2026-3attempts|requests.pml|-DMODERN -DNATT=3 -DNCRASH=1|safety||pass
-finding-2025-eexist-runs|requests.pml|-DLEGACY_EEXIST_RUNS|safety||fail
+requests-2025-claim-one-node|requests.pml|-DONE_NODE -DBAD_EEXIST_RUNS|safety||pass
+requests-2025-claim-one-node-ltl|requests.pml|-DONE_NODE -DBAD_EEXIST_RUNS|ltl|at_most_once,true_answer,settles,exactly_once|pass
+bad-2025-no-claim|requests.pml|-DONE_NODE -DBAD_EEXIST_RUNS -DBAD_NO_CLAIM|safety||fail
+bad-2025-eexist-runs|requests.pml|-DBAD_EEXIST_RUNS|safety||fail
 bad-run-before-durable|requests.pml|-DBAD_RUN_BEFORE_DURABLE -DEXTERNAL|safety||fail
 bad-rerun-external|requests.pml|-DBAD_RERUN_EXTERNAL -DEXTERNAL|safety||fail
 bad-no-closed-check|requests.pml|-DBAD_NO_CLOSED_CHECK|safety||fail

@@ -10,9 +10,16 @@
  *   EXTERNAL            the tool's effect is in an outside system (neither
  *                       atomic nor idempotent); default: an atomic tool whose
  *                       rows commit with its result
- *   LEGACY_EEXIST_RUNS  the 2025 path as the code has it today: a begin that
- *                       finds the record already there (EEXIST) still runs
- *                       the tool (post.c begin_records, writer.c note_failure)
+ *   ONE_NODE            node 2 never runs: one node with its own store
+ *                       (memory, SQLite)
+ *   BAD_EEXIST_RUNS     2025: a begin that finds the record already there
+ *                       (EEXIST) still runs the tool: the unwaited begin
+ *                       (writer.c note_failure does not tell the barrier),
+ *                       as on a one-node store, and on every store before
+ *                       the begin was waited for on shared ones
+ *   BAD_NO_CLAIM        2025: no claim of the identity (record.c
+ *                       tm_record_claim): a copy arriving on the node of a
+ *                       request that found nothing finds nothing too
  *   BAD_RUN_BEFORE_DURABLE  the handler runs before its record is durable
  *   BAD_RERUN_EXTERNAL  recovery re-runs a tool that is not atomic
  *   BAD_NO_CLOSED_CHECK the final append does not refuse a closed stream
@@ -88,6 +95,16 @@ byte ok;
 #else
 #define BEGIN_AFTER_RUN(a) (1)
 #define RUN_EARLY(a) (0)
+#endif
+
+/* 2025: the phases in which an attempt is seen by another one arriving on
+ * its node: from its lookup's claim (record.c tm_record_claim, held from
+ * before the record is read until its call is freed), else only once its
+ * call is registered (A_QUEUED) */
+#ifdef BAD_NO_CLAIM
+#define CLAIM_FROM A_QUEUED
+#else
+#define CLAIM_FROM A_NEW
 #endif
 
 #ifdef EXTERNAL
@@ -183,7 +200,7 @@ inline attempt(a)
         :: j > NATT -> break
         :: else ->
             if
-            :: j != a && anode[j] == anode[a] && apc[j] >= A_QUEUED && apc[j] <= A_FINAL ->
+            :: j != a && anode[j] == anode[a] && apc[j] >= CLAIM_FROM && apc[j] <= A_FINAL ->
                 apc[a] = A_WAIT
             :: else -> skip
             fi;
@@ -226,7 +243,7 @@ inline attempt(a)
         :: rec == R_NONE ->
             rec = R_STARTED; rec_owner = anode[a]; owner_live = lease[anode[a]]; rec_stream = a; apc[a] = A_RUN
         :: else ->
-#ifdef LEGACY_EEXIST_RUNS
+#ifdef BAD_EEXIST_RUNS
             apc[a] = A_RUN      /* EEXIST is not told to the barrier: it runs */
 #else
             apc[a] = A_WAIT     /* the record is another attempt's: attach */
@@ -299,7 +316,10 @@ inline recover(m)
 
 active proctype world()
 {
-    up[1] = 1; up[2] = 1; lease[1] = 1; lease[2] = 1;
+    up[1] = 1; lease[1] = 1;
+#ifndef ONE_NODE
+    up[2] = 1; lease[2] = 1;
+#endif
 end:
     do
     /* the client sends the call, or retries it, to a node that is up */
@@ -330,7 +350,9 @@ end:
 
     /* a node starts again: a new process with its lease */
     :: !up[1] -> atomic { up[1] = 1; lease[1] = 1 }
+#ifndef ONE_NODE
     :: !up[2] -> atomic { up[2] = 1; lease[2] = 1 }
+#endif
 
     /* a live node loses its lease (paused, cut off) and goes on running */
     :: lapses < NLAPSE && up[1] && lease[1] -> atomic { lapse(1) }

@@ -1,6 +1,7 @@
 // legacy_same_id.mjs - replays requests.pml's counterexample
-// finding-2025-eexist-runs on a running tidemark-server: two 2025 POSTs of
-// the same session and the same request id sent at once, each a
+// bad-2025-no-claim (once finding-2025-eexist-runs) on a running
+// tidemark-server: two 2025 POSTs of the same session and the same
+// request id sent at once, each a
 // ledger_append (an atomic tool: exactly once per request). Prints how many
 // requests wrote more than one ledger row; exit 1 when any did.
 //
