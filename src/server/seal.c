@@ -223,10 +223,50 @@ static int key_create(tm_store *st, const unsigned char *use, unsigned char key[
     return rc;
 }
 
+/* The key a store with shared values (tm_store_kv_get) keeps as one, in
+ * raw bytes; whichever node creates it first wins, the others (EEXIST)
+ * read the winner's back. A key kept in the reserved session (an older
+ * version's) is carried over, so nodes of both versions seal alike.
+ * Written outside the store's writer, it is taken while writes are
+ * refused (durability replicated without a synchronous standby): no
+ * acknowledged write depends on it until one is replicated, and
+ * replication carries the key before that write. TIDEMARK_ENOTSUP: no
+ * shared values. */
+static int kv_key_load_as(tm_store *st, const unsigned char *use, unsigned char key[KEY_LEN])
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        size_t len = 0;
+        int rc = tm_store_kv_get(st, TM_SEAL_KEY_SESSION, key, KEY_LEN, &len);
+        if (rc == 0)
+            return len == KEY_LEN ? 0 : TIDEMARK_EIO;
+        if (rc != TIDEMARK_ENOTFOUND)
+            return rc;
+        tm_session_rec rec;
+        rc = use ? TIDEMARK_ENOTFOUND : tm_store_session_get(st, TM_SEAL_KEY_SESSION, &rec);
+        if (rc == 0) {
+            rc = key_of(&rec, key);
+            tm_session_rec_clear(&rec);
+        } else if (rc == TIDEMARK_ENOTFOUND && use) {
+            memcpy(key, use, KEY_LEN);
+            rc = 0;
+        } else if (rc == TIDEMARK_ENOTFOUND) {
+            rc = tm_random_bytes(key, KEY_LEN);
+        }
+        if (rc == 0)
+            rc = tm_store_kv_create(st, TM_SEAL_KEY_SESSION, key, KEY_LEN);
+        if (rc != TIDEMARK_EEXIST)
+            return rc;
+    }
+    return TIDEMARK_EIO;
+}
+
 /* Read the shared key, or make it (from use, or at random): whichever node
  * creates the record first wins, the others (EEXIST) read the winner's back. */
 static int key_load_as(tm_store *st, const unsigned char *use, unsigned char key[KEY_LEN])
 {
+    int krc = kv_key_load_as(st, use, key);
+    if (krc != TIDEMARK_ENOTSUP)
+        return krc;
     for (int attempt = 0; attempt < 3; attempt++) {
         tm_session_rec rec;
         int rc = tm_store_session_get(st, TM_SEAL_KEY_SESSION, &rec);
