@@ -325,8 +325,10 @@ int tidemark_server_start(tidemark_server_t *srv)
     tm_store_options so = {
         .retain_events = srv->cfg.retain_events,
         .retain_ms = (int64_t)srv->cfg.retain_seconds * 1000,
-        .durability = srv->cfg.durability == TIDEMARK_DURABILITY_PROCESS ? TM_DURABILITY_PROCESS
-                                                                         : TM_DURABILITY_POWER,
+        .durability = srv->cfg.durability == TIDEMARK_DURABILITY_PROCESS      ? TM_DURABILITY_PROCESS
+                      : srv->cfg.durability == TIDEMARK_DURABILITY_REPLICATED ? TM_DURABILITY_REPLICATED
+                                                                              : TM_DURABILITY_POWER,
+        .store_timeout_ms = srv->cfg.store_timeout_ms,
         .emit_early = srv->cfg.emit_early,
         .accept_loss = srv->cfg.accept_loss,
         /* last-seen must be written several times per TTL */
