@@ -151,7 +151,6 @@ static int await_outcome(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     return 0;
 }
 
-
 /* pm's message i holds the claim of its identity in sess (record.h): kept
  * until its call takes it over, else let go by post_msgs_free. */
 static void keep_claim(post_msgs *pm, size_t i, tm_sess *sess)
@@ -160,12 +159,10 @@ static void keep_claim(post_msgs *pm, size_t i, tm_sess *sess)
     int ok = tm_request_key(&pm->m[i], key) == 0;
     if (ok)
         tm_strjoin(name, sizeof name, sess->id, "/", key, (const char *)NULL);
-    if (ok && (pm->claimed || (pm->claimed = calloc(pm->n, sizeof *pm->claimed))) &&
-        (pm->claimed[i] = strdup(name)) != NULL) {
-        return;
-    }
-    if (ok)
-        tm_record_unclaim_name(pm->srv, name); /* out of memory: as before claims */
+    if (ok && (pm->claimed || (pm->claimed = calloc(pm->n, sizeof *pm->claimed))))
+        pm->claimed[i] = strdup(name);
+    if (ok && (!pm->claimed || !pm->claimed[i])) /* out of memory: unclaimed, as before */
+        tm_record_unclaim_name(pm->srv, name);
 }
 
 /* The verdict of the lone call m: its identity claimed by another request
