@@ -13,6 +13,7 @@
 #include "../base/log.h"
 #include "../base/str.h"
 #include "tidemark/tidemark.h"
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -404,7 +405,8 @@ static int request_of_row_at(const PGresult *r, int i, int base, tm_request_rec 
  * second parameter, when there is one, is a key: bytes. */
 static int request_query(pgstore *p, const char *sql, int n, const char *const *a, PGresult **r)
 {
-    int lens[3] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0}, fmts[3] = {0, n > 1, 0};
+    int lens[4] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0, 0}, fmts[4] = {0, n > 1, 0, 0};
+    assert(n >= 1 && n <= 4); /* every parameter has a length and a format here */
     return tm_pg_query_f(p, sql, n, a, lens, fmts, 1, r);
 }
 

@@ -50,7 +50,7 @@ try {
   const a2 = await callTool(ex.url, sid, "a1", "append", { entry: "x" }); // a retry
   t.check("an append and its retry: answered, one row", a1.response?.result && a2.response?.result &&
     JSON.stringify(a1.response.result) === JSON.stringify(a2.response.result) &&
-    await count(ex.url, sid) === "1", JSON.stringify([a1.response, a2.response]));
+    await count(ex.url, sid) === "1", JSON.stringify([a1.response, a2.response, await count(ex.url, sid)]));
 
   await stopServer(ex, "SIGKILL");
   ex = await startExample(uri);
