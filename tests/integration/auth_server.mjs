@@ -299,7 +299,7 @@ async function sdk() {
   let out = "";
   child.stdout.on("data", (x) => { out += x; process.stdout.write(x); });
   const killer = setTimeout(() => child.kill("SIGKILL"), 45000);
-  const status = await new Promise((res) => child.once("exit", (code) => res(code)));
+  const status = await new Promise((res) => child.once("close", (code) => res(code)));
   clearTimeout(killer);
   for (const line of out.split("\n")) {
     const mm = line.match(/^(\d+) passed, (\d+) failed$/);

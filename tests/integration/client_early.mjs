@@ -75,7 +75,7 @@ try {
     const m = [...String(d).matchAll(/^progress (\d+)\//gm)];
     if (m.length) last = Number(m[m.length - 1][1]);
   });
-  const exited = new Promise((r) => cl.on("exit", (code) => r(code)));
+  const exited = new Promise((r) => cl.on("close", (code) => r(code)));
   let kills = 0;
   for (const at of KILL_AT) {
     const deadline = Date.now() + 60000;

@@ -231,7 +231,7 @@ function run(args, { env = {}, killAfterMs = 0, watchdog = WATCHDOG_MS } = {}) {
     p.stderr.on("data", (d) => { err += d; });
     const kt = killAfterMs ? setTimeout(() => { p.sigkilled = true; p.kill("SIGKILL"); }, killAfterMs) : null;
     const wt = setTimeout(() => { hung = true; p.kill("SIGKILL"); }, watchdog);
-    p.once("exit", (code, signal) => {
+    p.once("close", (code, signal) => {
       clearTimeout(kt); clearTimeout(wt);
       resolve({ code, signal, out, err, hung, sigkilled: !!p.sigkilled && !hung, ms: Date.now() - started });
     });
