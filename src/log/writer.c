@@ -15,6 +15,12 @@
 #define TOUCH_EVERY_MS 5000
 #define TOUCH_MAX 4096     /* sessions whose last touch is kept; past it they start over */
 
+/* A failed report op not yet told to its thread (tm_wop.report). */
+typedef struct unreported_op {
+    pthread_t thread;
+    uint64_t ctr;
+} unreported_op;
+
 typedef struct wake_item {
     char *session, *stream; /* one allocation: session, then stream */
     uint64_t seq;
@@ -34,7 +40,7 @@ struct tm_writer {
 
     /* the writer thread's own */
     int64_t probe_at_ms, probe_every_ms, failed_since_ms;
-    pthread_t *unreported;      /* threads whose report op failed, not yet told */
+    unreported_op *unreported;  /* report ops that failed, their threads not yet told */
     size_t nunreported;
     tm_map *wake_index;         /* of the batch being settled: stream -> 1 + index */
     wake_item *wakes;
@@ -161,10 +167,10 @@ static void note_failure(tm_writer *w, tm_wop *o, int batch_failed)
             atomic_store(&w->fail_enq_hi, o->enq_us);
     }
     if (o->report && !o->q.sync && st != 0 && st != TIDEMARK_EEXIST) {
-        pthread_t *v = realloc(w->unreported, (w->nunreported + 1) * sizeof *v);
+        unreported_op *v = realloc(w->unreported, (w->nunreported + 1) * sizeof *v);
         if (v) {
             w->unreported = v;
-            w->unreported[w->nunreported++] = o->thread;
+            w->unreported[w->nunreported++] = (unreported_op){o->thread, o->q.ctr};
         }
     }
 }
@@ -176,8 +182,9 @@ static void settle_barrier(tm_writer *w, tm_wop *b, int rc)
 {
     b->q.status = rc ? rc : atomic_load(&w->refusing) ? TIDEMARK_EIO : 0;
     for (size_t i = 0; i < w->nunreported; i++) {
-        if (pthread_equal(w->unreported[i], b->thread)) {
-            b->q.status = TIDEMARK_EIO;
+        if (pthread_equal(w->unreported[i].thread, b->thread)) {
+            if (w->unreported[i].ctr >= b->since) /* else queued before what b asks about */
+                b->q.status = TIDEMARK_EIO;
             w->unreported[i--] = w->unreported[--w->nunreported];
         }
     }
@@ -403,6 +410,7 @@ static int sync_barrier(tm_writer *w, int exact, uint64_t mark)
     if (!b)
         return TIDEMARK_ENOMEM;
     b->barrier = 1;
+    b->since = exact ? mark : 0;
     b->thread = pthread_self();
     int64_t enq = b->enq_us = tm_now_us();
     int rc = tm_writer_run(w, b);

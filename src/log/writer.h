@@ -43,6 +43,8 @@ typedef struct tm_wop {
     unsigned char report;  /* queued without waiting and without callback: a failure
                               (other than TIDEMARK_EEXIST) is told to thread's next sync */
     unsigned char barrier; /* the writer's own (tm_writer_sync) */
+    uint64_t since;        /* a barrier: report ops queued before this queue position
+                              (tm_writer_sync_since's mark) are not its concern */
 } tm_wop;
 
 typedef struct tm_writer tm_writer;
@@ -117,7 +119,9 @@ uint64_t tm_writer_mark(tm_writer *w);
  * before this call failed. */
 int tm_writer_sync(tm_writer *w);
 /* The same, exact instead of the window: TIDEMARK_EIO when any op queued at
- * or after mark failed (mark 0: from the first). */
+ * or after mark failed (mark 0: from the first). A failed report op of this
+ * thread queued before mark is forgotten here, not told: it belongs to what
+ * the thread did before (another call on the same worker). */
 int tm_writer_sync_since(tm_writer *w, uint64_t mark);
 /* Whether writes are refused now (after a failed commit, until a probe
  * succeeded). Cheap. */

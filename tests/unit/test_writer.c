@@ -580,6 +580,24 @@ static void *report_main(void *arg)
     return NULL;
 }
 
+/* The same thread's next call (a worker's): its report op failed, then
+ * sync_since with a mark taken after it, and one taken before it. */
+static void *report_since_main(void *arg)
+{
+    report_ctx *c = arg;
+    uint64_t before = tm_writer_mark(c->f->w);
+    c->o->w.report = 1;
+    c->o->w.thread = pthread_self();
+    tm_writer_push(c->f->w, &c->o->w);
+    assert_int_equal(tm_writer_sync_since(c->f->w, before), TIDEMARK_EIO);
+    c->o[1].w.report = 1;
+    c->o[1].w.thread = pthread_self();
+    tm_writer_push(c->f->w, &c->o[1].w);
+    c->sync_rc[0] = tm_writer_sync_since(c->f->w, tm_writer_mark(c->f->w));
+    c->sync_rc[1] = tm_writer_sync(c->f->w);
+    return NULL;
+}
+
 /* An op queued without waiting and without a callback (a request record)
  * reports its failure to its own thread's next sync, once; a duplicate
  * (TIDEMARK_EEXIST) is no failure. */
@@ -618,6 +636,14 @@ static void test_writer_reports_to_thread(void **state)
     assert_int_equal(pthread_create(&th, NULL, report_main, &rc2), 0);
     pthread_join(th, NULL);
     assert_int_equal(rc2.sync_rc[0], 0);
+    /* a failure queued before a later call's mark is not that call's */
+    static fop o3[2];
+    g_report_status = TIDEMARK_ENOTFOUND;
+    report_ctx rc3 = {.f = f, .o = o3};
+    assert_int_equal(pthread_create(&th, NULL, report_since_main, &rc3), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(rc3.sync_rc[0], 0);
+    assert_int_equal(rc3.sync_rc[1], 0); /* forgotten, not held for later */
     fake_free(f);
 }
 
