@@ -60,6 +60,11 @@ int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t
 
 int tm_store_shared(const tm_store *st) { return st->ops->request_claim != NULL; }
 
+int tm_store_request_mine(tm_store *st, const char *session, const char *key)
+{
+    return st->ops->request_mine ? st->ops->request_mine(st, session, key) : 1;
+}
+
 int tm_store_request_claim(tm_store *st, const char *session, const char *key)
 {
     return st->ops->request_claim ? st->ops->request_claim(st, session, key) : 0;

@@ -175,6 +175,9 @@ struct tm_store_ops {
      * this node now owns it, TIDEMARK_EBUSY when it is live or taken. */
     int (*publish)(tm_store *st, const char *channel, const void *data, size_t len);
     int (*request_claim)(tm_store *st, const char *session, const char *key);
+    /* With request_claim: 1 when the record is started and this node's, 0
+     * when it is not (absent, finished, another node's), or an error. */
+    int (*request_mine)(tm_store *st, const char *session, const char *key);
     /* Optional (NULL: always writable, a mark of 0, sync_since = sync). */
     int (*writable)(tm_store *st);
     uint64_t (*mark)(tm_store *st);
@@ -222,6 +225,10 @@ int tm_store_shared(const tm_store *st);
  * 0: this node owns it now; TIDEMARK_EBUSY: live elsewhere or claimed.
  * Always 0 on single-process backends. */
 int tm_store_request_claim(tm_store *st, const char *session, const char *key);
+/* Whether a started record is this node's to finish: 1 yes, 0 no (absent,
+ * finished, or another node's), or an error code. Always 1 on
+ * single-process backends. */
+int tm_store_request_mine(tm_store *st, const char *session, const char *key);
 /* Close and free. */
 void tm_store_close(tm_store *st);
 /* Current writer epoch (16 hex digits). */

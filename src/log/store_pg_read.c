@@ -502,6 +502,19 @@ int tm_pg_request_claim(tm_store *st, const char *session, const char *key)
     return rc;
 }
 
+int tm_pg_request_mine(tm_store *st, const char *session, const char *key)
+{
+    pgstore *p = (pgstore *)st;
+    const char *a[3] = {session, key, p->node};
+    PGresult *r = NULL;
+    if (request_query(p, "SELECT EXISTS (SELECT 1 FROM tm_requests WHERE session = $1 AND "
+                         "key = $2 AND state = 1 AND node = $3)", 3, a, &r) != 0)
+        return TIDEMARK_EIO;
+    int mine = PQgetlength(r, 0, 0) == 1 && PQgetvalue(r, 0, 0)[0] == 1;
+    PQclear(r);
+    return mine;
+}
+
 /* ---- the effect database: the application's SQL and rows ---------------------------------- */
 
 int tm_pg_exec_schema(tm_store *st, const char *sql)

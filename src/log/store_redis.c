@@ -2861,6 +2861,27 @@ static int r_request_claim(tm_store *st, const char *session, const char *key)
     return rc;
 }
 
+static int r_request_mine(tm_store *st, const char *session, const char *key)
+{
+    rstore *r = (rstore *)st;
+    args a = {0};
+    arg_str(&a, "HMGET");
+    arg_fmt(&a, "tm:{%s}:q:%s", session, key);
+    arg_str(&a, "state");
+    arg_str(&a, "node");
+    redisReply *x = NULL;
+    int rc = pool_one(r, &a, &x);
+    if (rc)
+        return rc;
+    int ok = x->type == REDIS_REPLY_ARRAY && x->elements == 2;
+    const redisReply *s = ok ? x->element[0] : NULL, *n = ok ? x->element[1] : NULL;
+    rc = !ok ? TIDEMARK_EIO
+         : s->type == REDIS_REPLY_STRING && strcmp(s->str, "1") == 0 &&
+                   n->type == REDIS_REPLY_STRING && strcmp(n->str, r->wid) == 0;
+    freeReplyObject(x);
+    return rc;
+}
+
 /* SET this node's lease on *c, its own connection (not the pool: lease
  * renewals must not compete with readers), reconnecting when needed. */
 static int lease_renew(rstore *r, redisContext **c)
@@ -3105,6 +3126,7 @@ static const struct tm_store_ops redis_ops = {
     .writable = r_writable,
     .publish = r_publish,
     .request_claim = r_request_claim,
+    .request_mine = r_request_mine,
     .hold = r_hold,
 };
 

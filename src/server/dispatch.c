@@ -169,6 +169,7 @@ static json_t *tools_call(tidemark_call_t *c)
      * by the store position taken before it was queued. */
     if (c->recorded && !c->recovering && !c->inline_run && !(e.hints & TIDEMARK_TOOL_IDEMPOTENT)) {
         int rc = tm_store_sync_since(c->srv->store, c->mark);
+        c->unrecorded = rc != 0;
         if (rc)
             return tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
                                     "The request could not be recorded; the tool did not run",

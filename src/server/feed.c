@@ -28,6 +28,7 @@ typedef struct feed {
     int close_requested;
     uint64_t close_after;  /* with close_requested: end once delivered >= this */
     tm_buf *last_words;    /* tm_feed_fail: sent once caught up, then the end */
+    int awaits_open;       /* tm_feed_opts.defer */
     tm_buf *out;           /* during a pull */
     void (*on_end)(void *ud, int completed);
     void *end_ud;
@@ -133,6 +134,18 @@ static int pull_gap(feed *f, tm_buf *out)
     return TM_HTTP_MORE;
 }
 
+/* tm_feed_fail's words, then the end. */
+static int send_last_words(feed *f, tm_buf *out)
+{
+    int rc = tm_buf_add(out, f->last_words->data, f->last_words->len);
+    tm_buf_free(f->last_words);
+    free(f->last_words);
+    f->last_words = NULL;
+    f->close_requested = 1;
+    f->close_after = f->delivered;
+    return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
+}
+
 /* Caught up with the store: announce, end, last words, or wait. */
 static int pull_caught_up(feed *f, tm_buf *out)
 {
@@ -151,16 +164,23 @@ static int pull_caught_up(feed *f, tm_buf *out)
         return TM_HTTP_END;
     if (f->close_requested && f->delivered >= f->close_after)
         return TM_HTTP_END;
-    if (f->last_words) { /* nothing more will be committed: say why, then end */
-        int rc = tm_buf_add(out, f->last_words->data, f->last_words->len);
-        tm_buf_free(f->last_words);
-        free(f->last_words);
-        f->last_words = NULL;
-        f->close_requested = 1;
-        f->close_after = f->delivered;
-        return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
-    }
+    if (f->last_words) /* nothing more will be committed: say why, then end */
+        return send_last_words(f, out);
     return TM_HTTP_WAIT;
+}
+
+/* The stream cannot be read (rc_read). Last words if any, then the end.
+ * A POST's stream not found before its first event waits for its opening
+ * or its calls' last words (a lost opening: no call's response can be made
+ * durable). Any other failure ends: the client resumes or re-sends. */
+static int pull_lost(feed *f, tm_buf *out, int rc_read)
+{
+    if (f->last_words)
+        return send_last_words(f, out);
+    if (rc_read == TIDEMARK_ENOTFOUND && f->awaits_open && f->delivered == f->began &&
+        !f->close_requested)
+        return TM_HTTP_WAIT;
+    return TM_HTTP_END;
 }
 
 static int feed_pull(void *ud, tm_buf *out)
@@ -178,7 +198,7 @@ static int feed_pull(void *ud, tm_buf *out)
     if (rc == TIDEMARK_ERANGE)
         return pull_gap(f, out);
     if (rc)
-        return TM_HTTP_END;
+        return pull_lost(f, out, rc);
     if (out->len > before)
         return TM_HTTP_MORE;
     return pull_caught_up(f, out);
@@ -229,6 +249,7 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     f->announced = o->after_seq;
     f->on_end = o->on_end;
     f->end_ud = o->end_ud;
+    f->awaits_open = o->defer;
     tm_buf_init(&f->head, 1u << 20);
     int bad = !f->session || !f->stream ||
               (o->retry_ms && tm_sse_frame_retry(&f->head, o->retry_ms)) ||

@@ -22,7 +22,10 @@ typedef struct tm_feed_opts {
                                head passes what was sent */
     int defer;              /* a POST's call stream: nothing sent before its first
                                event; whole by then, one response with its length
-                               (tm_http_source.has_events) */
+                               (tm_http_source.has_events). Not found before its
+                               first event, it waits: its opening may not be
+                               durable yet, or was lost, and then its calls'
+                               last words (tm_feed_fail) come */
     /* Called once when the connection ends (2026-07-28 streams): completed
      * is 1 when the stream was closed and everything in it was sent. */
     void (*on_end)(void *ud, int completed);

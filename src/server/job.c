@@ -196,6 +196,12 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
     tidemark_server_t *srv = j->srv;
     size_t len, flen = 0;
     unsigned fstatus = 200;
+    if (c && c->recorded && c->unrecorded) {
+        /* Stored, this refusal would answer every retry; the record (if it
+         * exists, "started") is settled by recovery instead. */
+        tm_call_write_failed(c, TIDEMARK_EIO);
+        return 0;
+    }
     char *bytes = tm_jsonrpc_dump(response, &len);
     char *fallback = NULL;
     tm_append_req r = {.session = j->sess->id, .stream = j->stream, .data = bytes, .len = len,

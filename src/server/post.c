@@ -526,6 +526,8 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
         /* EEXIST: a modern keyed call's first run on another node, which
          * its caller waits for instead; a 2025 call's, answered as its
          * retry (begun_elsewhere); unwaited, nothing can have begun it. */
+        if (rc && wait && rc != TIDEMARK_EEXIST)
+            tm_call_begin_failed(srv, j->sess->id, key);
         if (rc && (rc != TIDEMARK_EEXIST || wait))
             return rc;
     }
@@ -534,8 +536,8 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
 
 /* A POST with calls is answered with the stream they write to: opened,
  * its records begun, its priming event queued, then attached. On failure
- * the POST is answered with the error and the job answers nothing (a
- * modern one: the caller answers, and nothing runs). */
+ * nothing runs: a 2025 POST is answered here with the error (but for
+ * TIDEMARK_EEXIST: begun on another node), a modern one by the caller. */
 static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
 {
     tm_sess *sess = j->sess;
@@ -558,12 +560,12 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
         tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
         rc = tm_feed_attach(srv, r, &o);
     }
-    if (rc) {
+    if (rc) { /* answered here; nothing runs unrecorded */
         tm_reply_store_error(r, rc);
         j->sse = 0;
         j->req = NULL;
     }
-    return 0;
+    return rc;
 }
 
 static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uint64_t mark)
@@ -686,7 +688,8 @@ int tm_job_open_deferred(tm_job *j, tidemark_call_t *c)
     post_msgs *pm = j->deferred;
     j->deferred = NULL;
     j->sse = 1;
-    if (open_call_stream(j->srv, j, j->req, pm)) { /* unwaited (idempotent): never */
+    int rc = open_call_stream(j->srv, j, j->req, pm);
+    if (rc == TIDEMARK_EEXIST) { /* unwaited (idempotent): never */
         tm_reply_store_error(j->req, TIDEMARK_EEXIST);
         j->sse = 0;
         j->req = NULL;
@@ -754,9 +757,9 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
     }
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
-    if (rc && !j->modern) /* its identity began on another node: nothing runs */
+    if (rc == TIDEMARK_EEXIST && !j->modern) /* its identity began on another node */
         begun_elsewhere(srv, r, j->sess, pm);
-    else if (rc) /* modern: nothing runs unrecorded */
+    else if (rc && j->modern) /* nothing runs unrecorded (2025: answered already) */
         tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], j->ephemeral, rc);
     if (rc)
         return tm_job_free(j);

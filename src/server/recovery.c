@@ -247,23 +247,52 @@ static void failed_key(char *out, size_t n, const char *sid, const char *key)
     tm_strjoin(out, n, sid, "\n", key, (const char *)NULL);
 }
 
+static void note_failed(tidemark_server_t *srv, const char *sid, const char *key)
+{
+    char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
+    failed_key(k, sizeof k, sid, key);
+    pthread_mutex_lock(&srv->fail_mu);
+    if (tm_map_put(srv->failed, k, (void *)1) != 0) /* then only a restart settles it */
+        TM_ERROR("request %s: out of memory noting it for recovery", key);
+    pthread_mutex_unlock(&srv->fail_mu);
+}
+
+void tm_call_begin_failed(tidemark_server_t *srv, const char *sid, const char *key)
+{
+    TM_WARN("session %s: the record of request %s was not confirmed; it is settled once the "
+            "store takes writes again", TM_SID(sid), key);
+    note_failed(srv, sid, key);
+}
+
+/* The typed error of a request whose outcome is not settled yet (data.reason
+ * store_failed): the client re-sends it under its id. New reference. */
+static json_t *unsettled_error(json_t *id)
+{
+    return tm_jsonrpc_error(id, TM_RPC_INTERNAL_ERROR,
+                            "The result could not be made durable; the request's outcome "
+                            "is settled once the store recovers: retry it then",
+                            "store_failed", NULL);
+}
+
 void tm_call_write_failed(tidemark_call_t *c, int status)
 {
     tidemark_server_t *srv = c->srv;
+    if (status == TIDEMARK_EBUSY) {
+        /* Its record is another node's now (this node's lease lapsed and a
+         * survivor took the call over): the stream goes on there. End this
+         * connection; the client resumes it or re-sends the request. */
+        TM_WARN("session %s: request %s was taken over by another node; its stream goes on "
+                "there", TM_SID(c->sess->id), c->reqkey);
+        if (srv->http)
+            tm_feed_close_after(srv, c->sess->id, c->stream, 0);
+        return;
+    }
     TM_ERROR("session %s: the response of request %s could not be made durable (%s); it is "
              "settled once the store takes writes again", TM_SID(c->sess->id), c->reqkey,
              tidemark_strerror(status));
-    char k[TM_SESSION_ID_LEN + 2 + TM_REQ_KEY_MAX];
-    failed_key(k, sizeof k, c->sess->id, c->reqkey);
-    pthread_mutex_lock(&srv->fail_mu);
-    if (tm_map_put(srv->failed, k, (void *)1) != 0) /* then only a restart settles it */
-        TM_ERROR("request %s: out of memory noting it for recovery", c->reqkey);
-    pthread_mutex_unlock(&srv->fail_mu);
+    note_failed(srv, c->sess->id, c->reqkey);
     /* No SSE id: nothing of it was committed, so it is no event of the stream. */
-    json_t *e = tm_jsonrpc_error(c->id, TM_RPC_INTERNAL_ERROR,
-                                 "The result could not be made durable; the request's outcome "
-                                 "is settled once the store recovers: retry it then",
-                                 "store_failed", NULL);
+    json_t *e = unsettled_error(c->id);
     size_t len;
     char *bytes = tm_jsonrpc_dump(e, &len);
     json_decref(e);
@@ -296,8 +325,9 @@ static void take_key(const char *k, void *v, void *ud)
         l->v[l->n++] = d;
 }
 
-/* The record of a failed call, if it still needs finishing. 1: collected
- * into p; 0: nothing to do (finished meanwhile); -1: could not tell. */
+/* The record of a failed call, if it still needs finishing here. 1:
+ * collected into p; 0: nothing to do (absent, finished meanwhile, or
+ * another node's now); -1: could not tell. */
 static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
 {
     const char *nl = strchr(k, '\n');
@@ -313,6 +343,14 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
     if (rc)
         return -1;
     int started = rec.state == TM_REQ_STARTED;
+    /* Nodes sharing the store: one that took it over after this node's
+     * lease lapsed finishes it (never both: the stream would run twice). */
+    int mine = started ? tm_store_request_mine(srv->store, sid, nl + 1) : 0;
+    if (mine < 0) {
+        tm_request_rec_clear(&rec);
+        return -1;
+    }
+    started = mine;
     if (started)
         collect(p, &rec);
     tm_request_rec_clear(&rec);

@@ -110,6 +110,8 @@ struct tidemark_call {
     unsigned hints;           /* the tool's TIDEMARK_TOOL_* */
     int recorded;             /* a request record exists: completing it is due */
     int recovering;           /* re-run after a crash */
+    int unrecorded;           /* its record was not confirmed and the tool did not run:
+                                 its answer is not stored; recovery settles the record */
     int has_floor;            /* progress at or below floor is not sent again */
     double progress_floor;
     tidemark_effect_fn effect;
@@ -352,6 +354,12 @@ int tm_recover(tidemark_server_t *srv);
  * its record stays "started"; the client's stream gets a typed store_failed
  * error without an id, and tm_recover_failed finishes the record later. */
 void tm_call_write_failed(tidemark_call_t *c, int status);
+/* recovery.c: the record of a call of session sid (request key key) was
+ * not confirmed (its commit failed, or its outcome is unknown) and the call
+ * will not run: the record may still exist "started", with nothing running
+ * it. Noted like a failed write: its retries are answered store_failed, and
+ * tm_recover_failed finishes it if it exists. */
+void tm_call_begin_failed(tidemark_server_t *srv, const char *sid, const char *key);
 /* 1 while such a call of session sid with request key key is unfinished. */
 int tm_call_write_pending(tidemark_server_t *srv, const char *sid, const char *key);
 /* Once the store takes writes again, finish those calls as after a crash

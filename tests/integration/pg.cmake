@@ -4,6 +4,17 @@
 # on loopback ports it picks, never a system cluster; exit 77 (skipped) only
 # when the PostgreSQL server binaries or HAProxy are not installed.
 #
+# pg_outage: a primary and one synchronous standby, one tidemark-server with
+# --durability replicated; the standby stopped (a stream call and an append
+# refused typed, never an empty stream), then back (both re-sent under their
+# ids reach their end, the append once). 20-40 s.
+if(NODE_EXECUTABLE)
+  add_test(NAME pg_outage
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/pg_outage.mjs
+            $<TARGET_FILE:tidemark-server>)
+  set_tests_properties(pg_outage PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS "pg")
+endif()
+
 # pg_failover: a primary and two synchronous standbys ('ANY 1 (s1, s2)'), two
 # tidemark-server nodes behind HAProxy, clients appending ledger entries and
 # streaming; kill -9 of the primary, the most advanced standby promoted, the

@@ -159,6 +159,10 @@ async function diskFull() {
   await sleep(100);
   const during = await call(s.url, a.sid, 2, "two");
   check("disk full: the call does not succeed", !during.ok, JSON.stringify(during));
+  // Never an empty answer: a typed error (an HTTP error, or a JSON-RPC error
+  // naming the store) tells the client what happened and to re-send.
+  const typed = during.status !== 200 ? !!during.status : /^store_/.test(during.msg?.error?.data?.reason ?? "");
+  check("disk full: the call is answered with a typed error", typed, JSON.stringify(during));
   const init = await initialize(s.url);
   check("disk full: initialize does not succeed", init.status !== 200, JSON.stringify(init));
   rmSync(ctl);

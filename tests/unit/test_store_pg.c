@@ -247,6 +247,9 @@ static void test_request_claim(void **state)
     assert_int_equal(tm_store_request_begin(owner, &r, 1), 0);
     assert_int_equal(tm_store_request_begin(a, &r, 1), TIDEMARK_EEXIST);
     assert_int_equal(tm_store_request_claim(a, "s", "i:7"), TIDEMARK_EBUSY); /* its owner lives */
+    assert_int_equal(tm_store_request_mine(owner, "s", "i:7"), 1);
+    assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 0);
+    assert_int_equal(tm_store_request_mine(a, "s", "i:8"), 0); /* absent */
     rec_list l = {0};
     assert_int_equal(tm_store_requests_unfinished(a, count_rec, &l), 0);
     assert_int_equal(l.n, 0);
@@ -263,6 +266,7 @@ static void test_request_claim(void **state)
     assert_true(now_ms() - t0 >= 3000); /* not at once: a's first 6 s */
     assert_int_equal(tm_store_request_claim(a, "s", "i:7"), 0);
     assert_int_equal(tm_store_request_claim(b, "s", "i:7"), TIDEMARK_EBUSY); /* a took it */
+    assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 1);
     tm_append_req q = {.session = "s", .stream = "r1", .data = "{}", .len = 2,
                        .flags = TM_APPEND_FINAL, .request_key = "i:7"};
     assert_int_equal(tm_store_append_ex(a, &q), 0);
@@ -273,6 +277,7 @@ static void test_request_claim(void **state)
     assert_int_equal(got.response_len, 2);
     assert_memory_equal(got.response, "{}", 2);
     tm_request_rec_clear(&got);
+    assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 0); /* finished */
     tm_store_close(a);
     tm_store_close(b);
 }

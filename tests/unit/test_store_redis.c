@@ -343,6 +343,9 @@ static void test_request_claim(void **state)
     assert_int_equal(tm_store_request_begin(owner, &r, 1), 0);
     assert_int_equal(tm_store_request_claim(a, "s", key), TIDEMARK_EBUSY); /* its owner lives */
     assert_int_equal(tm_store_request_claim(owner, "s", key), TIDEMARK_EBUSY); /* its own */
+    assert_int_equal(tm_store_request_mine(owner, "s", key), 1);
+    assert_int_equal(tm_store_request_mine(a, "s", key), 0);
+    assert_int_equal(tm_store_request_mine(a, "s", "s:absent"), 0);
     tm_store_close(owner); /* its lease goes with it */
     rec_list l = {0};
     assert_int_equal(tm_store_requests_unfinished(a, list_rec, &l), 0);
@@ -350,6 +353,8 @@ static void test_request_claim(void **state)
     assert_int_equal(tm_store_request_claim(a, "s", key), 0);
     assert_int_equal(tm_store_request_claim(b, "s", key), TIDEMARK_EBUSY); /* a took it */
     assert_int_equal(tm_store_request_claim(a, "s", key), TIDEMARK_EBUSY); /* running here now */
+    assert_int_equal(tm_store_request_mine(a, "s", key), 1);
+    assert_int_equal(tm_store_request_mine(b, "s", key), 0);
     memset(&l, 0, sizeof l);
     assert_int_equal(tm_store_requests_unfinished(b, list_rec, &l), 0);
     assert_int_equal(l.n, 0); /* a's, and a holds its lease */
@@ -362,6 +367,7 @@ static void test_request_claim(void **state)
     assert_int_equal(got.state, TM_REQ_COMPLETED);
     tm_request_rec_clear(&got);
     assert_int_equal(tm_store_request_claim(b, "s", key), TIDEMARK_EBUSY); /* finished */
+    assert_int_equal(tm_store_request_mine(a, "s", key), 0);
     tm_store_close(a);
     tm_store_close(b);
 }
