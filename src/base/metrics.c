@@ -36,6 +36,8 @@ static const counter_def counters[TM_M_COUNTER_COUNT] = {
     [TM_M_STORE_LOSS] = {"tidemark_store_loss_detected_total", "", "Store opens that found fewer commits than the head file recorded."},
     [TM_M_STORE_CORRUPT] = {"tidemark_store_corruption_total", "", "Damaged database files found, at open or at run time."},
     [TM_M_STORE_RECOVERIES] = {"tidemark_store_write_recoveries_total", "", "Times a store accepted writes again after a failed write."},
+    [TM_M_OTEL_SPANS_EXPORTED] = {"tidemark_otel_spans_exported_total", "", "Trace spans the OTLP collector accepted."},
+    [TM_M_OTEL_SPANS_DROPPED] = {"tidemark_otel_spans_dropped_total", "", "Trace spans dropped: the export queue was full or an export failed."},
 };
 
 static const counter_def gauges[TM_G_GAUGE_COUNT] = {

@@ -35,6 +35,8 @@ typedef enum tm_counter {
     TM_M_STORE_LOSS,            /* opens finding fewer commits than the head file recorded */
     TM_M_STORE_CORRUPT,         /* damaged database files found (open or run time) */
     TM_M_STORE_RECOVERIES,      /* writes accepted again after a failed write */
+    TM_M_OTEL_SPANS_EXPORTED,   /* spans the collector took (src/otel/) */
+    TM_M_OTEL_SPANS_DROPPED,    /* spans dropped: queue full, export failed */
     TM_M_COUNTER_COUNT
 } tm_counter;
 
