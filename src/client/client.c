@@ -155,6 +155,7 @@ int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
         return rc;
     }
     config_settle(&c->cfg);
+    c->otel = tm_otel_from_env(c->name); /* the object's own tracer, from OTEL_* */
     *out = c;
     return 0;
 }
@@ -172,6 +173,7 @@ void tidemark_client_free(tidemark_client_t *c)
     }
     tm_pool_free(c->workers);
     tm_hc_free(c->hc);
+    tm_otel_free(c->otel); /* every request ended its span */
     tm_oauth_free(c);
     tm_cstate_close(c->st);
     tm_map_free(c->pending);

@@ -40,6 +40,7 @@
 #include "../base/map.h"
 #include "../base/pool.h"
 #include "../log/event_id.h"
+#include "../otel/otel.h"
 #include "../transport/http_client.h"
 #include "../transport/sse_parser.h"
 #include <pthread.h>
@@ -188,6 +189,7 @@ struct tidemark_client {
     json_t *cache;           /* modern: cache key -> {until, result} (c->mu) */
     char *auth_token;        /* the bearer token sent (c->mu); never logged */
     struct tm_oauth *oauth;  /* authorization (oauth.c) */
+    tm_otel *otel;           /* traces (NULL: off), from the environment at new */
 };
 
 /* request.c */

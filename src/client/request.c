@@ -209,10 +209,14 @@ int tm_drive(tidemark_client_t *c, rq *r, int64_t deadline)
 }
 
 /* params for the request: a copy, with progressToken = id when progress
- * is wanted. NULL when memory is short. */
-static json_t *request_params(json_t *params, int64_t id, int progress)
+ * is wanted, and the span's traceparent. NULL when memory is short. */
+static json_t *request_params(json_t *params, int64_t id, int progress, const tm_span *sp)
 {
     json_t *p = params ? json_deep_copy(params) : json_object();
+    if (p && tm_mcp_inject(sp, p) != 0) {
+        json_decref(p);
+        return NULL;
+    }
     if (!p || !progress)
         return p;
     json_t *meta = json_object_get(p, "_meta");
@@ -249,9 +253,9 @@ static int record_call(tidemark_client_t *c, rq *r, json_t *p, json_t **err)
 
 /* Build r for method and params; a call is recorded. */
 static int request_prepare(tidemark_client_t *c, rq *r, const char *method, json_t *params,
-                           json_t **err)
+                           const tm_span *sp, json_t **err)
 {
-    json_t *p = request_params(params, r->id, r->progress != NULL);
+    json_t *p = request_params(params, r->id, r->progress != NULL, sp);
     if (!p)
         return TIDEMARK_ENOMEM;
     int call = strcmp(method, "tools/call") == 0;
@@ -277,6 +281,26 @@ static void request_settle(tidemark_client_t *c, rq *r)
                 "a later resume asks for it again", r->row_id, tidemark_strerror(rc));
 }
 
+/* The CLIENT span of a request, child of params._meta.traceparent when
+ * the caller put one there (a gateway passing its own span on). */
+static tm_span *span_start(tidemark_client_t *c, const char *method, json_t *params, int64_t id)
+{
+    if (!c->otel)
+        return NULL;
+    tm_trace_ctx parent;
+    const char *ts = NULL;
+    (void)tm_mcp_trace_from(params, NULL, &parent, &ts);
+    json_t *jid = json_integer(id);
+    tm_span *sp = tm_mcp_span_start(c->otel, TM_SPAN_CLIENT, method, params, jid, &parent, ts);
+    json_decref(jid);
+    pthread_mutex_lock(&c->mu);
+    tm_span_set_str(sp, "mcp.session.id", c->session);
+    tm_span_set_str(sp, "mcp.protocol.version", c->proto);
+    pthread_mutex_unlock(&c->mu);
+    tm_span_set_str(sp, "network.transport", "tcp");
+    return sp;
+}
+
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result)
 {
@@ -292,10 +316,12 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
         return TIDEMARK_ENOMEM;
     r->progress = progress;
     r->progress_ud = progress_ud;
-    rc = request_prepare(c, r, method, params, result);
+    tm_span *sp = span_start(c, method, params, id);
+    rc = request_prepare(c, r, method, params, sp, result);
     if (!rc)
         rc = tm_pending_add(c, r);
     if (rc) {
+        tm_mcp_span_finish(sp, rc, *result);
         tm_rq_free(r);
         return rc;
     }
@@ -308,6 +334,7 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
         rc = tm_task_started(c, r);
     request_settle(c, r);
     *result = json_incref(r->result);
+    tm_mcp_span_finish(sp, rc, *result);
     tm_rq_free(r);
     return rc;
 }

@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "mcp/jsonrpc.h"
+#include "server/call_trace.h"
 #include "tidemark/tidemark.h"
 
 #include <errno.h>
@@ -700,6 +701,27 @@ json_t *tm_gw_error(const char *reason, const char *message)
                      "data", "reason", reason);
 }
 
+/* The gateway's CLIENT span to a stdio child, child of the call's
+ * SERVER span, its traceparent put in params._meta. An HTTP upstream is
+ * reached through the client library, which makes that span itself under
+ * the SERVER span's traceparent put there. NULL when tracing is off. */
+static tm_span *forward_span(tm_gateway *g, tidemark_call_t *call, const child *ch,
+                             const char *method, json_t *params)
+{
+    const tm_span *server = tm_call_span(call);
+    if (!server)
+        return NULL;
+    if (ch->hc) {
+        (void)tm_mcp_inject(server, params); /* no _meta: the call goes untraced */
+        return NULL;
+    }
+    tm_span *sp = tm_mcp_span_start(tm_server_otel(g->srv), TM_SPAN_CLIENT, method, params, NULL,
+                                    tm_span_ctx(server), tm_span_tracestate(server));
+    tm_span_set_str(sp, "network.transport", "pipe");
+    (void)tm_mcp_inject(sp, params);
+    return sp;
+}
+
 /* A call's request at its child: typed errors for what is not the
  * child's own answer. */
 static int forward(tm_gateway *g, tidemark_call_t *call, const char *method, json_t *params,
@@ -713,6 +735,7 @@ static int forward(tm_gateway *g, tidemark_call_t *call, const char *method, jso
                    : tm_gw_error("upstream_unavailable", "The stdio server cannot be started");
         return TIDEMARK_EPEER;
     }
+    tm_span *sp = forward_span(g, call, ch, method, params);
     rc = ch->hc ? tm_gw_remote_ask(ch, call, method, params, out)
          : ch->modern ? modern_ask(ch, call, method, params, flags, g->cfg.call_timeout_ms, out)
                     : ask(ch, call, method, params, flags, g->cfg.call_timeout_ms, out);
@@ -721,6 +744,7 @@ static int forward(tm_gateway *g, tidemark_call_t *call, const char *method, jso
         *out = tm_gw_error("upstream_timeout", "The stdio server did not answer in time");
         rc = TIDEMARK_EPEER;
     }
+    tm_mcp_span_finish(sp, rc, *out);
     return rc;
 }
 

@@ -5,6 +5,7 @@
  * effect, and the last completion ends the stream or answers the POST.
  */
 #include "server_int.h"
+#include "call_trace.h"
 #include "record.h"
 #include "../base/log.h"
 #include "../base/str.h"
@@ -268,6 +269,8 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 {
     tidemark_server_t *srv = j->srv;
     int keep_call = 0;
+    if (c)
+        tm_call_trace_end(c, response);
     pthread_mutex_lock(&j->mu);
     int last = --j->remaining == 0;
     if (j->lazy && response && !j->final)
@@ -310,6 +313,7 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 
 void tm_call_free(tidemark_call_t *c)
 {
+    tm_call_trace_end(c, NULL); /* one that never answered */
     if (c->claimed) /* its record holds its outcome now, or it recorded nothing */
         tm_record_unclaim_name(c->srv, c->idem);
     json_decref(c->answers);
@@ -337,6 +341,36 @@ void tm_call_unrun(tidemark_call_t *c)
 }
 
 static void run_call(void *arg);
+
+/* The SERVER span of a call, child of params._meta.traceparent, else of
+ * the HTTP traceparent header. Nothing when tracing is off. */
+void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r)
+{
+    if (!c->srv->otel)
+        return;
+    tm_trace_ctx parent;
+    const char *ts = NULL;
+    (void)tm_mcp_trace_from(c->params, r ? tm_http_req_header(r, "traceparent") : NULL, &parent, &ts);
+    c->span = tm_mcp_span_start(c->srv->otel, TM_SPAN_SERVER, c->method, c->params, c->id,
+                                &parent, ts);
+    if (c->sess) {
+        tm_span_set_str(c->span, "mcp.session.id", c->sess->id);
+        tm_span_set_str(c->span, "mcp.protocol.version", c->sess->version);
+    }
+    tm_span_set_str(c->span, "network.transport", "tcp");
+}
+
+tm_otel *tm_server_otel(const tidemark_server_t *srv) { return srv->otel; }
+const tm_span *tm_call_span(const tidemark_call_t *c) { return c->span; }
+
+void tm_call_trace_end(tidemark_call_t *c, const json_t *response)
+{
+    if (!c->span)
+        return;
+    tm_mcp_span_outcome(c->span, response);
+    tm_span_end(c->span);
+    c->span = NULL;
+}
 
 /* An inline call whose handler would block: on a worker, from the start. */
 static void punt(tidemark_call_t *c)

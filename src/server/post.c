@@ -590,6 +590,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->mark = mark;
     c->modern = j->modern;
     c->inline_run = j->inline_run;
+    tm_call_trace_start(c, r);
     return c;
 }
 

@@ -218,6 +218,7 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
         return rc;
     }
     forget_borrowed(&s->cfg);
+    s->otel = tm_otel_from_env(s->name); /* the object's own tracer, from OTEL_* */
     *out = s;
     return 0;
 }
@@ -492,6 +493,7 @@ void tidemark_server_free(tidemark_server_t *srv)
     free_list(srv->hosts);
     free_list(srv->metrics_addrs);
     tm_auth_free(srv->auth); /* after the HTTP transport stopped: no check runs now */
+    tm_otel_free(srv->otel); /* after the last call ended its span */
     free(srv->metrics_token);
     free(srv->tls_cert);
     free(srv->tls_key);

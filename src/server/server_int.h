@@ -8,6 +8,7 @@
 #include "../base/pool.h"
 #include "sched.h"
 #include "../log/store.h"
+#include "../otel/otel.h"
 #include "../transport/http_server.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -144,6 +145,7 @@ struct tidemark_call {
     json_t *asked;
     unsigned nasked;
     const char *missing_cap;
+    tm_span *span;            /* its SERVER span (NULL: tracing off); ended with its response */
     /* The keys last, each filled when the call is made: tm_call_alloc zeroes
      * only what comes before them (3 KB each, zeroed per call cost more
      * than the rest of its set-up). */
@@ -188,7 +190,12 @@ struct tidemark_server {
     char *metrics_token;      /* cfg.metrics_token, owned */
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
     struct tm_sess_bound *bound; /* sessions counted per address and in all (session.c) */
+    tm_otel *otel;            /* traces (NULL: off), from the environment at new */
 };
+
+/* The span of a call's request (server side); NULL when tracing is off. */
+void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r);
+void tm_call_trace_end(tidemark_call_t *c, const json_t *response);
 
 /* What the request path learned about one MCP request before it went on:
  * its principal and the headers it needs later (copied on the I/O thread,
