@@ -1,0 +1,217 @@
+// otel_traces.mjs (CTest otel_traces): OpenTelemetry traces across client,
+// gateway and server, exported as OTLP/HTTP JSON to a receiver in this
+// process (docs/design.md "Tracing"):
+//   - the official TypeScript SDK client, inside a span of the
+//     OpenTelemetry JS SDK (@opentelemetry/sdk-trace-node) whose
+//     traceparent it carries in params._meta, calls echo through
+//     tidemark-gateway to a child tidemark-server --stdio: one trace, the
+//     gateway's SERVER span under the TS span, its CLIENT span under that,
+//     the child's SERVER span under the CLIENT span, named and attributed as
+//     the MCP semantic conventions say;
+//   - tidemark-client's own CLIENT span heads a trace the same way;
+//   - a traceparent HTTP header is the parent when _meta has none;
+//   - OTEL_TRACES_SAMPLER=always_off: calls succeed, no span is exported
+//     (the processes exit, which flushes their queues, before it is judged);
+//   - an unreachable collector: calls succeed, the spans are counted dropped.
+//   node otel_traces.mjs GATEWAY SERVER CLIENT
+import { createServer } from "node:http";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { callTool, checker, cliBrief, initialize, spawnCli, startServer, stopServer, until }
+  from "./mcp_http.mjs";
+import { peersDir, sdkImport } from "./sdk_resolve.mjs";
+import { freePort } from "./multinode_env.mjs";
+
+const [gateway, server, client] = process.argv.slice(2);
+const t = checker();
+const req = createRequire(join(peersDir, "package.json"));
+const spans = []; // every span received: {service, ...span}
+let posts = 0;
+
+// The OTLP/HTTP JSON receiver: POST /v1/traces, spans kept with their
+// resource's service.name.
+function receiver() {
+  return new Promise((resolve) => {
+    const srv = createServer((rq, rs) => {
+      let body = "";
+      rq.on("data", (d) => { body += d; });
+      rq.on("end", () => {
+        posts++;
+        const ok = rq.method === "POST" && rq.url === "/v1/traces" &&
+          (rq.headers["content-type"] ?? "").startsWith("application/json");
+        try {
+          for (const rsp of JSON.parse(body).resourceSpans ?? []) {
+            const svc = rsp.resource?.attributes?.find((a) => a.key === "service.name")?.value?.stringValue;
+            for (const ss of rsp.scopeSpans ?? []) for (const s of ss.spans ?? []) spans.push({ service: svc, ...s });
+          }
+        } catch { /* counted below: nothing kept */ }
+        rs.writeHead(ok ? 200 : 400, { "content-type": "application/json" });
+        rs.end("{}");
+      });
+    });
+    srv.listen(0, "127.0.0.1", () => resolve(srv));
+  });
+}
+
+const attr = (s, k) => {
+  const v = s?.attributes?.find((a) => a.key === k)?.value;
+  return v?.stringValue ?? v?.intValue;
+};
+const find = (pred) => spans.find(pred);
+const brief = () => JSON.stringify(spans.map((s) =>
+  [s.service, s.name, s.kind, s.traceId, s.spanId, s.parentSpanId ?? ""]));
+
+// The TS SDK client inside a JS SDK span: returns that span's context.
+async function tsClientCall(url) {
+  const { NodeTracerProvider } = req("@opentelemetry/sdk-trace-node");
+  const { InMemorySpanExporter, SimpleSpanProcessor } = req("@opentelemetry/sdk-trace-base");
+  const { W3CTraceContextPropagator } = req("@opentelemetry/core");
+  const api = req("@opentelemetry/api");
+  const mem = new InMemorySpanExporter();
+  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(mem)] });
+  const tracer = provider.getTracer("otel_traces");
+  const { Client } = await sdkImport("client/index.js");
+  const { StreamableHTTPClientTransport } = await sdkImport("client/streamableHttp.js");
+  const c = new Client({ name: "otel-ts", version: "1.0.0" }, { capabilities: {} });
+  await c.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const span = tracer.startSpan("ts-root", { kind: api.SpanKind.CLIENT });
+  const meta = {};
+  new W3CTraceContextPropagator().inject(api.trace.setSpan(api.ROOT_CONTEXT, span), meta,
+    api.defaultTextMapSetter);
+  const res = await c.callTool({ name: "echo", arguments: { text: "traced" }, _meta: meta });
+  span.end();
+  await c.close();
+  return { ctx: span.spanContext(), meta, res };
+}
+
+const OTEL = (port, extra = {}) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`,
+  OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_BSP_SCHEDULE_DELAY: "50", ...extra });
+
+async function throughGateway(port) {
+  const child = `env OTEL_SERVICE_NAME=tm-child ${server} --stdio --store memory`;
+  const gw = await startServer(gateway, ["--store", "memory", "--stdio", child],
+    { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-gateway" }), ms: 30000 });
+  try {
+    const { ctx, meta, res } = await tsClientCall(gw.url);
+    t.check("the TS client's call through the gateway succeeds",
+      res?.content?.[0]?.text === "traced", JSON.stringify(res));
+    t.check("the JS SDK put a sampled traceparent in _meta",
+      meta.traceparent === `00-${ctx.traceId}-${ctx.spanId}-01`, JSON.stringify(meta));
+    const tid = ctx.traceId;
+    const gs = await until("the gateway's SERVER span", async () => find((s) => s.service === "tm-gateway" &&
+      s.kind === 2 && s.traceId === tid && s.name === "tools/call echo"), 15000).catch(() => null);
+    t.check("gateway SERVER span 'tools/call echo' in the TS trace, child of the TS span",
+      gs && gs.parentSpanId === ctx.spanId, brief());
+    t.check("its attributes: mcp.method.name, gen_ai.tool.name, mcp.session.id, jsonrpc.request.id",
+      gs && attr(gs, "mcp.method.name") === "tools/call" && attr(gs, "gen_ai.tool.name") === "echo" &&
+        /^[0-9a-f]+$/.test(attr(gs, "mcp.session.id") ?? "") && attr(gs, "jsonrpc.request.id") !== undefined &&
+        attr(gs, "mcp.protocol.version") !== undefined, JSON.stringify(gs?.attributes));
+    const gc = await until("the gateway's CLIENT span", async () => find((s) => s.service === "tm-gateway" &&
+      s.kind === 3 && s.traceId === tid), 15000).catch(() => null);
+    t.check("gateway CLIENT span to the child, child of its SERVER span",
+      gc && gs && gc.parentSpanId === gs.spanId && gc.name === "tools/call echo", brief());
+    const cs = await until("the child's SERVER span", async () => find((s) => s.service === "tm-child" &&
+      s.kind === 2 && s.traceId === tid), 15000).catch(() => null);
+    t.check("the child's SERVER span, child of the gateway's CLIENT span",
+      cs && gc && cs.parentSpanId === gc.spanId && cs.name === "tools/call echo", brief());
+    t.check("OTLP JSON: ids hex, times decimal strings",
+      gs && /^[0-9a-f]{32}$/.test(gs.traceId) && /^[0-9a-f]{16}$/.test(gs.spanId) &&
+        /^\d+$/.test(gs.startTimeUnixNano) && BigInt(gs.endTimeUnixNano) >= BigInt(gs.startTimeUnixNano),
+      JSON.stringify(gs));
+    // tidemark-client's own CLIENT span heads a trace through the gateway.
+    const r = await spawnCli(client, ["--json", gw.url, "call", "echo", "text=cli"],
+      { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-cli" }) }).done;
+    t.check("tidemark-client's call succeeds", r.code === 0 && r.json?.content?.[0]?.text === "cli", cliBrief(r));
+    const cc = find((s) => s.service === "tm-cli" && s.kind === 3 && s.name === "tools/call echo");
+    t.check("tidemark-client exported its CLIENT span at exit, a root",
+      cc && !cc.parentSpanId && attr(cc, "gen_ai.tool.name") === "echo", brief());
+    const gs2 = cc && await until("the gateway span under the CLI's", async () => find((s) =>
+      s.service === "tm-gateway" && s.kind === 2 && s.traceId === cc.traceId), 15000).catch(() => null);
+    const cs2 = cc && await until("the child span under the CLI's", async () => find((s) =>
+      s.service === "tm-child" && s.kind === 2 && s.traceId === cc.traceId), 15000).catch(() => null);
+    t.check("the gateway's and the child's spans are in the CLI's trace",
+      gs2 && cs2 && gs2.parentSpanId === cc.spanId, brief());
+  } finally {
+    await stopServer(gw);
+  }
+}
+
+// A traceparent header is the parent when _meta has none.
+async function headerParent(port) {
+  const s = await startServer(server, ["--store", "memory"], { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-hdr" }) });
+  try {
+    const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const sid = await initialize(s.url);
+    const r = await callTool(s.url, sid, 7, "echo", { text: "h" }, {}, { headers: { traceparent: tp } });
+    t.check("a call with a traceparent header succeeds", r.response?.result?.content?.[0]?.text === "h",
+      JSON.stringify(r.response));
+    const sp = await until("the span under the header's context", async () => find((x) =>
+      x.service === "tm-hdr" && x.traceId === "4bf92f3577b34da6a3ce929d0e0e4736"), 15000).catch(() => null);
+    t.check("the HTTP traceparent header is the SERVER span's parent",
+      sp && sp.parentSpanId === "00f067aa0ba902b7" && attr(sp, "jsonrpc.request.id") === "7", brief());
+  } finally {
+    await stopServer(s);
+  }
+}
+
+// One call from tidemark-client to a tidemark-server under sampler; both
+// processes have exited (their queues flushed at exit) when it returns.
+async function sampledRun(port, name, sampler) {
+  const env = OTEL(port, { OTEL_SERVICE_NAME: name, OTEL_TRACES_SAMPLER: sampler,
+    OTEL_BSP_SCHEDULE_DELAY: "60000" }); // only the flush at exit exports
+  const s = await startServer(server, ["--store", "memory"], { env });
+  const r = await spawnCli(client, ["--json", s.url, "call", "echo", "text=" + name], { env }).done;
+  t.check(`${sampler}: the call succeeds`, r.code === 0 && r.json?.content?.[0]?.text === name, cliBrief(r));
+  const exited = new Promise((res) => s.proc.once("exit", res));
+  await stopServer(s);
+  await exited;
+  return spans.filter((x) => x.service === name);
+}
+
+// Sampling off: nothing exported; the same run sampled exports both spans
+// (so the flush at exit is what the "off" run is judged after).
+async function samplingOff(port) {
+  const on = await sampledRun(port, "tm-on", "always_on");
+  t.check("always_on: the client's and the server's spans exported by exit",
+    on.some((x) => x.kind === 3) && on.some((x) => x.kind === 2), brief());
+  const off = await sampledRun(port, "tm-off", "always_off");
+  t.check("always_off: no span exported by the server or the client", off.length === 0, brief());
+}
+
+// A collector that refuses connections: calls unaffected, drops counted.
+async function unreachable() {
+  const dead = await freePort(); // nothing listens there
+  const env = OTEL(dead, { OTEL_SERVICE_NAME: "tm-dead" });
+  const s = await startServer(server, ["--store", "memory"], { env });
+  try {
+    for (let i = 0; i < 3; i++) {
+      const r = await spawnCli(client, ["--json", s.url, "call", "echo", `text=d${i}`], { env, ms: 20000 }).done;
+      t.check(`unreachable collector: call ${i} succeeds`, r.code === 0 && r.json?.content?.[0]?.text === `d${i}`,
+        cliBrief(r));
+    }
+    const base = s.url.replace(/\/mcp$/, "");
+    const dropped = await until("spans counted dropped", async () => {
+      const m = await (await fetch(`${base}/metrics`)).text();
+      const v = Number(/^tidemark_otel_spans_dropped_total (\d+)$/m.exec(m)?.[1] ?? 0);
+      return v >= 3 ? v : 0;
+    }, 15000).catch(() => 0);
+    t.check("unreachable collector: the server's spans are counted dropped", dropped >= 3, `${dropped}`);
+  } finally {
+    await stopServer(s);
+  }
+}
+
+const rcv = await receiver();
+const port = rcv.address().port;
+try {
+  await throughGateway(port);
+  await headerParent(port);
+  await samplingOff(port);
+  await unreachable();
+  t.check("the receiver was posted to", posts > 0, `${posts}`);
+} catch (e) {
+  t.check("no exception", false, e.stack);
+} finally {
+  rcv.close();
+}
+t.done();
