@@ -1,7 +1,10 @@
 /* metrics.c - atomics behind a fixed catalogue; see metrics.h. */
 #include "metrics.h"
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 typedef struct counter_def {
     const char *name, *labels, *help;
@@ -62,6 +65,34 @@ static const hist_def hists[TM_H_HISTOGRAM_COUNT] = {
     [TM_H_RESUME_LATENCY_US] = {"tidemark_resume_latency_seconds", "Resume request to replay queued.", 1e6,
                                 {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
                                  250000, 500000, 1000000, 2500000, 5000000}},
+    [TM_H_COMMIT_TO_EMIT_US] = {"tidemark_commit_to_emit_seconds",
+                                "A live event's commit (the store's wake-up) to its SSE bytes framed.", 1e6,
+                                {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+                                 250000, 500000, 1000000, 2500000, 5000000}},
+    [TM_H_RESUME_REPLAYED] = {"tidemark_resume_replayed_events", "Events a resume had to replay.", 1,
+                              {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144}},
+};
+
+/* The MCP semantic conventions' durations (seconds on output), buckets as
+ * they advise, below them 1 and 5 ms for calls that never leave memory. */
+#define OP_BOUNDS {1000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000, \
+                   5000000, 10000000, 30000000, 60000000, 120000000, 300000000}
+#define SESS_BOUNDS {100000, 1000000, 5000000, 10000000, 30000000, 60000000, 300000000, 600000000, \
+                     1800000000, 3600000000, 7200000000, 14400000000, 28800000000, 43200000000,    \
+                     86400000000, 172800000000}
+static const hist_def lhists[TM_LH_COUNT] = {
+    [TM_LH_SERVER_OPERATION] = {"mcp_server_operation_duration_seconds",
+                                "MCP request duration as observed on the receiver (mcp.server.operation.duration).",
+                                1e6, OP_BOUNDS},
+    [TM_LH_SERVER_SESSION] = {"mcp_server_session_duration_seconds",
+                              "MCP session duration as observed on the server (mcp.server.session.duration).",
+                              1e6, SESS_BOUNDS},
+    [TM_LH_CLIENT_OPERATION] = {"mcp_client_operation_duration_seconds",
+                                "MCP request duration as observed on the sender (mcp.client.operation.duration).",
+                                1e6, OP_BOUNDS},
+    [TM_LH_CLIENT_SESSION] = {"mcp_client_session_duration_seconds",
+                              "MCP session duration as observed on the client (mcp.client.session.duration).",
+                              1e6, SESS_BOUNDS},
 };
 
 static atomic_uint_fast64_t counter_v[TM_M_COUNTER_COUNT];
@@ -83,6 +114,136 @@ void tm_histogram_observe(tm_histogram h, uint64_t v)
     atomic_fetch_add(&hist_b[h][i], 1);
     atomic_fetch_add(&hist_sum[h], v);
     atomic_fetch_add(&hist_n[h], 1);
+}
+
+
+/* ---- labelled histograms ------------------------------------------------ */
+
+typedef struct lseries {
+    char labels[TM_LABELS_MAX]; /* rendered: k="v",...; written once before published */
+    atomic_uint_fast64_t b[NBUCKETS + 1], sum, n;
+} lseries;
+
+/* [TM_LHIST_SERIES] is the overflow series. Series [0, lcount) are
+ * published (release store of lcount after the labels are written). */
+static lseries lser[TM_LH_COUNT][TM_LHIST_SERIES + 1];
+static atomic_int lcount[TM_LH_COUNT];
+static pthread_mutex_t lmu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Append name="value" (escaped as the text format says) to out[*n..max). */
+static int label(char *out, size_t *n, size_t max, const char *name, const char *v)
+{
+    if (!v)
+        return 0;
+    size_t need = strlen(name) + 4 + (*n ? 1 : 0);
+    if (*n + need >= max)
+        return -1;
+    *n += (size_t)snprintf(out + *n, max - *n, "%s%s=\"", *n ? "," : "", name);
+    for (; *v; v++) {
+        int esc = *v == '\\' || *v == '"' || *v == '\n';
+        if (*n + 3 >= max)
+            return -1;
+        if (esc)
+            out[(*n)++] = '\\';
+        out[(*n)++] = *v == '\n' ? 'n' : *v;
+    }
+    out[(*n)++] = '"';
+    out[*n] = '\0';
+    return 0;
+}
+
+static int render_labels(const tm_mcp_labels *l, char out[TM_LABELS_MAX])
+{
+    size_t n = 0;
+    out[0] = '\0';
+    return label(out, &n, TM_LABELS_MAX, "mcp_method_name", l->method) ||
+           label(out, &n, TM_LABELS_MAX, "gen_ai_tool_name", l->tool) ||
+           label(out, &n, TM_LABELS_MAX, "gen_ai_prompt_name", l->prompt) ||
+           label(out, &n, TM_LABELS_MAX, "error_type", l->error) ||
+           label(out, &n, TM_LABELS_MAX, "mcp_protocol_version", l->version) ||
+           label(out, &n, TM_LABELS_MAX, "network_transport", l->transport);
+}
+
+static int series_find(tm_lhist h, const char *labels, int from, int to)
+{
+    for (int i = from; i < to; i++)
+        if (strcmp(lser[h][i].labels, labels) == 0)
+            return i;
+    return -1;
+}
+
+/* The series of labels: found without a lock, else made under lmu. */
+static lseries *series_of(tm_lhist h, const char *labels)
+{
+    int n = atomic_load_explicit(&lcount[h], memory_order_acquire);
+    int i = series_find(h, labels, 0, n);
+    if (i >= 0)
+        return &lser[h][i];
+    pthread_mutex_lock(&lmu);
+    int m = atomic_load_explicit(&lcount[h], memory_order_relaxed);
+    i = series_find(h, labels, n, m);
+    if (i < 0 && m < TM_LHIST_SERIES) {
+        i = m;
+        strcpy(lser[h][i].labels, labels);
+        atomic_store_explicit(&lcount[h], m + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&lmu);
+    return &lser[h][i < 0 ? TM_LHIST_SERIES : i];
+}
+
+static void observe_into(const hist_def *d, atomic_uint_fast64_t *b, atomic_uint_fast64_t *sum,
+                         atomic_uint_fast64_t *n, uint64_t v)
+{
+    size_t i = 0;
+    while (i < NBUCKETS && v > d->bounds[i])
+        i++;
+    atomic_fetch_add(&b[i], 1);
+    atomic_fetch_add(sum, v);
+    atomic_fetch_add(n, 1);
+}
+
+void tm_lhist_observe(tm_lhist h, const tm_mcp_labels *l, uint64_t v)
+{
+    char labels[TM_LABELS_MAX];
+    lseries *s = render_labels(l, labels) ? &lser[h][TM_LHIST_SERIES] : series_of(h, labels);
+    observe_into(&lhists[h], s->b, &s->sum, &s->n, v);
+}
+
+/* One series: name_bucket{labels,le=...}, _sum, _count. */
+static int render_series(tm_buf *out, const hist_def *d, const char *labels,
+                         atomic_uint_fast64_t *b, atomic_uint_fast64_t *sum, atomic_uint_fast64_t *n)
+{
+    const char *sep = labels[0] ? "," : "";
+    uint64_t cum = 0;
+    int rc = 0;
+    for (int i = 0; i < NBUCKETS && !rc; i++) {
+        cum += atomic_load(&b[i]);
+        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", d->name, labels, sep,
+                           (double)d->bounds[i] / d->scale, (unsigned long long)cum);
+    }
+    cum += atomic_load(&b[NBUCKETS]);
+    if (!rc)
+        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n%s_sum{%s} %g\n%s_count{%s} %llu\n",
+                           d->name, labels, sep, (unsigned long long)cum, d->name, labels,
+                           (double)atomic_load(sum) / d->scale, d->name, labels,
+                           (unsigned long long)atomic_load(n));
+    return rc;
+}
+
+static int render_lhists(tm_buf *out)
+{
+    int rc = 0;
+    for (int h = 0; h < TM_LH_COUNT && !rc; h++) {
+        const hist_def *d = &lhists[h];
+        rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", d->name, d->help, d->name);
+        int n = atomic_load_explicit(&lcount[h], memory_order_acquire);
+        for (int i = 0; i < n && !rc; i++)
+            rc = render_series(out, d, lser[h][i].labels, lser[h][i].b, &lser[h][i].sum, &lser[h][i].n);
+        lseries *o = &lser[h][TM_LHIST_SERIES];
+        if (!rc && atomic_load(&o->n))
+            rc = render_series(out, d, "overflow=\"true\"", o->b, &o->sum, &o->n);
+    }
+    return rc;
 }
 
 int tm_metrics_render(tm_buf *out)
@@ -118,5 +279,5 @@ int tm_metrics_render(tm_buf *out)
                                (double)atomic_load(&hist_sum[h]) / d->scale, d->name,
                                (unsigned long long)atomic_load(&hist_n[h]));
     }
-    return rc;
+    return rc ? rc : render_lhists(out);
 }

@@ -51,14 +51,36 @@ typedef enum tm_histogram {
     TM_H_COMMIT_BATCH = 0,     /* operations per group commit */
     TM_H_COMMIT_LATENCY_US,    /* queued -> durable, per append */
     TM_H_RESUME_LATENCY_US,    /* GET with Last-Event-ID -> replay sent */
+    TM_H_COMMIT_TO_EMIT_US,    /* a live event's commit -> its SSE bytes framed */
+    TM_H_RESUME_REPLAYED,      /* events a resume has to replay */
     TM_H_HISTOGRAM_COUNT
 } tm_histogram;
+
+/* Histograms with labels (the MCP semantic conventions' duration metrics):
+ * a family holds at most TM_LHIST_SERIES label sets; later new ones are
+ * counted in the family's overflow series (labels overflow="true"). */
+typedef enum tm_lhist {
+    TM_LH_SERVER_OPERATION = 0, /* mcp.server.operation.duration, us */
+    TM_LH_SERVER_SESSION,       /* mcp.server.session.duration, us */
+    TM_LH_CLIENT_OPERATION,     /* mcp.client.operation.duration, us */
+    TM_LH_CLIENT_SESSION,       /* mcp.client.session.duration, us */
+    TM_LH_COUNT
+} tm_lhist;
+#define TM_LHIST_SERIES 64
+#define TM_LABELS_MAX 192
+
+/* Label values of the MCP duration metrics; NULL ones are left out. */
+typedef struct tm_mcp_labels {
+    const char *method, *tool, *prompt, *error, *version, *transport;
+} tm_mcp_labels;
 
 void tm_metric_inc(tm_counter c);
 void tm_metric_add(tm_counter c, uint64_t n);
 uint64_t tm_metric_get(tm_counter c);
 void tm_gauge_add(tm_gauge g, int64_t d);
 void tm_histogram_observe(tm_histogram h, uint64_t v);
+/* Observe v (us) in h under the label set l. Lock-free once the set is known. */
+void tm_lhist_observe(tm_lhist h, const tm_mcp_labels *l, uint64_t v);
 /* Append every metric in Prometheus text exposition format. */
 int tm_metrics_render(tm_buf *out);
 

@@ -189,6 +189,8 @@ void tidemark_client_free(tidemark_client_t *c)
     free(c->name);
     free(c->version);
     free(c->offer);
+    if (c->locks)
+        tm_client_session_ended_locked(c); /* no thread is left to race */
     free(c->session);
     free(c->proto);
     if (c->locks) {
@@ -376,6 +378,7 @@ int tidemark_client_end_session(tidemark_client_t *c)
         return rc;
     /* Forgotten here too: the next request starts a new session. */
     pthread_mutex_lock(&c->mu);
+    tm_client_session_ended_locked(c);
     free(c->session);
     c->session = NULL;
     c->session_lost = 1;

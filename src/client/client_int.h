@@ -190,7 +190,11 @@ struct tidemark_client {
     char *auth_token;        /* the bearer token sent (c->mu); never logged */
     struct tm_oauth *oauth;  /* authorization (oauth.c) */
     tm_otel *otel;           /* traces (NULL: off), from the environment at new */
+    int64_t session_us;      /* c->mu: when the session of c->session was made (monotonic) */
 };
+
+/* request.c: mcp.client.session.duration of the session ending now (c->mu held). */
+void tm_client_session_ended_locked(tidemark_client_t *c);
 
 /* request.c */
 /* A typed error object {code, message, data:{reason, ...}} into *out (data

@@ -5,6 +5,7 @@
  */
 #include "client_int.h"
 #include "../base/clock.h"
+#include "../base/metrics.h"
 #include "../base/log.h"
 #include "../mcp/jsonrpc.h"
 #include <errno.h>
@@ -301,6 +302,36 @@ static tm_span *span_start(tidemark_client_t *c, const char *method, json_t *par
     return sp;
 }
 
+void tm_client_session_ended_locked(tidemark_client_t *c)
+{
+    if (!c->session || !c->session_us)
+        return;
+    tm_mcp_labels l = {.version = c->proto, .transport = "tcp"};
+    tm_lhist_observe(TM_LH_CLIENT_SESSION, &l, (uint64_t)(tm_now_us() - c->session_us));
+    c->session_us = 0;
+}
+
+/* mcp.client.operation.duration of a request ended with rc. */
+static void observe_request(tidemark_client_t *c, const char *method, json_t *params, int rc,
+                            const json_t *res, int64_t t0)
+{
+    char code[24];
+    const char *err = NULL, *name = json_string_value(json_object_get(params, "name"));
+    if (rc == TIDEMARK_EPEER)
+        snprintf(code, sizeof code, "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(res, "code")));
+    if (rc)
+        err = rc == TIDEMARK_EPEER ? code : tidemark_strerror(rc);
+    else if (json_is_true(json_object_get(res, "isError")))
+        err = "tool_error";
+    pthread_mutex_lock(&c->mu);
+    tm_mcp_labels l = {.method = method, .tool = strcmp(method, "tools/call") ? NULL : name,
+                       .prompt = strcmp(method, "prompts/get") ? NULL : name, .error = err,
+                       .version = c->proto, .transport = "tcp"};
+    tm_lhist_observe(TM_LH_CLIENT_OPERATION, &l, (uint64_t)(tm_now_us() - t0));
+    pthread_mutex_unlock(&c->mu);
+}
+
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result)
 {
@@ -316,6 +347,7 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
         return TIDEMARK_ENOMEM;
     r->progress = progress;
     r->progress_ud = progress_ud;
+    int64_t t0 = tm_now_us();
     tm_span *sp = span_start(c, method, params, id);
     rc = request_prepare(c, r, method, params, sp, result);
     if (!rc)
@@ -334,6 +366,7 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
         rc = tm_task_started(c, r);
     request_settle(c, r);
     *result = json_incref(r->result);
+    observe_request(c, method, params, rc, *result, t0);
     tm_mcp_span_finish(sp, rc, *result);
     tm_rq_free(r);
     return rc;

@@ -165,6 +165,7 @@ static int reuse_saved(tidemark_client_t *c)
         pthread_mutex_lock(&c->mu);
         free(c->session);
         c->session = id;
+        c->session_us = tm_now_us();
         free(c->proto);
         c->proto = version;
         json_decref(c->server_info);

@@ -90,22 +90,30 @@ int tm_mcp_inject(const tm_span *s, json_t *params)
     return json_object_set_new(meta, "tracestate", json_string(s->tracestate)) ? TIDEMARK_ENOMEM : 0;
 }
 
+const char *tm_mcp_error_type(const json_t *response, char buf[24])
+{
+    json_t *err = json_object_get(response, "error");
+    if (!response)
+        return "no_answer";
+    if (json_is_object(err)) {
+        snprintf(buf, 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(err, "code")));
+        return buf;
+    }
+    if (json_is_true(json_object_get(json_object_get(response, "result"), "isError")))
+        return "tool_error";
+    return NULL;
+}
+
 void tm_mcp_span_outcome(tm_span *s, const json_t *response)
 {
     if (!s || !s->sampled)
         return;
-    json_t *err = json_object_get(response, "error");
     char code[24];
-    if (!response) {
-        tm_span_set_error(s, "no_answer");
-    } else if (json_is_object(err)) {
-        json_int_t c = json_integer_value(json_object_get(err, "code"));
-        snprintf(code, sizeof code, "%" JSON_INTEGER_FORMAT, c);
+    const char *e = tm_mcp_error_type(response, code);
+    if (e == code)
         tm_span_set_str(s, "rpc.response.status_code", code);
-        tm_span_set_error(s, code);
-    } else if (json_is_true(json_object_get(json_object_get(response, "result"), "isError"))) {
-        tm_span_set_error(s, "tool_error");
-    }
+    if (e)
+        tm_span_set_error(s, e);
 }
 
 void tm_mcp_span_finish(tm_span *s, int rc, const json_t *res)

@@ -429,6 +429,7 @@ static void delete_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
     if (!sess)
         return;
     tm_sess_close(sess);
+    tm_sess_observe_end(sess);
     pthread_mutex_lock(&srv->mu);
     if (tm_map_get(srv->sessions, sess->id) == sess) {
         tm_map_del(srv->sessions, sess->id);

@@ -1,6 +1,7 @@
 /* feed.c - the store side of an SSE connection (see feed.h). */
 #include "feed.h"
 #include "seal.h"
+#include "../base/clock.h"
 #include "../base/map.h"
 #include "../base/str.h"
 #include "../base/metrics.h"
@@ -33,6 +34,8 @@ typedef struct feed {
     void (*on_end)(void *ud, int completed);
     void *end_ud;
     int counted;           /* in live_feeds */
+    int64_t woken_us;      /* the first commit wake-up not yet followed by a live
+                              event framed (0: none); under the connection's lock */
 } feed;
 
 /* Feeds that a connection holds, per session ("<store>/<session>" -> count),
@@ -104,6 +107,10 @@ static int frame_event(void *ud, const tm_event *ev)
         return 1;
     f->delivered = ev->seq;
     tm_metric_inc(ev->seq <= f->replay_until ? TM_M_EVENTS_REPLAYED : TM_M_EVENTS_EMITTED);
+    if (ev->seq > f->replay_until && f->woken_us) { /* commit -> emit */
+        tm_histogram_observe(TM_H_COMMIT_TO_EMIT_US, (uint64_t)(tm_now_us() - f->woken_us));
+        f->woken_us = 0;
+    }
     return 0;
 }
 
@@ -282,6 +289,16 @@ int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o
     return rc;
 }
 
+/* The wake-up of a commit: its time, unless an earlier one is still
+ * waiting for its event to be framed. Runs under the connection's lock. */
+static int mark_woken(void *ud, void *arg)
+{
+    feed *f = ud;
+    if (!f->woken_us)
+        f->woken_us = *(const int64_t *)arg;
+    return 0;
+}
+
 void tm_feed_wake(tidemark_server_t *srv, const char *session, const char *stream)
 {
     tm_http *h = srv->http;
@@ -289,7 +306,8 @@ void tm_feed_wake(tidemark_server_t *srv, const char *session, const char *strea
         return;
     char key[TM_HTTP_KEY_MAX];
     key_of(key, sizeof key, session, stream);
-    tm_http_wake(h, key);
+    int64_t now = tm_now_us();
+    (void)tm_http_signal(h, key, mark_woken, &now); /* a wake, with the commit's time */
 }
 
 static int set_close_after(void *ud, void *arg)

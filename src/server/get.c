@@ -127,8 +127,14 @@ static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, c
             return 1;
         }
         count_outcome(srv, d);
-        if (resume_refused(srv, r, sess, cursor, d, prelude))
+        if (resume_refused(srv, r, sess, cursor, d, prelude)) {
+            static const char *const why[] = {
+                [TM_RESUME_MALFORMED] = "malformed_cursor", [TM_RESUME_UNKNOWN_STREAM] = "unknown_stream",
+                [TM_RESUME_AHEAD] = "cursor_ahead", [TM_RESUME_GAP] = "resumption_gap",
+                [TM_RESUME_EPOCH] = "epoch_mismatch", [TM_RESUME_OK] = "internal_error"};
+            tm_resume_refused_trace(srv, r, why[d->outcome]);
             return 1;
+        }
         o->stream = d->stream;
         o->after_seq = d->after_seq;
         o->replay_until = d->head;
@@ -176,6 +182,8 @@ static void get_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
                            NULL);
         } else if (cursor) {
             tm_metric_inc(d.outcome == TM_RESUME_GAP ? TM_M_RESUME_GAP : TM_M_RESUME_OK);
+            tm_histogram_observe(TM_H_RESUME_REPLAYED, d.head > d.after_seq ? d.head - d.after_seq : 0);
+            tm_resume_trace(srv, r, sess->id, &d, t0);
             tm_histogram_observe(TM_H_RESUME_LATENCY_US, (uint64_t)(tm_now_us() - t0));
         } else if (tm_sess_set_attr(srv, sess, "get", "true") == 0 && /* notifications may go to "g" */
                    strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0) {

@@ -24,6 +24,7 @@ static void expired(void *ud, const char *id)
     pthread_mutex_unlock(&srv->mu);
     if (s) {
         tm_sess_close(s);
+        tm_sess_observe_end(s);
         tm_sess_unref(s);
     }
     tm_feed_end_session(srv, id);

@@ -5,8 +5,8 @@
  * effect, and the last completion ends the stream or answers the POST.
  */
 #include "server_int.h"
-#include "call_trace.h"
 #include "record.h"
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "../base/str.h"
 #include "../base/metrics.h"
@@ -105,8 +105,8 @@ static void answer_settled(tidemark_call_t *c, int status)
  * have it finished once the store takes writes again. */
 static void response_done(void *ud, int status, uint64_t seq)
 {
-    (void)seq;
     tidemark_call_t *c = ud;
+    tm_call_commit_end(c, status, seq);
     if (status != 0)
         tm_call_write_failed(c, status);
     answer_settled(c, status);
@@ -244,6 +244,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
         TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));
         if (r.cb) {
+            tm_call_commit_end(c, rc, 0);
             tm_call_write_failed(c, rc); /* the callback never runs on a refused append */
             answer_settled(c, rc);
         }
@@ -314,6 +315,7 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
 void tm_call_free(tidemark_call_t *c)
 {
     tm_call_trace_end(c, NULL); /* one that never answered */
+    tm_call_commit_end(c, TIDEMARK_ECANCELED, 0);
     if (c->claimed) /* its record holds its outcome now, or it recorded nothing */
         tm_record_unclaim_name(c->srv, c->idem);
     json_decref(c->answers);
@@ -341,36 +343,6 @@ void tm_call_unrun(tidemark_call_t *c)
 }
 
 static void run_call(void *arg);
-
-/* The SERVER span of a call, child of params._meta.traceparent, else of
- * the HTTP traceparent header. Nothing when tracing is off. */
-void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r)
-{
-    if (!c->srv->otel)
-        return;
-    tm_trace_ctx parent;
-    const char *ts = NULL;
-    (void)tm_mcp_trace_from(c->params, r ? tm_http_req_header(r, "traceparent") : NULL, &parent, &ts);
-    c->span = tm_mcp_span_start(c->srv->otel, TM_SPAN_SERVER, c->method, c->params, c->id,
-                                &parent, ts);
-    if (c->sess) {
-        tm_span_set_str(c->span, "mcp.session.id", c->sess->id);
-        tm_span_set_str(c->span, "mcp.protocol.version", c->sess->version);
-    }
-    tm_span_set_str(c->span, "network.transport", "tcp");
-}
-
-tm_otel *tm_server_otel(const tidemark_server_t *srv) { return srv->otel; }
-const tm_span *tm_call_span(const tidemark_call_t *c) { return c->span; }
-
-void tm_call_trace_end(tidemark_call_t *c, const json_t *response)
-{
-    if (!c->span)
-        return;
-    tm_mcp_span_outcome(c->span, response);
-    tm_span_end(c->span);
-    c->span = NULL;
-}
 
 /* An inline call whose handler would block: on a worker, from the start. */
 static void punt(tidemark_call_t *c)

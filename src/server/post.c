@@ -218,6 +218,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
         look.answer = NULL;
         break;
     case TM_REC_ANSWERED:
+        tm_record_trace(srv, r, m, "answered");
         reply_answered(r, sess, pm, look.answer);
         look.answer = NULL;
         break;
@@ -590,6 +591,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->mark = mark;
     c->modern = j->modern;
     c->inline_run = j->inline_run;
+    c->t0_us = tm_now_us();
     tm_call_trace_start(c, r);
     return c;
 }

@@ -56,6 +56,7 @@ typedef struct tm_sess {
                                 mostly rise, so a higher one is surely unrecorded */
     uint64_t next_req;
     _Atomic int64_t used_ms; /* last found (tm_sess_find): idle ones go first */
+    int64_t born_us;         /* made or loaded by this process (monotonic): its duration */
 } tm_sess;
 #define TM_SESS_RECORDED_MAX 256
 
@@ -146,6 +147,8 @@ struct tidemark_call {
     unsigned nasked;
     const char *missing_cap;
     tm_span *span;            /* its SERVER span (NULL: tracing off); ended with its response */
+    tm_span *commit_span;     /* the commit of its recorded response (trace.c), or NULL */
+    int64_t t0_us;            /* made (monotonic); 0 once its duration was observed */
     /* The keys last, each filled when the call is made: tm_call_alloc zeroes
      * only what comes before them (3 KB each, zeroed per call cost more
      * than the rest of its set-up). */
@@ -196,6 +199,16 @@ struct tidemark_server {
 /* The span of a call's request (server side); NULL when tracing is off. */
 void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r);
 void tm_call_trace_end(tidemark_call_t *c, const json_t *response);
+/* Its recorded response is durable (status 0) or not: the commit's span ends. */
+void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq);
+/* Spans of a resume, a refused resume, a request answered from its record. */
+struct tm_resume_decision;
+void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session,
+                     const struct tm_resume_decision *d, int64_t t0_us);
+void tm_resume_refused_trace(tidemark_server_t *srv, tm_http_req *r, const char *reason);
+void tm_record_trace(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m, const char *verdict);
+/* A session's end (DELETE, expiry): mcp.server.session.duration. */
+void tm_sess_observe_end(const tm_sess *s);
 
 /* What the request path learned about one MCP request before it went on:
  * its principal and the headers it needs later (copied on the I/O thread,

@@ -32,6 +32,12 @@ typedef struct tm_waiter {
     json_t *value;
 } tm_waiter;
 
+void tm_sess_observe_end(const tm_sess *s)
+{
+    tm_mcp_labels l = {.version = s->version, .transport = "tcp"};
+    tm_lhist_observe(TM_LH_SERVER_SESSION, &l, (uint64_t)(tm_now_us() - s->born_us));
+}
+
 tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
 {
     tm_sess *s = calloc(1, sizeof *s);
@@ -39,6 +45,7 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
         return NULL;
     atomic_init(&s->refs, 1);
     atomic_init(&s->used_ms, tm_now_ms());
+    s->born_us = tm_now_us();
     snprintf(s->id, sizeof s->id, "%s", id);
     snprintf(s->version, sizeof s->version, "%s", version);
     /* The owner is part of the stored record (created with it, in one

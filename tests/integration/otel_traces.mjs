@@ -149,6 +149,7 @@ async function headerParent(port) {
       x.service === "tm-hdr" && x.traceId === "4bf92f3577b34da6a3ce929d0e0e4736"), 15000).catch(() => null);
     t.check("the HTTP traceparent header is the SERVER span's parent",
       sp && sp.parentSpanId === "00f067aa0ba902b7" && attr(sp, "jsonrpc.request.id") === "7", brief());
+    await durableSpans(s.url, sid);
   } finally {
     await stopServer(s);
   }
@@ -166,6 +167,39 @@ async function sampledRun(port, name, sampler) {
   await stopServer(s);
   await exited;
   return spans.filter((x) => x.service === name);
+}
+
+// A call with a stream: the commit of its record is a span under its
+// SERVER span; the same request again is answered from its record (a span
+// saying so); a GET resuming its stream is a tidemark.resume span.
+async function durableSpans(url, sid) {
+  const tid = "0af7651916cd43dd8448eb211c80319c";
+  const tp = (span) => `00-${tid}-${span}-01`;
+  const first = await callTool(url, sid, 8, "stream", { n: 2, delay_ms: 1 }, { progressToken: "p", traceparent: tp("b7ad6b7169203331") });
+  const ids = first.events.map((e) => e.id).filter(Boolean);
+  t.check("a streamed call's answer has event ids", first.response?.result && ids.length > 0, JSON.stringify(first.events));
+  const call = await until("the streamed call's span", async () => find((x) => x.traceId === tid &&
+    x.parentSpanId === "b7ad6b7169203331" && x.kind === 2), 15000).catch(() => null);
+  const commit = call && await until("its commit span", async () => find((x) => x.traceId === tid &&
+    x.name === "tidemark.store.commit" && x.parentSpanId === call.spanId), 15000).catch(() => null);
+  t.check("the commit that made the answer durable: an INTERNAL span under the call's",
+    commit && commit.kind === 1 && attr(commit, "tidemark.store.durability") === "power" &&
+      Number(attr(commit, "tidemark.store.seq")) >= 1, brief());
+  const again = await callTool(url, sid, 8, "stream", { n: 2, delay_ms: 1 }, { progressToken: "p", traceparent: tp("00000000000000a1") });
+  t.check("the same request again: the recorded answer", JSON.stringify(again.response?.result) ===
+    JSON.stringify(first.response?.result), JSON.stringify(again.response));
+  const rec = await until("the record span", async () => find((x) => x.traceId === tid &&
+    x.parentSpanId === "00000000000000a1"), 15000).catch(() => null);
+  t.check("a request answered from its record: a span marked tidemark.record=answered",
+    rec && attr(rec, "tidemark.record") === "answered" && rec.name === "tools/call stream", brief());
+  const res = await fetch(url, { headers: { accept: "text/event-stream", "mcp-session-id": sid,
+    "last-event-id": ids[0], traceparent: tp("00000000000000b2") }, signal: AbortSignal.timeout(10000) });
+  await res.text().catch(() => "");
+  const rs = await until("the resume span", async () => find((x) => x.traceId === tid &&
+    x.parentSpanId === "00000000000000b2"), 15000).catch(() => null);
+  t.check("a resume: a tidemark.resume SERVER span with the events it replays",
+    res.status === 200 && rs && rs.name === "tidemark.resume" && Number(attr(rs, "tidemark.resume.replayed")) >= 0,
+    `${res.status} ${brief()}`);
 }
 
 // Sampling off: nothing exported; the same run sampled exports both spans
@@ -214,4 +248,5 @@ try {
 } finally {
   rcv.close();
 }
+if (process.env.OTEL_TRACES_DUMP) console.log(brief());
 t.done();
