@@ -12,3 +12,12 @@ if(NODE_EXECUTABLE)
   set_tests_properties(otel_traces PROPERTIES TIMEOUT 180 LABELS otel
                        ENVIRONMENT "TIDEMARK_PEERS_DIR=${TIDEMARK_PEERS}")
 endif()
+# grafana_metrics: every metric a query of examples/grafana-dashboard.json
+# names is exported by a live tidemark-server, and the MCP duration and
+# durability histograms have samples once it did what they measure.
+if(NODE_EXECUTABLE)
+  add_test(NAME grafana_metrics
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/grafana_metrics.mjs
+            $<TARGET_FILE:tidemark-server> ${CMAKE_SOURCE_DIR}/examples/grafana-dashboard.json)
+  set_tests_properties(grafana_metrics PROPERTIES TIMEOUT 60 LABELS otel)
+endif()
