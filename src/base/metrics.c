@@ -119,13 +119,19 @@ void tm_histogram_observe(tm_histogram h, uint64_t v)
 
 /* ---- labelled histograms ------------------------------------------------ */
 
+/* A label set is found by the key of its values (each value, or \x1e
+ * for none, ended by \x1f: no snprintf on the request path); its text,
+ * escaped as the exposition format says, is made once, with the series. */
+#define LTEXT_MAX (2 * TM_LABELS_MAX + 128)
 typedef struct lseries {
-    char labels[TM_LABELS_MAX]; /* rendered: k="v",...; written once before published */
+    char key[TM_LABELS_MAX];  /* written once before published */
+    size_t keylen;
+    char labels[LTEXT_MAX];   /* k="v",...: written once before published */
     atomic_uint_fast64_t b[NBUCKETS + 1], sum, n;
 } lseries;
 
 /* [TM_LHIST_SERIES] is the overflow series. Series [0, lcount) are
- * published (release store of lcount after the labels are written). */
+ * published (release store of lcount after key and labels are written). */
 static lseries lser[TM_LH_COUNT][TM_LHIST_SERIES + 1];
 static atomic_int lcount[TM_LH_COUNT];
 static pthread_mutex_t lmu = PTHREAD_MUTEX_INITIALIZER;
@@ -152,39 +158,61 @@ static int label(char *out, size_t *n, size_t max, const char *name, const char 
     return 0;
 }
 
-static int render_labels(const tm_mcp_labels *l, char out[TM_LABELS_MAX])
+static int render_labels(const tm_mcp_labels *l, char out[LTEXT_MAX])
 {
     size_t n = 0;
     out[0] = '\0';
-    return label(out, &n, TM_LABELS_MAX, "mcp_method_name", l->method) ||
-           label(out, &n, TM_LABELS_MAX, "gen_ai_tool_name", l->tool) ||
-           label(out, &n, TM_LABELS_MAX, "gen_ai_prompt_name", l->prompt) ||
-           label(out, &n, TM_LABELS_MAX, "error_type", l->error) ||
-           label(out, &n, TM_LABELS_MAX, "mcp_protocol_version", l->version) ||
-           label(out, &n, TM_LABELS_MAX, "network_transport", l->transport);
+    return label(out, &n, LTEXT_MAX, "mcp_method_name", l->method) ||
+           label(out, &n, LTEXT_MAX, "gen_ai_tool_name", l->tool) ||
+           label(out, &n, LTEXT_MAX, "gen_ai_prompt_name", l->prompt) ||
+           label(out, &n, LTEXT_MAX, "error_type", l->error) ||
+           label(out, &n, LTEXT_MAX, "mcp_protocol_version", l->version) ||
+           label(out, &n, LTEXT_MAX, "network_transport", l->transport);
 }
 
-static int series_find(tm_lhist h, const char *labels, int from, int to)
+/* The key of l's values; -1 when it does not fit or a value holds a
+ * separator (such a set goes to the overflow series). */
+static int values_key(const tm_mcp_labels *l, char out[TM_LABELS_MAX], size_t *len)
+{
+    const char *v[] = {l->method, l->tool, l->prompt, l->error, l->version, l->transport};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        size_t k = v[i] ? strlen(v[i]) : 0;
+        if (n + k + 2 >= TM_LABELS_MAX || (v[i] && (memchr(v[i], 0x1e, k) || memchr(v[i], 0x1f, k))))
+            return -1;
+        if (v[i])
+            memcpy(out + n, v[i], k);
+        else
+            out[n++] = 0x1e;
+        n += k;
+        out[n++] = 0x1f;
+    }
+    *len = n;
+    return 0;
+}
+
+static int series_find(tm_lhist h, const char *key, size_t len, int from, int to)
 {
     for (int i = from; i < to; i++)
-        if (strcmp(lser[h][i].labels, labels) == 0)
+        if (lser[h][i].keylen == len && memcmp(lser[h][i].key, key, len) == 0)
             return i;
     return -1;
 }
 
-/* The series of labels: found without a lock, else made under lmu. */
-static lseries *series_of(tm_lhist h, const char *labels)
+/* The series of a key: found without a lock, else made under lmu. */
+static lseries *series_of(tm_lhist h, const tm_mcp_labels *l, const char *key, size_t len)
 {
     int n = atomic_load_explicit(&lcount[h], memory_order_acquire);
-    int i = series_find(h, labels, 0, n);
+    int i = series_find(h, key, len, 0, n);
     if (i >= 0)
         return &lser[h][i];
     pthread_mutex_lock(&lmu);
     int m = atomic_load_explicit(&lcount[h], memory_order_relaxed);
-    i = series_find(h, labels, n, m);
-    if (i < 0 && m < TM_LHIST_SERIES) {
+    i = series_find(h, key, len, n, m);
+    if (i < 0 && m < TM_LHIST_SERIES && render_labels(l, lser[h][m].labels) == 0) {
         i = m;
-        strcpy(lser[h][i].labels, labels);
+        memcpy(lser[h][i].key, key, len);
+        lser[h][i].keylen = len;
         atomic_store_explicit(&lcount[h], m + 1, memory_order_release);
     }
     pthread_mutex_unlock(&lmu);
@@ -204,8 +232,9 @@ static void observe_into(const hist_def *d, atomic_uint_fast64_t *b, atomic_uint
 
 void tm_lhist_observe(tm_lhist h, const tm_mcp_labels *l, uint64_t v)
 {
-    char labels[TM_LABELS_MAX];
-    lseries *s = render_labels(l, labels) ? &lser[h][TM_LHIST_SERIES] : series_of(h, labels);
+    char key[TM_LABELS_MAX];
+    size_t len;
+    lseries *s = values_key(l, key, &len) ? &lser[h][TM_LHIST_SERIES] : series_of(h, l, key, len);
     observe_into(&lhists[h], s->b, &s->sum, &s->n, v);
 }
 

@@ -13,6 +13,7 @@
 #include "tidemark/tidemark.h"
 #include <curl/curl.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,56 +22,133 @@ void tm_span_free(tm_span *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->na; i++)
-        free(s->a[i].s);
-    free(s->name);
     free(s->tracestate);
     free(s);
 }
 
-static json_t *ns_str(int64_t ns) { return json_sprintf("%" PRId64, ns); }
+/* ---- OTLP/HTTP JSON, written with a pointer into a buffer sized for
+ * the span beforehand (the encoding is most of the exporter's work at
+ * high call rates: no jansson tree, no printf, one append per span) ---- */
 
-static json_t *attr_json(const tm_attr *a)
-{
-    json_t *v = a->s ? json_pack("{s:s}", "stringValue", a->s)
-                     : json_pack("{s:o}", "intValue", json_sprintf("%" PRId64, a->i));
-    return json_pack("{s:s,s:o}", "key", a->key, "value", v);
-}
+#define LIT(p, s) (memcpy((p), (s), sizeof(s) - 1), (p) + sizeof(s) - 1)
 
-static json_t *span_json(const tm_span *s)
+/* A JSON string: quotes, backslash and control characters escaped (at
+ * most 6 bytes per byte of s, plus 2). */
+static char *w_str(char *p, const char *s)
 {
-    char tid[33], sid[17], pid[17];
-    tm_trace_hex(s->ctx.trace_id, 16, tid);
-    tm_trace_hex(s->ctx.span_id, 8, sid);
-    json_t *attrs = json_array();
-    for (int i = 0; i < s->na; i++)
-        json_array_append_new(attrs, attr_json(&s->a[i]));
-    json_t *j = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:o,s:{s:i}}", "traceId", tid, "spanId", sid,
-                          "name", s->name, "kind", (int)s->kind, "startTimeUnixNano",
-                          ns_str(s->start_ns), "endTimeUnixNano", ns_str(s->end_ns),
-                          "attributes", attrs, "status", "code", s->error ? 2 : 0);
-    if (j && s->has_parent) {
-        tm_trace_hex(s->parent, 8, pid);
-        json_object_set_new(j, "parentSpanId", json_string(pid));
+    static const char hex[] = "0123456789abcdef";
+    *p++ = '"';
+    for (;;) {
+        size_t run = 0;
+        for (unsigned char c; (c = (unsigned char)s[run]) >= 0x20 && c != '"' && c != '\\'; run++)
+            ;
+        memcpy(p, s, run); /* the bytes that need no escape, at once */
+        p += run;
+        s += run;
+        if (!*s)
+            break;
+        unsigned char ch = (unsigned char)*s++;
+        if (ch == '"' || ch == '\\') {
+            *p++ = '\\';
+            *p++ = (char)ch;
+        } else {
+            p = LIT(p, "\\u00");
+            *p++ = hex[ch >> 4];
+            *p++ = hex[ch & 15];
+        }
     }
-    if (j && s->tracestate)
-        json_object_set_new(j, "traceState", json_string(s->tracestate));
-    return j;
+    *p++ = '"';
+    return p;
 }
 
-/* The request body of a batch: one resource, one scope. */
+/* A decimal number in quotes (OTLP JSON: 64-bit ints are strings); <= 23 bytes. */
+static char *w_qnum(char *p, int64_t v)
+{
+    char d[24], *q = d + sizeof d;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        *--q = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--q = '-';
+    *p++ = '"';
+    memcpy(p, q, (size_t)(d + sizeof d - q));
+    p += d + sizeof d - q;
+    *p++ = '"';
+    return p;
+}
+
+/* Keys are string literals of this library: written as they are. */
+static char *w_attr(char *p, const tm_attr *a, int first)
+{
+    p = first ? LIT(p, "{\"key\":\"") : LIT(p, ",{\"key\":\"");
+    size_t k = strlen(a->key);
+    memcpy(p, a->key, k);
+    p += k;
+    if (!a->s)
+        return LIT(w_qnum(LIT(p, "\",\"value\":{\"intValue\":"), a->i), "}}");
+    return LIT(w_str(LIT(p, "\",\"value\":{\"stringValue\":"), a->s), "}}");
+}
+
+static char *w_hex(char *p, const uint8_t *id, size_t n)
+{
+    *p++ = '"';
+    tm_trace_hex(id, n, p); /* writes a NUL after, overwritten next */
+    p += 2 * n;
+    *p++ = '"';
+    return p;
+}
+
+/* Bytes span_json may write for s. */
+static size_t span_bound(const tm_span *s)
+{
+    size_t n = 400 + 6 * s->used + (s->tracestate ? 6 * strlen(s->tracestate) : 0);
+    for (int i = 0; i < s->na; i++)
+        n += strlen(s->a[i].key) + 64;
+    return n;
+}
+
+static char *span_json(char *p, const tm_span *s, int first)
+{
+    p = w_hex(first ? LIT(p, "{\"traceId\":") : LIT(p, ",{\"traceId\":"), s->ctx.trace_id, 16);
+    p = w_hex(LIT(p, ",\"spanId\":"), s->ctx.span_id, 8);
+    if (s->has_parent)
+        p = w_hex(LIT(p, ",\"parentSpanId\":"), s->parent, 8);
+    if (s->tracestate)
+        p = w_str(LIT(p, ",\"traceState\":"), s->tracestate);
+    p = w_str(LIT(p, ",\"name\":"), s->name);
+    p = LIT(p, ",\"kind\":");
+    *p++ = (char)('0' + s->kind);
+    p = w_qnum(LIT(p, ",\"startTimeUnixNano\":"), s->start_ns);
+    p = w_qnum(LIT(p, ",\"endTimeUnixNano\":"), s->end_ns);
+    p = s->error ? LIT(p, ",\"status\":{\"code\":2},\"attributes\":[")
+                 : LIT(p, ",\"status\":{\"code\":0},\"attributes\":[");
+    for (int i = 0; i < s->na; i++)
+        p = w_attr(p, &s->a[i], i == 0);
+    return LIT(p, "]}");
+}
+
+/* The request body of a batch: one resource, one scope. Its size is
+ * bounded by the spans', which are held already (the queue's bound).
+ * NULL when memory is short. */
 static char *batch_body(const tm_otel *o, const tm_span *batch)
 {
-    json_t *spans = json_array();
+    size_t need = 256 + strlen(o->cfg.resource);
     for (const tm_span *s = batch; s; s = s->next)
-        json_array_append_new(spans, span_json(s));
-    json_t *res = json_loads(o->cfg.resource, 0, NULL);
-    json_t *body = json_pack("{s:[{s:{s:o},s:[{s:{s:s,s:s},s:o}]}]}", "resourceSpans", "resource",
-                             "attributes", res ? res : json_array(), "scopeSpans", "scope", "name",
-                             "tidemark", "version", tidemark_version(NULL), "spans", spans);
-    char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    return txt;
+        need += span_bound(s);
+    char *body = malloc(need), *p = body;
+    if (!body)
+        return NULL;
+    p = LIT(p, "{\"resourceSpans\":[{\"resource\":{\"attributes\":");
+    size_t r = strlen(o->cfg.resource);
+    memcpy(p, o->cfg.resource, r);
+    p = LIT(p + r, "},\"scopeSpans\":[{\"scope\":{\"name\":\"tidemark\",\"version\":");
+    p = LIT(w_str(p, tidemark_version(NULL)), "},\"spans\":[");
+    for (const tm_span *s = batch; s; s = s->next)
+        p = span_json(p, s, s == batch);
+    p = LIT(p, "]}]}]}");
+    *p = '\0';
+    return body;
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *ud)

@@ -54,8 +54,16 @@ tm_span *tm_mcp_span_start(tm_otel *o, tm_span_kind kind, const char *method,
     if (!o || !method)
         return NULL;
     const char *target = target_of(method, params);
-    char name[256];
-    snprintf(name, sizeof name, target ? "%s %s" : "%s", method, target);
+    char name[256]; /* "{method} {target}", cut to fit (the span cuts it again) */
+    size_t m = strnlen(method, 128), t = target ? strnlen(target, sizeof name - m - 2) : 0;
+    while (m > 0 && ((unsigned char)method[m] & 0xc0) == 0x80) /* a cut: not inside a character */
+        m--;
+    while (t > 0 && ((unsigned char)target[t] & 0xc0) == 0x80)
+        t--;
+    memcpy(name, method, m);
+    name[m] = ' ';
+    memcpy(name + m + 1, target ? target : "", t);
+    name[target ? m + 1 + t : m] = '\0';
     tm_span *s = tm_span_start(o, kind, name, parent, tracestate);
     if (!s)
         return NULL;

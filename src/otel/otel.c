@@ -78,27 +78,48 @@ static int sampled(const tm_otel_cfg *c, const tm_trace_ctx *parent, const uint8
     return (double)x < c->ratio * 18446744073709551616.0;
 }
 
+/* v copied into s's text: NULL when it does not fit, or (cut) cut at a
+ * character boundary to what fits. */
+static const char *text_copy(tm_span *s, const char *v, int cut)
+{
+    size_t n = strlen(v), room = TM_SPAN_TEXT - s->used - 1;
+    if (n > room && !cut)
+        return NULL;
+    if (n > room) /* not inside a UTF-8 sequence */
+        for (n = room; n > 0 && ((unsigned char)v[n] & 0xc0) == 0x80; n--)
+            ;
+    char *d = s->text + s->used;
+    memcpy(d, v, n);
+    d[n] = '\0';
+    s->used += n + 1;
+    return d;
+}
+
 tm_span *tm_span_start(tm_otel *o, tm_span_kind kind, const char *name,
                        const tm_trace_ctx *parent, const char *tracestate)
 {
     if (!o)
         return NULL;
-    tm_span *s = calloc(1, sizeof *s);
+    tm_span *s = malloc(sizeof *s); /* not zeroed: text is 768 bytes; every field is set */
     if (!s)
         return NULL;
     if (parent && !parent->valid)
         parent = NULL;
     s->o = o;
     s->kind = kind;
+    s->has_parent = s->error = 0;
+    s->na = 0;
+    s->used = 0;
+    s->next = NULL;
     int rc = parent ? 0 : tm_trace_new_trace_id(s->ctx.trace_id);
     if (parent) {
         memcpy(s->ctx.trace_id, parent->trace_id, 16);
         memcpy(s->parent, parent->span_id, 8);
         s->has_parent = 1;
     }
-    s->name = strdup(name);
+    s->name = text_copy(s, name, 1);
     s->tracestate = tracestate && *tracestate ? strdup(tracestate) : NULL;
-    if (rc || !s->name || tm_trace_new_span_id(s->ctx.span_id) != 0) {
+    if (rc || tm_trace_new_span_id(s->ctx.span_id) != 0) {
         tm_span_free(s);
         return NULL;
     }
@@ -117,22 +138,25 @@ static tm_attr *attr_slot(tm_span *s, const char *key)
     if (!s || !s->sampled)
         return NULL; /* nothing is kept of a span that is never exported */
     for (int i = 0; i < s->na; i++)
-        if (s->a[i].key == key || !strcmp(s->a[i].key, key)) {
-            free(s->a[i].s);
-            s->a[i].s = NULL;
+        if (s->a[i].key == key) { /* keys are literals: the same key is the same pointer */
+            s->a[i].s = NULL; /* its old text stays: a rare replacement */
             return &s->a[i];
         }
     if (s->na == TM_SPAN_MAX_ATTRS)
         return NULL;
     s->a[s->na].key = key;
+    s->a[s->na].s = NULL;
     return &s->a[s->na++];
 }
 
 void tm_span_set_str(tm_span *s, const char *key, const char *v)
 {
-    tm_attr *a = v ? attr_slot(s, key) : NULL;
-    if (a) /* out of memory: an int 0 rather than nothing */
-        a->s = strdup(v);
+    if (!s || !s->sampled || !v)
+        return;
+    const char *t = text_copy(s, v, 0); /* no room: the attribute is left out */
+    tm_attr *a = t ? attr_slot(s, key) : NULL;
+    if (a)
+        a->s = t;
 }
 
 void tm_span_set_int(tm_span *s, const char *key, int64_t v)

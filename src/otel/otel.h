@@ -49,8 +49,10 @@ tm_span *tm_span_start(tm_otel *o, tm_span_kind kind, const char *name,
                        const tm_trace_ctx *parent, const char *tracestate);
 const tm_trace_ctx *tm_span_ctx(const tm_span *s);
 const char *tm_span_tracestate(const tm_span *s);
-/* key is a string literal (kept by pointer); v is copied. At most
- * TM_SPAN_MAX_ATTRS attributes; more are ignored. */
+/* key is a string literal (kept by pointer, and known again by pointer:
+ * set a key twice through the same literal, or the span has it twice); v is
+ * copied into the span's text (a value that does not fit is left out). At
+ * most TM_SPAN_MAX_ATTRS attributes; more are ignored. */
 #define TM_SPAN_MAX_ATTRS 16
 void tm_span_set_str(tm_span *s, const char *key, const char *v);
 void tm_span_set_int(tm_span *s, const char *key, int64_t v);

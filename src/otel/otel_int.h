@@ -7,9 +7,13 @@
 
 typedef struct tm_attr {
     const char *key; /* a string literal */
-    char *s;         /* NULL: an int */
+    const char *s;   /* in the span's text; NULL: an int */
     int64_t i;
 } tm_attr;
+
+/* A span's name and string values live in its own text (one allocation
+ * per span, freed by the exporter: no malloc per attribute). */
+#define TM_SPAN_TEXT 768
 
 struct tm_span {
     tm_otel *o;
@@ -17,12 +21,14 @@ struct tm_span {
     uint8_t parent[8];
     uint8_t has_parent, sampled, error;
     tm_span_kind kind;
-    char *name;
-    char *tracestate;        /* NULL when none */
+    const char *name;        /* in text */
+    char *tracestate;        /* NULL when none (malloc: rare) */
     int64_t start_ns, end_ns; /* Unix ns */
     tm_attr a[TM_SPAN_MAX_ATTRS];
     int na;
     struct tm_span *next;    /* the queue's link */
+    size_t used;             /* bytes of text taken */
+    char text[TM_SPAN_TEXT];
 };
 
 typedef enum tm_sampler {

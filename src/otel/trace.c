@@ -76,10 +76,32 @@ void tm_traceparent_format(const tm_trace_ctx *c, char out[TM_TRACEPARENT_LEN + 
     tm_trace_hex(&c->flags, 1, out + 53);
 }
 
+/* Ids are drawn from the CSPRNG 512 bytes at a time per thread (a
+ * getrandom call per span cost more than the rest of its start); bytes
+ * handed out are never handed out again. */
+static _Thread_local struct {
+    uint8_t b[512];
+    size_t used; /* bytes of b handed out since it was filled */
+    int filled;  /* b holds random bytes (0: a new thread's) */
+} pool;
+
+static int pool_take(uint8_t *out, size_t n)
+{
+    if (!pool.filled || pool.used + n > sizeof pool.b) {
+        if (tm_random_bytes(pool.b, sizeof pool.b) != 0)
+            return TIDEMARK_EIO;
+        pool.used = 0;
+        pool.filled = 1;
+    }
+    memcpy(out, pool.b + pool.used, n);
+    pool.used += n;
+    return 0;
+}
+
 static int new_id(uint8_t *id, size_t n)
 {
     do {
-        if (tm_random_bytes(id, n) != 0)
+        if (pool_take(id, n) != 0)
             return TIDEMARK_EIO;
     } while (all_zero(id, n));
     return 0;

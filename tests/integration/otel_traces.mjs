@@ -149,6 +149,15 @@ async function headerParent(port) {
       x.service === "tm-hdr" && x.traceId === "4bf92f3577b34da6a3ce929d0e0e4736"), 15000).catch(() => null);
     t.check("the HTTP traceparent header is the SERVER span's parent",
       sp && sp.parentSpanId === "00f067aa0ba902b7" && attr(sp, "jsonrpc.request.id") === "7", brief());
+    // A name that needs escaping in OTLP JSON (quote, backslash, newline, a
+    // control byte, non-ASCII): the span arrives with it intact.
+    const odd = 'no"such\\tool\n\u0001é';
+    await callTool(s.url, sid, 9, odd, {}, { traceparent: "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" });
+    const os = await until("the escaped span", async () => find((x) =>
+      x.traceId === "5bf92f3577b34da6a3ce929d0e0e4736"), 15000).catch(() => null);
+    t.check("a tool name that needs escaping survives OTLP JSON, and its error is typed",
+      os && os.name === `tools/call ${odd}` && attr(os, "gen_ai.tool.name") === odd &&
+        os.status?.code === 2 && attr(os, "error.type") !== undefined, JSON.stringify(os));
     await durableSpans(s.url, sid);
   } finally {
     await stopServer(s);
