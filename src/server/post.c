@@ -29,8 +29,11 @@ static void run_initialize(void *arg)
 {
     init_job *ij = arg;
     tm_sess *sess = NULL;
+    tm_msg_trace mt;
+    tm_msg_trace_start(&mt, ij->srv, ij->req, &ij->msg);
     json_t *resp =
         tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, tm_http_req_peer(ij->req), &sess);
+    tm_msg_trace_end(&mt, resp, sess);
     if (sess) {
         tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
         tm_sess_unref(sess);

@@ -207,6 +207,14 @@ void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session
                      const struct tm_resume_decision *d, int64_t t0_us);
 void tm_resume_refused_trace(tidemark_server_t *srv, tm_http_req *r, const char *reason);
 void tm_record_trace(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m, const char *verdict);
+/* A request that is no call (initialize): its SERVER span and duration. */
+typedef struct tm_msg_trace {
+    const tm_msg *m;
+    tm_span *span;
+    int64_t t0_us;
+} tm_msg_trace;
+void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_http_req *r, const tm_msg *m);
+void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *sess);
 /* A session's end (DELETE, expiry): mcp.server.session.duration. */
 void tm_sess_observe_end(const tm_sess *s);
 

@@ -426,8 +426,8 @@ void tm_sess_cancel(tm_sess *s, json_t *request_id)
 int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
                     const char *method, json_t *params, int timeout_ms, json_t **result);
 
-int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
-                    const char *method, json_t *params, int timeout_ms, json_t **result)
+static int sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
+                        const char *method, json_t *params, int timeout_ms, json_t **result)
 {
     tm_sess *s = call->sess;
     *result = NULL;
@@ -470,6 +470,29 @@ int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *s
     }
     if (!rc)
         rc = TIDEMARK_ECANCELED;
+    return rc;
+}
+
+/* A request to the client is a CLIENT span under its call's SERVER span,
+ * its traceparent in the request's params._meta (a copy: the handler's
+ * params are its own). */
+int tm_sess_request(tidemark_server_t *srv, tidemark_call_t *call, const char *stream,
+                    const char *method, json_t *params, int timeout_ms, json_t **result)
+{
+    if (!call->span)
+        return sess_request(srv, call, stream, method, params, timeout_ms, result);
+    json_t *p = params ? json_deep_copy(params) : json_object();
+    if (!p)
+        return TIDEMARK_ENOMEM;
+    tm_span *sp = tm_mcp_span_start(srv->otel, TM_SPAN_CLIENT, method, p, NULL,
+                                    tm_span_ctx(call->span), tm_span_tracestate(call->span));
+    tm_span_set_str(sp, "mcp.session.id", call->sess->id);
+    tm_span_set_str(sp, "mcp.protocol.version", call->sess->version);
+    int rc = tm_mcp_inject(sp, p);
+    if (!rc)
+        rc = sess_request(srv, call, stream, method, p, timeout_ms, result);
+    tm_mcp_span_finish(sp, rc, *result);
+    json_decref(p);
     return rc;
 }
 

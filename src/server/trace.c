@@ -88,6 +88,37 @@ void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq)
     c->commit_span = NULL;
 }
 
+void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+{
+    t->m = m;
+    t->t0_us = tm_now_us();
+    t->span = NULL;
+    if (!srv->otel)
+        return;
+    tm_trace_ctx parent;
+    const char *ts = NULL;
+    (void)tm_mcp_trace_from(m->params, tm_http_req_header(r, "traceparent"), &parent, &ts);
+    t->span = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
+    tm_span_set_str(t->span, "network.transport", "tcp");
+}
+
+void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *sess)
+{
+    char buf[24];
+    tm_mcp_labels l = {.method = t->m->method, .error = tm_mcp_error_type(response, buf),
+                       .version = sess ? sess->version : NULL, .transport = "tcp"};
+    tm_lhist_observe(TM_LH_SERVER_OPERATION, &l, (uint64_t)(tm_now_us() - t->t0_us));
+    if (!t->span)
+        return;
+    if (sess) {
+        tm_span_set_str(t->span, "mcp.session.id", sess->id);
+        tm_span_set_str(t->span, "mcp.protocol.version", sess->version);
+    }
+    tm_mcp_span_outcome(t->span, response);
+    tm_span_end(t->span);
+    t->span = NULL;
+}
+
 /* A GET resuming a stream: a SERVER span under the traceparent header. */
 void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session,
                      const tm_resume_decision *d, int64_t t0_us)

@@ -8,7 +8,8 @@
 if(NODE_EXECUTABLE)
   add_test(NAME otel_traces
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/otel_traces.mjs
-            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-server> $<TARGET_FILE:tidemark-client>)
+            $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-server> $<TARGET_FILE:tidemark-client>
+            $<TARGET_FILE:tidemark-everything>)
   set_tests_properties(otel_traces PROPERTIES TIMEOUT 180 LABELS otel
                        ENVIRONMENT "TIDEMARK_PEERS_DIR=${TIDEMARK_PEERS}")
 endif()

@@ -13,7 +13,9 @@
 //   - OTEL_TRACES_SAMPLER=always_off: calls succeed, no span is exported
 //     (the processes exit, which flushes their queues, before it is judged);
 //   - an unreachable collector: calls succeed, the spans are counted dropped.
-//   node otel_traces.mjs GATEWAY SERVER CLIENT
+//   - a server's request to the client (elicitation) is a CLIENT span under
+//     the call's SERVER span, and initialize is a SERVER span;
+//   node otel_traces.mjs GATEWAY SERVER CLIENT EVERYTHING
 import { createServer } from "node:http";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -22,7 +24,7 @@ import { callTool, checker, cliBrief, initialize, spawnCli, startServer, stopSer
 import { peersDir, sdkImport } from "./sdk_resolve.mjs";
 import { freePort } from "./multinode_env.mjs";
 
-const [gateway, server, client] = process.argv.slice(2);
+const [gateway, server, client, everything] = process.argv.slice(2);
 const t = checker();
 const req = createRequire(join(peersDir, "package.json"));
 const spans = []; // every span received: {service, ...span}
@@ -133,6 +135,31 @@ async function throughGateway(port) {
       gs2 && cs2 && gs2.parentSpanId === cc.spanId, brief());
   } finally {
     await stopServer(gw);
+  }
+}
+
+// tidemark-client calls test_elicitation of tidemark-everything: the
+// server's elicitation/create is a CLIENT span under the call's SERVER
+// span, which is under the client's CLIENT span; initialize has a span.
+async function serverAsks(port) {
+  const s = await startServer(everything, ["--store", "memory"], { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-ev" }) });
+  try {
+    const r = await spawnCli(client, ["--protocol", "legacy", "--elicit", "accept", "--json", s.url, "call", "test_elicitation"],
+      { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-cli2" }) }).done;
+    t.check("the elicitation call succeeds", r.code === 0 && /accept/.test(JSON.stringify(r.json)), cliBrief(r));
+    const cc = find((x) => x.service === "tm-cli2" && x.name === "tools/call test_elicitation");
+    const sc = cc && await until("the call's SERVER span", async () => find((x) => x.service === "tm-ev" &&
+      x.kind === 2 && x.parentSpanId === cc.spanId), 15000).catch(() => null);
+    const ask = sc && await until("the elicitation's CLIENT span", async () => find((x) => x.service === "tm-ev" &&
+      x.kind === 3 && x.parentSpanId === sc.spanId), 15000).catch(() => null);
+    t.check("the server's elicitation/create: a CLIENT span under the call's SERVER span",
+      ask && ask.name === "elicitation/create" && ask.traceId === cc.traceId && !ask.status?.code, brief());
+    const init = await until("initialize's span", async () => find((x) => x.service === "tm-ev" &&
+      x.name === "initialize" && x.kind === 2), 15000).catch(() => null);
+    t.check("initialize: a SERVER span with the session it made",
+      init && /^[0-9a-f]+$/.test(attr(init, "mcp.session.id") ?? ""), brief());
+  } finally {
+    await stopServer(s);
   }
 }
 
@@ -249,6 +276,7 @@ const port = rcv.address().port;
 try {
   await throughGateway(port);
   await headerParent(port);
+  await serverAsks(port);
   await samplingOff(port);
   await unreachable();
   t.check("the receiver was posted to", posts > 0, `${posts}`);
