@@ -12,7 +12,9 @@
 //   - a traceparent HTTP header is the parent when _meta has none;
 //   - OTEL_TRACES_SAMPLER=always_off: calls succeed, no span is exported
 //     (the processes exit, which flushes their queues, before it is judged);
-//   - an unreachable collector: calls succeed, the spans are counted dropped.
+//   - an unreachable collector: calls succeed, the spans are counted dropped;
+//   - OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (not implemented): a warning
+//     at start, and the spans still arrive, as JSON.
 //   - a server's request to the client (elicitation) is a CLIENT span under
 //     the call's SERVER span, and initialize is a SERVER span;
 //   node otel_traces.mjs GATEWAY SERVER CLIENT EVERYTHING
@@ -248,6 +250,25 @@ async function samplingOff(port) {
   t.check("always_off: no span exported by the server or the client", off.length === 0, brief());
 }
 
+// http/protobuf is not implemented: warned about, JSON sent instead.
+async function protobufFallback(port) {
+  const s = await startServer(server, ["--store", "memory"],
+    { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-pb", OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf" }) });
+  try {
+    const warned = await until("the warning", async () =>
+      /OTLP protocol http\/protobuf is not supported; traces are sent as http\/json/.test(s.log), 5000)
+      .catch(() => false);
+    t.check("http/protobuf: a clear warning at start", warned, s.log);
+    const sid = await initialize(s.url);
+    await callTool(s.url, sid, 3, "echo", { text: "pb" });
+    const sp = await until("a span of tm-pb", async () => find((x) => x.service === "tm-pb" &&
+      x.name === "tools/call echo"), 15000).catch(() => null);
+    t.check("http/protobuf: the spans arrive as JSON all the same", sp, brief());
+  } finally {
+    await stopServer(s);
+  }
+}
+
 // A collector that refuses connections: calls unaffected, drops counted.
 async function unreachable() {
   const dead = await freePort(); // nothing listens there
@@ -278,6 +299,7 @@ try {
   await headerParent(port);
   await serverAsks(port);
   await samplingOff(port);
+  await protobufFallback(port);
   await unreachable();
   t.check("the receiver was posted to", posts > 0, `${posts}`);
 } catch (e) {
