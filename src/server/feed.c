@@ -176,16 +176,18 @@ static int pull_caught_up(feed *f, tm_buf *out)
     return TM_HTTP_WAIT;
 }
 
-/* The stream cannot be read (rc_read). Last words if any, then the end.
- * A POST's stream not found before its first event waits for its opening
- * or its calls' last words (a lost opening: no call's response can be made
- * durable). Any other failure ends: the client resumes or re-sends. */
-static int pull_lost(feed *f, tm_buf *out, int rc_read)
+/* The stream cannot be read. Last words if any, then the end. A POST's
+ * stream that has given nothing yet waits instead: the client holds no
+ * cursor to resume from, and its calls' last commit (or, failing, their
+ * last words: tm_feed_fail) wakes it. Not found, its opening may not be
+ * durable yet, or was lost (then no call's response can be made durable);
+ * unreadable, the store may be failing over. Any other stream ends: its
+ * client resumes. */
+static int pull_lost(feed *f, tm_buf *out)
 {
     if (f->last_words)
         return send_last_words(f, out);
-    if (rc_read == TIDEMARK_ENOTFOUND && f->awaits_open && f->delivered == f->began &&
-        !f->close_requested)
+    if (f->awaits_open && f->delivered == f->began && !f->close_requested)
         return TM_HTTP_WAIT;
     return TM_HTTP_END;
 }
@@ -205,7 +207,7 @@ static int feed_pull(void *ud, tm_buf *out)
     if (rc == TIDEMARK_ERANGE)
         return pull_gap(f, out);
     if (rc)
-        return pull_lost(f, out, rc);
+        return pull_lost(f, out);
     if (out->len > before)
         return TM_HTTP_MORE;
     return pull_caught_up(f, out);
