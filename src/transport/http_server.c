@@ -78,6 +78,11 @@ struct tm_http {
     char *tls_cert, *tls_key, *tls_ca;
 };
 
+/* The most a deferred stream answer gathers to go out whole, with its
+ * length; past it the answer goes on chunked. The source's pulls append
+ * whole events, so it may hold one pull's worth more. */
+#define WHOLE_MAX (64u << 10)
+
 /* An SSE connection attached to one stream: bytes come from its source. */
 typedef struct sconn {
     tm_http *h;
@@ -163,6 +168,7 @@ static ssize_t sconn_read(void *cls, uint64_t pos, char *buf, size_t max)
             tm_sse_frame_comment(&s->out, "keep-alive");
             continue;
         }
+        tm_buf_free(&s->out); /* a sleeping stream holds no buffer */
         s->suspended = 1;
         MHD_suspend_connection(s->conn);
         pthread_mutex_unlock(&s->mu);
@@ -835,18 +841,23 @@ static tm_http_req *req_new(tm_http *h, struct MHD_Connection *c, const char *ur
     return r;
 }
 
-/* Pull s until it waits or ends: TM_HTTP_END when it ended, all of it in
- * s->out; TM_HTTP_WAIT when it waits; TM_HTTP_MORE when it must not be
- * asked (stopping, superseded, ending now: sconn_read ends it). s->mu held. */
+/* Pull s until it waits, ends, or holds WHOLE_MAX bytes: TM_HTTP_END when
+ * it ended, all of it in s->out; TM_HTTP_WAIT when it waits; TM_HTTP_MORE
+ * when there is more than one response should hold (it goes on chunked,
+ * pulled as the socket drains: a 10,000-event answer was one 1.5 MB
+ * response, framed whole on the I/O thread and held until sent) or it must
+ * not be asked (stopping, superseded, ending now: sconn_read ends it).
+ * s->mu held. */
 static int gather_whole(sconn *s)
 {
     if (atomic_load(&s->h->stopping) || s->superseded || s->end_now)
         return TM_HTTP_MORE;
-    for (;;) {
+    while (s->out.len < WHOLE_MAX) {
         int st = s->src.pull(s->src.ud, &s->out);
         if (st != TM_HTTP_MORE)
             return st;
     }
+    return TM_HTTP_MORE;
 }
 
 /* The response for a deferred stream s whose source ended: all of it, with

@@ -120,9 +120,10 @@ typedef struct tm_http_source {
     /* NULL, or: whether pull has given any of the stream's events (not
      * just a head). Given, nothing is sent, headers included, until it has
      * (at the latest at the first wake, or the end): a stream that has
-     * ended by then goes out as one response with its length, in one
-     * write; otherwise the stream goes on as usual. For a POST's call
-     * stream, whose first events are durable at its first commit. */
+     * ended by then in at most 64 KiB goes out as one response with its
+     * length, in one write; otherwise the stream goes on as usual, pulled
+     * as the socket drains. For a POST's call stream, whose first events
+     * are durable at its first commit. */
     int (*has_events)(void *ud);
 } tm_http_source;
 
