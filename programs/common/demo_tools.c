@@ -40,6 +40,9 @@ static void sleep_ms(long ms)
         ;
 }
 
+/* The most events a stream call writes on the I/O thread that read it. */
+#define STREAM_INLINE_MAX 64
+
 static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, void *ud)
 {
     (void)ud;
@@ -54,8 +57,11 @@ static int tool_stream(tidemark_call_t *call, json_t *args, json_t **result, voi
     long n = (long)json_integer_value(jn), delay = jd ? (long)json_integer_value(jd) : 0;
     json_t *jc = json_object_get(args, "close_after");
     long close_after = json_is_integer(jc) ? (long)json_integer_value(jc) : -1;
-    if ((delay || close_after >= 0) && tidemark_call_is_inline(call))
-        return TIDEMARK_EAGAIN; /* it sleeps, or it is polled: on a worker */
+    /* It sleeps, it is polled, or it writes more than a few events (10,000
+     * inline held an I/O thread, and every connection it serves, for tens
+     * of milliseconds): on a worker. */
+    if ((delay || close_after >= 0 || n > STREAM_INLINE_MAX) && tidemark_call_is_inline(call))
+        return TIDEMARK_EAGAIN;
     for (long i = 1; i <= n; i++) {
         if (tidemark_call_cancelled(call))
             return TIDEMARK_ECANCELED;
