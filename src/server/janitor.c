@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../base/clock.h"
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 static void expired(void *ud, const char *id)
 {
@@ -71,6 +74,30 @@ static void touch_busy(tidemark_server_t *srv, int64_t now)
     free(l.v);
 }
 
+/* Give freed memory back to the system once TRIM_FREED more bytes are
+ * free in the heap than at their lowest since the last trim. glibc keeps
+ * what is freed in the middle of its heaps: after 200 streams of 10,000
+ * events ended, RSS stayed 100+ MB above the start until a malloc_trim(0)
+ * (it gives back free pages anywhere in the heaps, not only at the top;
+ * M_TRIM_THRESHOLD only concerns the top). The free total still counts
+ * pages given back, hence the low mark rather than the total. Runs on the
+ * janitor's thread; mallinfo2 and malloc_trim lock one arena at a time. */
+#define TRIM_FREED (8u << 20)
+static void give_back(size_t *low)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    size_t free_now = mallinfo2().fordblks;
+    if (free_now < *low)
+        *low = free_now;
+    if (free_now - *low < TRIM_FREED)
+        return;
+    malloc_trim(0);
+    *low = mallinfo2().fordblks;
+#else
+    (void)low;
+#endif
+}
+
 /* Expire idle sessions (--session-ttl), let idle loaded ones go from
  * memory (TM_SESS_CACHE_MAX). */
 static void *janitor_main(void *arg)
@@ -78,6 +105,7 @@ static void *janitor_main(void *arg)
     tidemark_server_t *srv = arg;
     int64_t ttl_ms = (int64_t)srv->cfg.session_ttl_seconds * 1000;
     int64_t period = ttl_ms && ttl_ms / 4 < 1000 ? (ttl_ms / 4 > 50 ? ttl_ms / 4 : 50) : 1000;
+    size_t low = SIZE_MAX; /* give_back's low mark of free heap bytes */
     pthread_mutex_lock(&srv->jan_mu);
     while (srv->jan_running) {
         struct timespec ts = tm_deadline_ms(period);
@@ -86,6 +114,7 @@ static void *janitor_main(void *arg)
             break;
         pthread_mutex_unlock(&srv->jan_mu);
         tm_sess_evict_idle(srv);
+        give_back(&low);
         if (!ttl_ms) {
             pthread_mutex_lock(&srv->jan_mu);
             continue;
