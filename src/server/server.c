@@ -296,6 +296,10 @@ static int http_open(tidemark_server_t *srv, tm_http **h)
                                                   (json_int_t)srv->cfg.max_header_bytes));
     char *too_large_body = error_body(TM_RPC_INVALID_REQUEST, "Payload Too Large", "body_too_large",
                                       json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
+    char *bad_chunk_body =
+        error_body(TM_RPC_INVALID_REQUEST,
+                   "Bad Request: a chunk size no body can have (request smuggling)",
+                   "invalid_chunk_size", NULL);
     tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
                          .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
                          .max_connections = srv->cfg.max_connections,
@@ -303,14 +307,16 @@ static int http_open(tidemark_server_t *srv, tm_http **h)
                          .request_deadline_ms = srv->cfg.request_deadline_ms,
                          .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
                          .max_header_bytes = srv->cfg.max_header_bytes, .headers_body = headers_body,
-                         .too_large_body = too_large_body,
+                         .too_large_body = too_large_body, .bad_chunk_body = bad_chunk_body,
                          .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
                          .tls_client_ca_file = srv->tls_client_ca};
-    int rc = busy_body && headers_body && too_large_body ? tm_http_new(&hc, tm_on_http, srv, h)
-                                                         : TIDEMARK_ENOMEM;
+    int rc = busy_body && headers_body && too_large_body && bad_chunk_body
+                 ? tm_http_new(&hc, tm_on_http, srv, h)
+                 : TIDEMARK_ENOMEM;
     free(busy_body);
     free(headers_body);
     free(too_large_body);
+    free(bad_chunk_body);
     return rc;
 }
 

@@ -72,6 +72,7 @@ struct tm_http {
     char *busy_body;   /* owned copy of cfg.busy_body */
     char *headers_body; /* owned copy of cfg.headers_body */
     char *too_large_body; /* owned copy of cfg.too_large_body */
+    char *bad_chunk_body; /* owned copy of cfg.bad_chunk_body */
     int listen_fd;     /* ours until libmicrohttpd takes it */
     /* TLS: the PEM files' contents (NULL: plain HTTP; ca NULL: no client
      * certificates asked for) */
@@ -108,7 +109,9 @@ struct tm_http_req {
     char *method, *path;
     tm_buf body;
     const char *framing; /* NULL or why the framing is ambiguous */
-    size_t lingered;     /* > 0: answered 413 (refuse_body); 1 + body bytes dropped since */
+    size_t lingered;     /* > 0: refused while its body streams (refuse_raw); 1 + body
+                            bytes dropped since */
+    int chunked;         /* Transfer-Encoding: chunked (its framing checked) */
     int lost_header;     /* a header could not be added (out of memory) */
     char peer[64];
     int handled;
@@ -998,19 +1001,20 @@ static void send_raw(tm_http *h, struct MHD_Connection *c, const char *buf, size
  * lose the answer (measured: node, and curl without Expect, did). */
 #define LINGER_BYTES (16u << 20)
 
-/* A body over max_body: 413, before any of it is read when its length is
- * declared, else as soon as it passes the limit. libmicrohttpd queues no
- * answer while a body streams, and one queued before would close the
- * connection unread, so the answer is written here; the sending side is
- * shut and the connection lingers (LINGER_BYTES), then closes. */
-static enum MHD_Result refuse_body(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+/* Refuse a request whose body is streaming: libmicrohttpd queues no answer
+ * while a body streams, and one queued before would close the connection
+ * unread, so the answer (status: "413 Content Too Large") is written here;
+ * the sending side is shut and the connection lingers (LINGER_BYTES), then
+ * closes. */
+static enum MHD_Result refuse_raw(tm_http *h, tm_http_req *r, struct MHD_Connection *c,
+                                  const char *status, const char *body)
 {
-    const char *body = h->too_large_body ? h->too_large_body : "";
+    body = body ? body : "";
     char head[256];
     int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 413 Content Too Large\r\n%sContent-Length: %zu\r\n"
+                     "HTTP/1.1 %s\r\n%sContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n",
-                     *body ? "Content-Type: application/json\r\n" : "", strlen(body));
+                     status, *body ? "Content-Type: application/json\r\n" : "", strlen(body));
     size_t len = (size_t)n + strlen(body);
     char *all = malloc(len);
     if (all) { /* one write */
@@ -1031,6 +1035,70 @@ static enum MHD_Result refuse_body(tm_http *h, tm_http_req *r, struct MHD_Connec
         pthread_mutex_unlock(&h->conn_mu);
     }
     return MHD_YES;
+}
+
+/* A body over max_body: 413, before any of it is read when its length is
+ * declared (a Content-Length, or a chunk's size), else as soon as it
+ * passes the limit. */
+static enum MHD_Result refuse_body(tm_http *h, tm_http_req *r, struct MHD_Connection *c)
+{
+    return refuse_raw(h, r, c, "413 Content Too Large", h->too_large_body);
+}
+
+/* The size line of the chunk whose bytes start at upload, when it is in
+ * view: libmicrohttpd 0.9.x parses the request in place in one buffer that
+ * starts with the request line (method) and hands a chunk's bytes from it,
+ * so [method + header size, upload) holds what it parsed of this read
+ * before them, and a chunk whose size line came in the same read has that
+ * line, "<hex>[;ext]\r\n", just before upload. A size line that came
+ * alone was parsed and written over by the next read: not in view.
+ * Returns the number of hex digits (0: not in view), the value in *size
+ * (saturated at UINT64_MAX past 16 digits). */
+static size_t chunk_size_seen(struct MHD_Connection *c, const char *method, const char *upload,
+                              uint64_t *size)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!ci || upload < method || (size_t)(upload - method) < ci->header_size ||
+        (size_t)(upload - method) > ci->header_size + TM_HTTP_MAX_HEADER_BYTES * 4)
+        return 0; /* not the layout above: say nothing */
+    const char *start = method + ci->header_size, *p = upload;
+    if (p > start && p[-1] == '\n')
+        p--;
+    if (p > start && p[-1] == '\r')
+        p--;
+    const char *end = p; /* the line is [line, end) */
+    while (p > start && p[-1] != '\n')
+        p--;
+    const char *semi = memchr(p, ';', (size_t)(end - p));
+    if (semi)
+        end = semi;
+    size_t digits = 0;
+    uint64_t v = 0;
+    for (const char *q = p; q < end; q++, digits++) {
+        int x = *q >= '0' && *q <= '9' ? *q - '0' : *q >= 'a' && *q <= 'f' ? *q - 'a' + 10
+                : *q >= 'A' && *q <= 'F' ? *q - 'A' + 10 : -1;
+        if (x < 0)
+            return 0;
+        v = v > (UINT64_MAX >> 4) ? UINT64_MAX : (v << 4) | (uint64_t)x;
+    }
+    *size = v;
+    return digits;
+}
+
+/* A chunk size that no body can have (over INT64_MAX: beyond any length a
+ * Content-Length of 19 digits frames, any file offset): 400
+ * invalid_chunk_size, counted with the other framing errors. A size over
+ * what is left of max_body: 413 at once. Else NULL: go on. */
+static const char *chunk_verdict(tm_http *h, tm_http_req *r, struct MHD_Connection *c,
+                                 const char *method, const char *upload)
+{
+    uint64_t size = 0;
+    if (!r->chunked || chunk_size_seen(c, method, upload, &size) == 0)
+        return NULL;
+    if (size > (uint64_t)INT64_MAX)
+        return "invalid_chunk_size";
+    return size > h->cfg.max_body - r->body.len ? "body_too_large" : NULL;
 }
 
 static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -1080,6 +1148,7 @@ static enum MHD_Result on_headers(tm_http *h, struct MHD_Connection *c, const ch
         tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
         return handle(h, r, c);
     }
+    r->chunked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != NULL;
     if (declared_length(c) > h->cfg.max_body) { /* one waiting for "100 Continue" sends no body */
         const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
         return expect && strcasecmp(expect, "100-continue") == 0
@@ -1105,8 +1174,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return (r->lingered += n) <= LINGER_BYTES ? MHD_YES : MHD_NO;
         if (r->handled)
             return MHD_YES;
+        const char *why = chunk_verdict(h, r, c, method, upload);
+        if (why && strcmp(why, "invalid_chunk_size") == 0) {
+            tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
+            return refuse_raw(h, r, c, "400 Bad Request", h->bad_chunk_body);
+        }
         /* r->body.len <= max_body always: a body that would pass it ends here */
-        if (n > h->cfg.max_body - r->body.len)
+        if (why || n > h->cfg.max_body - r->body.len)
             return refuse_body(h, r, c);
         return tm_buf_add(&r->body, upload, n) == 0 ? MHD_YES : MHD_NO;
     }
@@ -1144,6 +1218,7 @@ static void http_free(tm_http *h)
     free(h->busy_body);
     free(h->headers_body);
     free(h->too_large_body);
+    free(h->bad_chunk_body);
     free(h->tls_cert);
     free(h->tls_key);
     free(h->tls_ca);
@@ -1176,13 +1251,16 @@ static tm_http *http_new(const tm_http_config *cfg)
     h->cfg.headers_body = NULL;
     h->too_large_body = cfg->too_large_body ? strdup(cfg->too_large_body) : NULL;
     h->cfg.too_large_body = NULL;
+    h->bad_chunk_body = cfg->bad_chunk_body ? strdup(cfg->bad_chunk_body) : NULL;
+    h->cfg.bad_chunk_body = NULL;
     pthread_mutex_init(&h->hub_mu, NULL);
     pthread_mutex_init(&h->conn_mu, NULL);
     pthread_mutex_init(&h->ka_mu, NULL);
     tm_cond_init_monotonic(&h->ka_cv);
     if (!h->hub || !h->per_addr || (cfg->busy_body && !h->busy_body) ||
         (cfg->headers_body && !h->headers_body) ||
-        (cfg->too_large_body && !h->too_large_body)) {
+        (cfg->too_large_body && !h->too_large_body) ||
+        (cfg->bad_chunk_body && !h->bad_chunk_body)) {
         http_free(h);
         return NULL;
     }

@@ -44,6 +44,10 @@ typedef struct tm_http_config {
     unsigned max_header_bytes;
     const char *headers_body; /* JSON answered with 431; NULL: empty */
     const char *too_large_body; /* JSON answered with 413; NULL: empty */
+    /* JSON answered with 400 to a chunked body with a chunk size no body
+     * can have (over INT64_MAX, say ffffffffffffffff), seen before its
+     * bytes: then the connection closes. NULL: empty. */
+    const char *bad_chunk_body;
     /* HTTPS through libmicrohttpd's GnuTLS: PEM files, read by tm_http_new.
      * tls_cert_file and tls_key_file both set (TLS) or neither (plain HTTP).
      * tls_client_ca_file (needs TLS): every request must come on a

@@ -11,8 +11,10 @@
 //   - a declared Content-Length over --max-body gets 413 body_too_large
 //     before any of the body is sent, then the connection closes;
 //   - a chunked body gets 413 body_too_large once it passes --max-body (the
-//     client cannot push the whole 64 MiB through), also behind a chunk
-//     size of ffffffffffffffff, then the connection closes;
+//     client cannot push the whole 64 MiB through), at once when a chunk's
+//     size line, seen with its first bytes, passes it; a chunk size no
+//     body can have (ffffffffffffffff) gets 400 invalid_chunk_size; then
+//     the connection closes;
 //   - well-formed requests (one Content-Length, one `chunked`) still run.
 //
 //   node smuggling.mjs SERVER_BINARY
@@ -192,7 +194,9 @@ async function main() {
     const push = (framing, first, chunks) => (s, st) => {
       const piece = Buffer.alloc(MIB, 0x20);
       const frame = Buffer.concat([Buffer.from(`${MIB.toString(16)}\r\n`), piece, Buffer.from("\r\n")]);
-      s.write(head(framing) + first);
+      /* with its first bytes: a chunk size line is seen with them */
+      st.sent += first ? MIB : 0;
+      s.write(first ? Buffer.concat([Buffer.from(head(framing) + first), piece]) : head(framing));
       const more = () => {
         while (!st.stop && st.raw.length === 0 && st.sent < 64 * MIB) {
           st.sent += MIB;
@@ -202,14 +206,19 @@ async function main() {
       more();
     };
     const te = "Transfer-Encoding: chunked\r\n";
-    for (const [name, send] of [["chunked, 64 MiB in 1 MiB chunks", push(te, "", true)],
-      ["chunked, a chunk size of ffffffffffffffff, then 64 MiB", push(te, "ffffffffffffffff\r\n", false)],
-      ["Content-Length 64 MiB, the body sent at once", push(`Content-Length: ${64 * MIB}\r\n`, "", false)]]) {
+    for (const [name, send, status, why] of [
+      ["chunked, 64 MiB in 1 MiB chunks", push(te, "", true), 413, "body_too_large"],
+      ["chunked, a chunk size of ffffffffffffffff, then 64 MiB", push(te, "ffffffffffffffff\r\n", false),
+        400, "invalid_chunk_size"],
+      ["chunked, a chunk size of 10000000 (256 MiB), then 64 MiB", push(te, "10000000\r\n", false),
+        413, "body_too_large"],
+      ["Content-Length 64 MiB, the body sent at once", push(`Content-Length: ${64 * MIB}\r\n`, "", false),
+        413, "body_too_large"]]) {
       const r = await exchange(port, send, 20000);
       const a = responses(r.raw).list[0];
       console.log(`     ${name}: answer after ${r.firstMs} ms, ${r.sent / MIB} MiB written by then`);
-      t.check(`${name}: 413 body_too_large before the client could send 24 MiB, closed`,
-        a?.status === 413 && reasonIn(a.body) === "body_too_large" && r.closed && r.sent < 24 * MIB,
+      t.check(`${name}: ${status} ${why} before the client could send 24 MiB, closed`,
+        a?.status === status && reasonIn(a.body) === why && r.closed && r.sent < 24 * MIB,
         JSON.stringify({ ms: r.firstMs, sentMiB: r.sent / MIB, closed: r.closed,
           raw: r.raw.toString("latin1").slice(0, 200) }));
     }
