@@ -140,6 +140,8 @@ void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, 
     for (tm_qop *o = batch, *next; o; o = next) {
         next = o->next;
         o->next = NULL;
+        if (o->ctr > q->settled)
+            q->settled = o->ctr;
         if (o->sync)
             o->done = 1; /* the waiter frees it */
         else
@@ -154,6 +156,16 @@ void tm_opqueue_stop(tm_opqueue *q)
     pthread_mutex_lock(&q->mu);
     q->stopping = 1;
     pthread_cond_signal(&q->work_cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void tm_opqueue_wait_settled(tm_opqueue *q, uint64_t mark)
+{
+    if (held_q == q)
+        unhold(q); /* what it waits for may be held back by this very hold */
+    pthread_mutex_lock(&q->mu);
+    while (q->settled + 1 < mark && !q->stopping)
+        pthread_cond_wait(&q->done_cv, &q->mu);
     pthread_mutex_unlock(&q->mu);
 }
 

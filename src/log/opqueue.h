@@ -33,6 +33,7 @@ typedef struct tm_opqueue {
     pthread_cond_t done_cv; /* callers wait for their op */
     tm_qop *head, *tail;
     uint64_t next_ctr;
+    uint64_t settled;  /* every op numbered up to here is settled (batches go in order) */
     int stopping;
     tm_ophold *holds; /* the threads' holds (tm_opqueue_hold) */
 } tm_opqueue;
@@ -56,6 +57,9 @@ void tm_opqueue_settle(tm_opqueue *q, tm_qop *batch, void (*release)(tm_qop *o, 
                        void *ud);
 /* The position the next op pushed will get (every later push is at or after it). */
 uint64_t tm_opqueue_mark(tm_opqueue *q);
+/* Wait until every op numbered below mark (tm_opqueue_mark) is settled, or
+ * the queue is stopping. Ends this thread's hold first, as tm_opqueue_wait. */
+void tm_opqueue_wait_settled(tm_opqueue *q, uint64_t mark);
 /* Hold the writer back while this thread pushes several ops, so that they
  * commit in one batch (one transaction, one fsync); tm_opqueue_release
  * lets it go. The writer still takes what was queued before the hold

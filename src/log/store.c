@@ -332,6 +332,12 @@ void tm_store_release(tm_store *st)
         st->ops->hold(st, 0);
 }
 
+void tm_store_wait_settled(tm_store *st, uint64_t mark)
+{
+    if (st->ops->wait_settled)
+        st->ops->wait_settled(st, mark);
+}
+
 int tm_store_sync_since(tm_store *st, uint64_t mark)
 {
     return st->ops->sync_since ? st->ops->sync_since(st, mark) : st->ops->sync(st);

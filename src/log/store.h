@@ -182,6 +182,8 @@ struct tm_store_ops {
     int (*writable)(tm_store *st);
     uint64_t (*mark)(tm_store *st);
     int (*sync_since)(tm_store *st, uint64_t mark);
+    /* Optional (NULL: nothing to wait for). */
+    void (*wait_settled)(tm_store *st, uint64_t mark);
     /* Optional (NULL: tm_store_session_create_queued is TIDEMARK_ENOTSUP). */
     int (*session_create_queued)(tm_store *st, const tm_session_rec *rec);
     /* Optional (NULL: tm_store_session_delete_queued waits, as session_delete). */
@@ -355,6 +357,11 @@ uint64_t tm_store_mark(tm_store *st);
  * the store accepts writes again by now. Take the mark before the writes
  * whose durability matters (before request_begin). */
 int tm_store_sync_since(tm_store *st, uint64_t mark);
+/* Wait until every write queued before mark (tm_store_mark) is settled,
+ * committed or failed; no status: to pace a writer that queues faster than
+ * the store commits, while the writes after mark go on committing. At
+ * once on stores without a queue. */
+void tm_store_wait_settled(tm_store *st, uint64_t mark);
 /* Hold the store's writer back while this thread queues the few writes of
  * one request (a call's stream, record, events and response), so that they
  * commit in one transaction; tm_store_release lets it go. Nested holds of a

@@ -643,6 +643,11 @@ static int pg_sync_since(tm_store *st, uint64_t mark)
     return tm_writer_sync_since(((pgstore *)st)->writer, mark);
 }
 static uint64_t pg_mark(tm_store *st) { return tm_writer_mark(((pgstore *)st)->writer); }
+
+static void pg_wait_settled(tm_store *st, uint64_t mark)
+{
+    tm_writer_wait_settled(((pgstore *)st)->writer, mark);
+}
 static void pg_hold(tm_store *st, int on)
 {
     pgstore *p = (pgstore *)st;
@@ -729,6 +734,7 @@ const struct tm_store_ops tm_pg_ops = {
     .sync = pg_sync,
     .sync_since = pg_sync_since,
     .mark = pg_mark,
+    .wait_settled = pg_wait_settled,
     .writable = pg_writable,
     .publish = pg_publish,
     .request_claim = tm_pg_request_claim,

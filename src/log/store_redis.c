@@ -3031,6 +3031,11 @@ static int r_sync_since(tm_store *st, uint64_t mark)
 
 static uint64_t r_mark(tm_store *st) { return tm_writer_mark(((rstore *)st)->writer); }
 
+static void r_wait_settled(tm_store *st, uint64_t mark)
+{
+    tm_writer_wait_settled(((rstore *)st)->writer, mark);
+}
+
 /* A request's few writes (stream, record, events) queued under one hold go
  * in one MULTI/EXEC (store.h, tm_store_hold). */
 static void r_hold(tm_store *st, int on)
@@ -3123,6 +3128,7 @@ static const struct tm_store_ops redis_ops = {
     .sync = r_sync,
     .sync_since = r_sync_since,
     .mark = r_mark,
+    .wait_settled = r_wait_settled,
     .writable = r_writable,
     .publish = r_publish,
     .request_claim = r_request_claim,

@@ -2221,6 +2221,11 @@ static int q_sync_since(tm_store *st, uint64_t mark)
 
 static uint64_t q_mark(tm_store *st) { return tm_writer_mark(((sqstore *)st)->writer); }
 
+static void q_wait_settled(tm_store *st, uint64_t mark)
+{
+    tm_writer_wait_settled(((sqstore *)st)->writer, mark);
+}
+
 static void q_hold(tm_store *st, int on)
 {
     if (on)
@@ -2546,6 +2551,7 @@ static const struct tm_store_ops sqlite_ops = {
     .sync = q_sync,
     .writable = q_writable,
     .mark = q_mark,
+    .wait_settled = q_wait_settled,
     .hold = q_hold,
     .sync_since = q_sync_since,
 };

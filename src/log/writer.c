@@ -98,6 +98,11 @@ int tm_writer_run(tm_writer *w, tm_wop *o)
 
 uint64_t tm_writer_mark(tm_writer *w) { return tm_opqueue_mark(&w->queue); }
 
+void tm_writer_wait_settled(tm_writer *w, uint64_t mark)
+{
+    tm_opqueue_wait_settled(&w->queue, mark);
+}
+
 void tm_writer_hold(tm_writer *w) { tm_opqueue_hold(&w->queue); }
 
 void tm_writer_release(tm_writer *w) { tm_opqueue_release(&w->queue); }

@@ -113,6 +113,9 @@ void tm_writer_hold(tm_writer *w);
 void tm_writer_release(tm_writer *w);
 /* A position in the queue: every op pushed after this call is at or after it. */
 uint64_t tm_writer_mark(tm_writer *w);
+/* Wait until every op queued before mark is settled (committed or failed:
+ * no status; for pacing, not for durability's answer). */
+void tm_writer_wait_settled(tm_writer *w, uint64_t mark);
 /* Wait until everything queued before this call is settled. TIDEMARK_EIO
  * when writes are refused, when an op this thread queued with report failed
  * since its last sync (told once), or when an op queued in the sync window

@@ -63,25 +63,29 @@ static const char *call_stream(tidemark_call_t *c)
     return c->job && c->job->sse ? c->job->stream : NULL;
 }
 
-/* A call on a worker waits, every FLOW_EVENTS notifications, until what it
- * queued is durable: the writer's queue then holds at most that many of a
- * call's events, however fast its handler sends them (200 calls of 10,000
+/* Every FLOW_EVENTS notifications, a call on a worker waits while more
+ * than FLOW_BACKLOG writes are queued before it (tm_store_wait_settled):
+ * nothing else slows a handler to the writer's pace (200 calls of 10,000
  * events each on workers queued most of their 2,000,000 events, 900 MB,
- * and an initialize behind them waited over 10 s). An inline call never
- * waits (its thread serves connections; its hold commits every
- * TM_HOLD_MAX_OPS). A failed write is the result's commit's to report.
- * 128: another client's initialize (its session write waits behind the
- * queue) took up to 1.1 s at 256 and at most 0.5 s at 128 or 64, while
- * one 10,000-event call streamed as fast at 128 as at 256 (at 64, 40 %
- * slower). */
-#define FLOW_EVENTS 128
+ * and an initialize behind them waited over 10 s). The bound is on the
+ * queue, not on a call: one call alone still has the writer commit big
+ * batches (a call that waited for each 128 of its events to be durable
+ * went from 58,000 to 20,000 events/s on SQLite power: an fsync per
+ * wait), and any other write waits behind at most about FLOW_BACKLOG.
+ * An inline call never waits (its thread serves connections; its hold
+ * commits every TM_HOLD_MAX_OPS). A failed write is the result's commit's
+ * to report. */
+#define FLOW_EVENTS 64
+#define FLOW_BACKLOG 4096
 
 static void flow_control(tidemark_call_t *c)
 {
     if (c->inline_run || ++c->unsynced < FLOW_EVENTS)
         return;
     c->unsynced = 0;
-    (void)tm_store_sync(c->srv->store);
+    uint64_t next = tm_store_mark(c->srv->store); /* 0: no queue */
+    if (next > FLOW_BACKLOG)
+        tm_store_wait_settled(c->srv->store, next - FLOW_BACKLOG);
 }
 
 int tidemark_call_notify(tidemark_call_t *c, const char *method, json_t *params)

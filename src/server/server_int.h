@@ -149,7 +149,7 @@ struct tidemark_call {
     tm_span *span;            /* its SERVER span (NULL: tracing off); ended with its response */
     tm_span *commit_span;     /* the commit of its recorded response (trace.c), or NULL */
     int64_t t0_us;            /* made (monotonic); 0 once its duration was observed */
-    unsigned unsynced;        /* notifications since it last waited for the store (call.c) */
+    unsigned unsynced;        /* notifications since it last looked at the store's queue (call.c) */
     /* The keys last, each filled when the call is made: tm_call_alloc zeroes
      * only what comes before them (3 KB each, zeroed per call cost more
      * than the rest of its set-up). */
