@@ -23,7 +23,7 @@ const CALLS = Number(callsArg ?? 200), N = Number(nArg ?? 10000), MAX_MB = Numbe
 /* What may stay once they are gone: the store keeps the last 256 closed
  * streams cached (each its ring of 256 events, ~12 MB here), SQLite its
  * pages. Before, the 300 MB the unread answers had held stayed. */
-const BACK_MB = MAX_MB / 2;
+const BACK_MB = (MAX_MB * 3) / 5;
 const PER_SESSION = 8; /* the scheduler runs 8 calls of a session at once */
 const t = checker();
 
