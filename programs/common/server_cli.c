@@ -45,7 +45,7 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --keepalive-ms MS      SSE keep-alive comment interval (default {keepalive_ms})\n"
             "  --max-body BYTES       request body limit (default {max_body})\n"
             "  --workers N            handler threads, started as needed (default {workers})\n"
-            "Limits (what happens at each: README, Guarantees):\n"
+            "Limits (what happens at each: docs/guarantees.md):\n"
             "  --max-connections N    open connections in all (default {max_connections})\n"
             "  --max-connections-per-address N  from one address (default {max_connections_per_address})\n"
             "  --request-deadline-ms MS  a request's header and body must arrive within\n"

@@ -30,13 +30,14 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-server> $<TARGET_FILE:tidemark-client>)
   set_tests_properties(pg_failover PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77
                        ENVIRONMENT "PG_SEED=1;PG_FAILOVERS=1" LABELS "nosan;pg;chaos")
-  # DISABLED until two server bugs it found are fixed (CTest lists it as not
-  # run): after a failover (1) a request record whose commit was not confirmed
-  # but had committed stays "started", owned by a live node that runs nothing,
-  # and every retry waits on it; (2) a call whose response append failed has
-  # its stream closed by the job's last completion while its record is still
-  # started. Seeds 1-3 all hit one of them (2026-12-05). Run by hand or with
-  # make soak-ha meanwhile.
+  # DISABLED (CTest lists it as not run) until every seed passes. The two
+  # bugs it found first (a record committed but unconfirmed left "started"
+  # with nothing running it; a POST answered with an empty stream) are fixed
+  # and pg_outage guards them; seed 1 passes (28 checks). Seeds 2 and 3 still
+  # end with a client waiting past the deadline after the failover, and with
+  # two failovers a stream's progress repeats (a call run by two nodes: this
+  # node's lease lapsed under load while its call ran on; appends without an
+  # effect are not fenced). Run by hand or with make soak-ha meanwhile.
   set_tests_properties(pg_failover PROPERTIES DISABLED TRUE)
 endif()
 
