@@ -354,3 +354,13 @@ json_t *tm_era_check(const tm_msg *m, tm_hdr_fn hdr, void *ud, const json_t *inp
         e = params_walk(m, hdr, ud, input_schema, json_object_get(m->params, "arguments"), 0);
     return e;
 }
+
+json_t *tm_era_check_body(const tm_msg *m, unsigned *status)
+{
+    *status = 400;
+    json_t *e = meta_check(m);
+    if (!e) /* the body's version stands for the header: only which one it is counts */
+        e = version_check(m, json_string_value(json_object_get(json_object_get(m->params, "_meta"),
+                                                                TM_META_VERSION)));
+    return e;
+}

@@ -41,5 +41,8 @@ int tm_era_header_value(const char *raw, char **out, size_t *len);
  * else the error response; *status is its HTTP status. */
 json_t *tm_era_check(const tm_msg *m, tm_hdr_fn hdr, void *ud, const json_t *input_schema,
                      unsigned *status);
+/* The same for a request that came without headers (stdio): _meta and the
+ * version only (there is no header to mirror the body). */
+json_t *tm_era_check_body(const tm_msg *m, unsigned *status);
 
 #endif

@@ -57,7 +57,7 @@ static void live_key(char *out, size_t n, const tm_store *store, const char *ses
 /* One more (up) or one fewer feed of session; 0, or TIDEMARK_ENOMEM. */
 static int live_count(const tm_store *store, const char *session, int up)
 {
-    char key[TM_HTTP_KEY_MAX + 32];
+    char key[TM_SRC_KEY_MAX + 32];
     live_key(key, sizeof key, store, session);
     int rc = 0;
     pthread_mutex_lock(&live_mu);
@@ -77,7 +77,7 @@ static int live_count(const tm_store *store, const char *session, int up)
 
 static int live_any(const tm_store *store, const char *session)
 {
-    char key[TM_HTTP_KEY_MAX + 32];
+    char key[TM_SRC_KEY_MAX + 32];
     live_key(key, sizeof key, store, session);
     pthread_mutex_lock(&live_mu);
     int any = live_feeds && tm_map_get(live_feeds, key) != NULL;
@@ -130,15 +130,15 @@ static int pull_gap(feed *f, tm_buf *out)
     tm_stream_bounds gb;
     if (tm_store_bounds(f->store, f->session, f->stream, &gb) != 0 ||
         gb.first_retained <= f->delivered + 1)
-        return TM_HTTP_END;
+        return TM_SRC_END;
     char txt[96];
     int n = snprintf(txt, sizeof txt, "{\"missing\":[%llu,%llu]}",
                      (unsigned long long)f->delivered + 1,
                      (unsigned long long)gb.first_retained - 1);
     if (tm_sse_frame(out, "gap", NULL, txt, (size_t)n) != 0)
-        return TM_HTTP_END;
+        return TM_SRC_END;
     f->delivered = gb.first_retained - 1;
-    return TM_HTTP_MORE;
+    return TM_SRC_MORE;
 }
 
 /* tm_feed_fail's words, then the end. */
@@ -150,7 +150,7 @@ static int send_last_words(feed *f, tm_buf *out)
     f->last_words = NULL;
     f->close_requested = 1;
     f->close_after = f->delivered;
-    return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
+    return rc == 0 ? TM_SRC_MORE : TM_SRC_END;
 }
 
 /* Caught up with the store: announce, end, last words, or wait. */
@@ -158,22 +158,22 @@ static int pull_caught_up(feed *f, tm_buf *out)
 {
     tm_stream_bounds b;
     if (tm_store_bounds(f->store, f->session, f->stream, &b) != 0)
-        return TM_HTTP_END;
+        return TM_SRC_END;
     if (f->announce && b.head > f->announced && f->delivered > f->announced) {
         /* Tell the client how far what it holds is durable: it never keeps
          * a cursor above this. No id: not an event of the stream. */
         uint64_t d = b.head < f->delivered ? b.head : f->delivered;
         frame_durable(out, d);
         f->announced = d;
-        return TM_HTTP_MORE;
+        return TM_SRC_MORE;
     }
     if (b.closed && f->delivered >= b.head)
-        return TM_HTTP_END;
+        return TM_SRC_END;
     if (f->close_requested && f->delivered >= f->close_after)
-        return TM_HTTP_END;
+        return TM_SRC_END;
     if (f->last_words) /* nothing more will be committed: say why, then end */
         return send_last_words(f, out);
-    return TM_HTTP_WAIT;
+    return TM_SRC_WAIT;
 }
 
 /* The stream cannot be read. Last words if any, then the end. A POST's
@@ -188,8 +188,8 @@ static int pull_lost(feed *f, tm_buf *out)
     if (f->last_words)
         return send_last_words(f, out);
     if (f->awaits_open && f->delivered == f->began && !f->close_requested)
-        return TM_HTTP_WAIT;
-    return TM_HTTP_END;
+        return TM_SRC_WAIT;
+    return TM_SRC_END;
 }
 
 static int feed_pull(void *ud, tm_buf *out)
@@ -198,7 +198,7 @@ static int feed_pull(void *ud, tm_buf *out)
     if (f->head.len > 0) {
         int rc = tm_buf_add(out, f->head.data, f->head.len);
         tm_buf_free(&f->head);
-        return rc == 0 ? TM_HTTP_MORE : TM_HTTP_END;
+        return rc == 0 ? TM_SRC_MORE : TM_SRC_END;
     }
     f->out = out;
     size_t before = out->len;
@@ -209,7 +209,7 @@ static int feed_pull(void *ud, tm_buf *out)
     if (rc)
         return pull_lost(f, out);
     if (out->len > before)
-        return TM_HTTP_MORE;
+        return TM_SRC_MORE;
     return pull_caught_up(f, out);
 }
 
@@ -271,19 +271,19 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     return f;
 }
 
-int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o)
+int tm_feed_attach(tidemark_server_t *srv, tm_req *r, const tm_feed_opts *o)
 {
     feed *f = feed_new(srv, o);
     if (!f)
         return TIDEMARK_ENOMEM;
-    char key[TM_HTTP_KEY_MAX];
+    char key[TM_SRC_KEY_MAX];
     key_of(key, sizeof key, o->session, o->stream);
-    tm_http_source src = {.pull = feed_pull, .free = feed_free, .ud = f,
+    tm_source src = {.pull = feed_pull, .free = feed_free, .ud = f,
                           .has_events = o->defer ? feed_has_events : NULL};
     int rc = live_count(f->store, f->session, 1);
     f->counted = rc == 0;
     if (rc == 0)
-        rc = tm_http_reply_source(r, key, &src);
+        rc = tm_req_reply_stream(r, key, &src);
     if (rc) {
         f->on_end = NULL; /* not attached: the caller still owns what end_ud names */
         feed_free(f);
@@ -303,13 +303,13 @@ static int mark_woken(void *ud, void *arg)
 
 void tm_feed_wake(tidemark_server_t *srv, const char *session, const char *stream)
 {
-    tm_http *h = srv->http;
+    tm_hub *h = atomic_load(&srv->hub);
     if (!h)
         return;
-    char key[TM_HTTP_KEY_MAX];
+    char key[TM_SRC_KEY_MAX];
     key_of(key, sizeof key, session, stream);
     int64_t now = tm_now_us();
-    (void)tm_http_signal(h, key, mark_woken, &now); /* a wake, with the commit's time */
+    (void)h->ops->signal(h->impl, key, mark_woken, &now); /* a wake, with the commit's time */
 }
 
 static int set_close_after(void *ud, void *arg)
@@ -323,9 +323,11 @@ static int set_close_after(void *ud, void *arg)
 void tm_feed_close_after(tidemark_server_t *srv, const char *session, const char *stream,
                          uint64_t after_seq)
 {
-    char key[TM_HTTP_KEY_MAX];
+    char key[TM_SRC_KEY_MAX];
     key_of(key, sizeof key, session, stream);
-    tm_http_signal(srv->http, key, set_close_after, &after_seq);
+    tm_hub *h = atomic_load(&srv->hub);
+    if (h)
+        h->ops->signal(h->impl, key, set_close_after, &after_seq);
 }
 
 typedef struct words {
@@ -353,10 +355,12 @@ static int set_last_words(void *ud, void *arg)
 void tm_feed_fail(tidemark_server_t *srv, const char *session, const char *stream,
                   const char *data, size_t len)
 {
-    char key[TM_HTTP_KEY_MAX];
+    char key[TM_SRC_KEY_MAX];
     key_of(key, sizeof key, session, stream);
     words w = {data, len};
-    tm_http_signal(srv->http, key, set_last_words, &w);
+    tm_hub *h = atomic_load(&srv->hub);
+    if (h)
+        h->ops->signal(h->impl, key, set_last_words, &w);
 }
 
 int tm_feed_session_attached(tidemark_server_t *srv, const char *session)
@@ -368,7 +372,9 @@ void tm_feed_end_session(tidemark_server_t *srv, const char *session)
 {
     if (!live_any(srv->store, session))
         return; /* no connection holds a stream of it: no scan of them all */
-    char prefix[TM_HTTP_KEY_MAX];
+    char prefix[TM_SRC_KEY_MAX];
     key_of(prefix, sizeof prefix, session, "");
-    tm_http_end(srv->http, prefix);
+    tm_hub *h = atomic_load(&srv->hub);
+    if (h)
+        h->ops->end(h->impl, prefix);
 }

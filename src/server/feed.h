@@ -4,7 +4,7 @@
  * then live without overlap or gap (one loop: "events after the last seq I
  * sent"), a typed "event: gap" when retention trimmed events it had not
  * sent, the durable head under emit-early, and the end. The transport asks
- * for bytes (tm_http_source); the feed reads the store.
+ * for bytes (tm_source); the feed reads the store.
  */
 #ifndef TM_FEED_H
 #define TM_FEED_H
@@ -22,7 +22,7 @@ typedef struct tm_feed_opts {
                                head passes what was sent */
     int defer;              /* a POST's call stream: nothing sent before its first
                                event; whole by then, one response with its length
-                               (tm_http_source.has_events). Not found before its
+                               (tm_source.has_events). Not found before its
                                first event, it waits: its opening may not be
                                durable yet, or was lost, and then its calls'
                                last words (tm_feed_fail) come */
@@ -34,7 +34,7 @@ typedef struct tm_feed_opts {
 
 /* Answer r with the stream. TIDEMARK_EBUSY, without answering, when a live
  * connection holds it. */
-int tm_feed_attach(tidemark_server_t *srv, tm_http_req *r, const tm_feed_opts *o);
+int tm_feed_attach(tidemark_server_t *srv, tm_req *r, const tm_feed_opts *o);
 /* The store committed on session/stream (the commit listener): wake its reader. */
 void tm_feed_wake(tidemark_server_t *srv, const char *session, const char *stream);
 /* End the connection of session/stream once events up to after_seq are

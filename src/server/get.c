@@ -69,7 +69,7 @@ static void warn_ahead(const tm_sess *sess, const char *cursor, uint64_t head)
 /* The refusals of the resume table, each 400 with its typed reason; a gap
  * under --on-gap=event instead puts an "event: gap" in prelude. 1 when
  * answered. */
-static int resume_refused(tidemark_server_t *srv, tm_http_req *r, const tm_sess *sess,
+static int resume_refused(tidemark_server_t *srv, tm_req *r, const tm_sess *sess,
                           const char *cursor, const tm_resume_decision *d, tm_buf *prelude)
 {
     json_t *x;
@@ -116,7 +116,7 @@ static int resume_refused(tidemark_server_t *srv, tm_http_req *r, const tm_sess 
 
 /* Where the connection starts: after the cursor (a resume) or at the
  * standalone stream's head. 0, or 1 when answered. */
-static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *cursor,
+static int stream_start(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const char *cursor,
                         tm_resume_decision *d, tm_buf *prelude, tm_feed_opts *o)
 {
     if (cursor) {
@@ -157,7 +157,7 @@ static int stream_start(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, c
 }
 
 /* Past the authorization gate (ctx: the principal, the headers needed). */
-static void get_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
+static void get_cont(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, void *ud)
 {
     (void)ud;
     tm_sess *sess = tm_require_session(srv, r, ctx);
@@ -171,7 +171,7 @@ static void get_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     tm_buf_init(&prelude, 4096);
     tm_resume_decision d = {0};
     if (stream_start(srv, r, sess, cursor, &d, &prelude, &o) == 0) {
-        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+        tm_req_add_header(r, "Mcp-Session-Id", sess->id);
         int rc = tm_feed_attach(srv, r, &o);
         if (rc == TIDEMARK_EBUSY) {
             tm_metric_inc(TM_M_RESUME_CONFLICT);
@@ -196,9 +196,9 @@ static void get_cont(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     tm_sess_unref(sess);
 }
 
-void tm_handle_get(tidemark_server_t *srv, tm_http_req *r)
+void tm_handle_get(tidemark_server_t *srv, tm_req *r)
 {
-    const char *accept = tm_http_req_header(r, "Accept");
+    const char *accept = r->accept;
     if (!tm_policy_accepts(accept, "text/event-stream"))
         return tm_reply_error(r, 406, TM_RPC_INVALID_REQUEST, "not_acceptable",
                               "Not Acceptable: Accept must list text/event-stream", NULL);

@@ -74,7 +74,7 @@ static void call_release(tidemark_call_t *c)
  * the append's callback once they are durable: no worker and no barrier
  * between the commit and the answer (a 2025 stream is woken the same way). */
 typedef struct tm_durable_answer {
-    tm_http_req *r;
+    tm_req *r;
     tm_sess *sess; /* a reference */
     int ephemeral;
     unsigned http_status;
@@ -295,7 +295,7 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
         size_t n = json_array_size(j->responses);
         json_t *one = json_array_get(j->responses, 0);
         if (n == 0)
-            tm_http_reply(j->req, 202, NULL, NULL, 0);
+            tm_req_reply(j->req, 202, NULL, NULL, 0);
         else
             tm_reply_json(j->req, j->modern ? tm_modern_status(one) : 200,
                           j->batch ? json_incref(j->responses) : json_incref(one));

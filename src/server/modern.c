@@ -38,7 +38,7 @@ static pthread_mutex_t keyed_mu = PTHREAD_MUTEX_INITIALIZER; /* keyed starts on 
 
 static const char *hdr(void *ud, const char *name)
 {
-    return tm_http_req_header(ud, name);
+    return tm_req_header(ud, name);
 }
 
 static json_t *meta_of(const tm_msg *m)
@@ -106,7 +106,7 @@ unsigned tm_modern_status(const json_t *resp)
     return 200;
 }
 
-static void reply(tidemark_server_t *srv, tm_http_req *r, const char *method, json_t *resp)
+static void reply(tidemark_server_t *srv, tm_req *r, const char *method, json_t *resp)
 {
     tm_modern_decorate(srv, method, resp);
     tm_reply_json(r, tm_modern_status(resp), resp);
@@ -435,7 +435,7 @@ static void on_stream_end(void *ud, int completed)
     free(e);
 }
 
-static int attach(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const char *stream,
+static int attach(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const char *stream,
                   int ephemeral, int listener)
 {
     stream_end *e = calloc(1, sizeof *e);
@@ -445,7 +445,7 @@ static int attach(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const c
     tm_feed_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
                       .announce_durable = srv->cfg.emit_early, .on_end = on_stream_end,
                       .end_ud = e};
-    tm_http_req_add_header(r, "X-Accel-Buffering", "no");
+    tm_req_add_header(r, "X-Accel-Buffering", "no");
     int rc = tm_feed_attach(srv, r, &o);
     if (rc) {
         tm_sess_unref(e->sess);
@@ -457,7 +457,7 @@ static int attach(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const c
 void tm_modern_attach(tm_job *j)
 {
     pthread_mutex_lock(&j->mu);
-    tm_http_req *r = j->lazy;
+    tm_req *r = j->lazy;
     j->lazy = NULL;
     pthread_mutex_unlock(&j->mu);
     if (!r)
@@ -470,7 +470,7 @@ void tm_modern_attach(tm_job *j)
 
 /* The committed answer of a call whose response rode with an effect: the
  * record's (the result, or the fallback when the effect failed). */
-static void answer_committed(tm_job *j, tm_http_req *r)
+static void answer_committed(tm_job *j, tm_req *r)
 {
     tm_request_rec rec;
     int rc = tm_store_request_get(j->srv->store, j->sess->id, j->final_key, &rec);
@@ -478,7 +478,7 @@ static void answer_committed(tm_job *j, tm_http_req *r)
                        ? json_loadb(rec.response, rec.response_len, JSON_ALLOW_NUL, NULL)
                        : NULL;
     if (resp)
-        tm_http_reply(r, tm_modern_status(resp), "application/json", rec.response,
+        tm_req_reply(r, tm_modern_status(resp), "application/json", rec.response,
                       rec.response_len);
     else
         tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
@@ -488,14 +488,14 @@ static void answer_committed(tm_job *j, tm_http_req *r)
         tm_request_rec_clear(&rec);
 }
 
-void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r,
+void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_req *r,
                               int ephemeral, int status, unsigned http_status, const char *body,
                               size_t len)
 {
     if (status)
         tm_reply_store_error(r, status);
     else
-        tm_http_reply(r, http_status, "application/json", body, len);
+        tm_req_reply(r, http_status, "application/json", body, len);
     if (ephemeral && status == 0)
         tm_modern_doom(srv, sess->id);
     release(srv, sess);
@@ -503,7 +503,7 @@ void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_http_req
 
 void tm_modern_answer(tm_job *j, const json_t *resp)
 {
-    tm_http_req *r = j->lazy;
+    tm_req *r = j->lazy;
     j->lazy = NULL;
     int rc = tm_store_sync(j->srv->store); /* the answer is durable before it is sent */
     if (!resp)
@@ -513,7 +513,7 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
     else if (j->final_effect)
         answer_committed(j, r);
     else if (j->final_bytes)
-        tm_http_reply(r, tm_modern_status(resp), "application/json", j->final_bytes, j->final_len);
+        tm_req_reply(r, tm_modern_status(resp), "application/json", j->final_bytes, j->final_len);
     else
         tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
     if (j->ephemeral && rc == 0)
@@ -525,7 +525,7 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
 
 typedef struct reissue {
     tidemark_server_t *srv;
-    tm_http_req *r;
+    tm_req *r;
     char sid[TM_SESSION_ID_LEN + 1];
     char key[TM_REQ_KEY_MAX];
     json_t *raw;  /* the re-issue (a reference) */
@@ -533,7 +533,7 @@ typedef struct reissue {
 } reissue;
 
 /* A completed record's response (stolen), under the re-issue's own id. */
-static void answer_recorded(tm_http_req *r, json_t *resp)
+static void answer_recorded(tm_req *r, json_t *resp)
 {
     if (!resp)
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "store_error",
@@ -556,7 +556,7 @@ static void wait_reissue(void *arg)
         tm_reply_json(w->r, tm_modern_status(answer), answer);
     } else {
         json_decref(answer);
-        tm_http_req_add_header(w->r, "Retry-After", "1");
+        tm_req_add_header(w->r, "Retry-After", "1");
         tm_reply_error(w->r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
                        "The request with this idempotency key is still running", NULL);
     }
@@ -565,7 +565,7 @@ static void wait_reissue(void *arg)
 }
 
 /* Answer r with the result of the request (sid, key) once it completes. */
-static void wait_for(tidemark_server_t *srv, tm_http_req *r, const char *sid, const char *key,
+static void wait_for(tidemark_server_t *srv, tm_req *r, const char *sid, const char *key,
                      json_t *raw, int counted)
 {
     reissue *w = calloc(1, sizeof *w);
@@ -585,7 +585,7 @@ static void wait_for(tidemark_server_t *srv, tm_http_req *r, const char *sid, co
     }
 }
 
-void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+void tm_modern_setup_failed(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
                             const tm_msg *m, int ephemeral, int rc)
 {
     char key[TM_REQ_KEY_MAX];
@@ -602,7 +602,7 @@ void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *ses
 
 /* A request under this key exists: answer from it (record.h). 1 when
  * answered. */
-static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid, const tm_msg *m)
+static int keyed_replay(tidemark_server_t *srv, tm_req *r, const char *sid, const tm_msg *m)
 {
     char key[TM_REQ_KEY_MAX];
     if (tm_request_key(m, key) != 0)
@@ -627,7 +627,7 @@ static int keyed_replay(tidemark_server_t *srv, tm_http_req *r, const char *sid,
 /* The store session of a call: derived from (principal, key), or new. OUT
  * *ephemeral. 1 when the POST was answered (a re-issue, an error). Another
  * principal's key derives another id: its own new call, never this one's. */
-static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
+static int call_session(tidemark_server_t *srv, tm_req *r, const tm_msg *m,
                         const char *principal, const json_t *client,
                         char sid[TM_SESSION_ID_LEN + 1], int *ephemeral, int *pooled)
 {
@@ -666,7 +666,7 @@ static int call_session(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
  * make durable: no effect to keep once, no event id to put on the wire, no
  * key a re-issue could name. It runs inline and is answered as JSON with
  * no store session, stream or record. 1 when it was taken. */
-static int light_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
+static int light_call(tidemark_server_t *srv, tm_req *r, post_msgs *pm,
                       const char *principal)
 {
     const tm_msg *m = &pm->m[0];
@@ -685,7 +685,7 @@ static int light_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
     return 1;
 }
 
-static void modern_call(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm,
+static void modern_call(tidemark_server_t *srv, tm_req *r, post_msgs *pm,
                         const char *principal)
 {
     const tm_msg *m = &pm->m[0];
@@ -773,7 +773,7 @@ static json_t *filter_check(tidemark_server_t *srv, const tm_msg *m, const json_
     return NULL;
 }
 
-static void listen_open(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m,
+static void listen_open(tidemark_server_t *srv, tm_req *r, const tm_msg *m,
                         const char *principal)
 {
     json_t *f = json_object_get(m->params, "notifications");
@@ -877,7 +877,7 @@ static int served(const char *method)
 }
 
 /* Notifications and responses from the client. */
-static void non_request(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+static void non_request(tidemark_server_t *srv, tm_req *r, const tm_msg *m)
 {
     (void)srv;
     if (m->kind != TM_MSG_NOTIFICATION)
@@ -889,7 +889,7 @@ static void non_request(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "notification_not_supported",
                               "Bad Request: this notification is not part of protocol version "
                               "2026-07-28", json_pack("{s:s}", "method", m->method));
-    tm_http_reply(r, 202, NULL, NULL, 0); /* cancellation is the closed stream */
+    tm_req_reply(r, 202, NULL, NULL, 0); /* cancellation is the closed stream */
 }
 
 /* The input schema the x-mcp-header checks read (new ref), or NULL. */
@@ -909,7 +909,7 @@ static json_t *input_schema(tidemark_server_t *srv, const tm_msg *m)
  * for a commit, which must not hold an I/O thread. */
 typedef struct setup {
     tidemark_server_t *srv;
-    tm_http_req *r;
+    tm_req *r;
     post_msgs pm;
     char principal[TM_PRINCIPAL_MAX];
 } setup;
@@ -926,7 +926,7 @@ static void run_setup(void *arg)
     free(w);
 }
 
-static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm, const tm_reqctx *ctx)
+static void later(tidemark_server_t *srv, tm_req *r, post_msgs *pm, const tm_reqctx *ctx)
 {
     setup *w = calloc(1, sizeof *w);
     if (!w)
@@ -945,7 +945,7 @@ static void later(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm, const t
     }
 }
 
-void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm)
+void tm_modern_route(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
     if (m->kind != TM_MSG_REQUEST)
@@ -986,7 +986,7 @@ void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     tm_post_submit(srv, r, s, pm, TM_POST_MODERN);
 }
 
-int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+int tm_modern_post(tidemark_server_t *srv, tm_req *r, post_msgs *pm)
 {
     if (pm->batch) {
         tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "batch_not_supported",
@@ -1003,7 +1003,10 @@ int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
         return 0;
     unsigned status = 400;
     json_t *schema = input_schema(srv, m);
-    json_t *e = tm_era_check(m, hdr, r, schema, &status);
+    /* Without headers (stdio) the body alone is the request: nothing to
+     * compare it with but its own _meta. */
+    json_t *e = r->flags & TM_REQ_BODY_ONLY ? tm_era_check_body(m, &status)
+                                            : tm_era_check(m, hdr, r, schema, &status);
     json_decref(schema);
     if (e) {
         tm_reply_json(r, status, e);
@@ -1012,12 +1015,12 @@ int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
     return 0;
 }
 
-int tm_modern_refuse_method(tm_http_req *r)
+int tm_modern_refuse_method(tm_req *r)
 {
-    const char *pv = tm_http_req_header(r, "MCP-Protocol-Version");
+    const char *pv = r->protocol_version;
     if (!pv || strcmp(pv, TM_MODERN_VERSION) != 0)
         return 0;
-    tm_http_req_add_header(r, "Allow", "POST");
+    tm_req_add_header(r, "Allow", "POST");
     tm_reply_error(r, 405, TM_RPC_INVALID_REQUEST, "method_not_allowed",
                    "Method Not Allowed: protocol version 2026-07-28 has no GET or DELETE stream "
                    "(use subscriptions/listen)", NULL);

@@ -19,7 +19,7 @@
 
 typedef struct init_job {
     tidemark_server_t *srv;
-    tm_http_req *req;
+    tm_req *req;
     json_t *root;
     tm_msg msg;
     char principal[TM_PRINCIPAL_MAX];
@@ -32,10 +32,10 @@ static void run_initialize(void *arg)
     tm_msg_trace mt;
     tm_msg_trace_start(&mt, ij->srv, ij->req, &ij->msg);
     json_t *resp =
-        tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, tm_http_req_peer(ij->req), &sess);
+        tm_dispatch_initialize(ij->srv, &ij->msg, ij->principal, ij->req->peer, &sess);
     tm_msg_trace_end(&mt, resp, sess);
     if (sess) {
-        tm_http_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
+        tm_req_add_header(ij->req, "Mcp-Session-Id", sess->id);
         tm_sess_unref(sess);
         tm_reply_json(ij->req, 200, resp);
     } else {
@@ -45,7 +45,7 @@ static void run_initialize(void *arg)
                                   strcmp(why, "store_not_replicated") == 0);
         int limited = tm_session_limit_status(resp); /* a DELETE or the TTL frees a place */
         if (unavailable || limited)
-            tm_http_req_add_header(ij->req, "Retry-After", limited ? "60" : "1");
+            tm_req_add_header(ij->req, "Retry-After", limited ? "60" : "1");
         tm_reply_json(ij->req, limited       ? limited
                                : unavailable ? 503
                                : json_object_get(resp, "error") ? 400 : 200, resp);
@@ -77,10 +77,10 @@ static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_
 }
 
 /* Mcp-Session-Id on pm's answer, once (a POST may be judged twice). */
-static void sid_header(tm_http_req *r, tm_sess *sess, post_msgs *pm)
+static void sid_header(tm_req *r, tm_sess *sess, post_msgs *pm)
 {
     if (!pm->sid_sent)
-        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+        tm_req_add_header(r, "Mcp-Session-Id", sess->id);
     pm->sid_sent = 1;
 }
 
@@ -88,7 +88,7 @@ static void sid_header(tm_http_req *r, tm_sess *sess, post_msgs *pm)
  * busy: what to do when a live connection has it (its first request's
  * own, as when a copy of a request arrives with it): 0 answer 409, 1
  * return TIDEMARK_EBUSY unanswered. 0 when answered. */
-static int attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+static int attach_stream(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                          const char *stream, int busy)
 {
     tm_feed_opts o = {.session = sess->id, .stream = stream, .after_seq = 0,
@@ -110,7 +110,7 @@ static int attach_stream(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
 
 /* Conflict: the call under this identity still runs, on a stream this
  * request cannot take (another request id carries it, or none is known). */
-static void reply_in_flight(tm_http_req *r, const char *stream)
+static void reply_in_flight(tm_req *r, const char *stream)
 {
     tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "request_in_flight",
                    "Conflict: a request under this id or idempotency key is still running",
@@ -122,7 +122,7 @@ static void reply_in_flight(tm_http_req *r, const char *stream)
 #define CLAIM_WAIT_MS 30000
 
 /* A retry answered from its record (answer NULL: unreadable). */
-static void reply_answered(tm_http_req *r, tm_sess *sess, post_msgs *pm, json_t *answer)
+static void reply_answered(tm_req *r, tm_sess *sess, post_msgs *pm, json_t *answer)
 {
     sid_header(r, sess, pm);
     if (answer)
@@ -136,7 +136,7 @@ static void reply_answered(tm_http_req *r, tm_sess *sess, post_msgs *pm, json_t 
  * holds: answered from the record once the call's outcome is stored (on a
  * worker: 2 to be sent there first), else 409 stream_attached as before.
  * 0 when answered. */
-static int await_outcome(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+static int await_outcome(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                          int on_worker, const char *stream)
 {
     if (!on_worker)
@@ -171,7 +171,7 @@ static void keep_claim(post_msgs *pm, size_t i, tm_sess *sess)
 /* The verdict of the lone call m: its identity claimed by another request
  * of this process, waited for (on a worker: 2 to be sent there first) and
  * judged again. OUT look. 1 when the wait ended first (answered here). */
-static int look_lone(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, const tm_msg *m,
+static int look_lone(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const tm_msg *m,
                      tm_req_prefetch *pf, int on_worker, tm_rec_look *look)
 {
     int64_t deadline = tm_now_ms() + CLAIM_WAIT_MS;
@@ -184,7 +184,7 @@ static int look_lone(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, cons
         if (!tm_record_await_claim(srv, sess->id, m, deadline))
             break;
     }
-    tm_http_req_add_header(r, "Retry-After", "1");
+    tm_req_add_header(r, "Retry-After", "1");
     reply_in_flight(r, "");
     return 1;
 }
@@ -196,7 +196,7 @@ static int look_lone(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, cons
  * request under its identity is being begun here waits for that one and is
  * then judged as its retry. 1 when the POST was answered here, 0 when the
  * call is new (its claim kept in pm), 2 when it must wait on a worker. */
-static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+static int answer_repeat(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                          tm_req_prefetch *pf, int on_worker)
 {
     const tm_msg *m = &pm->m[0];
@@ -212,7 +212,7 @@ static int answer_repeat(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, 
     case TM_REC_CLAIMED: /* look_lone waited */
         break;
     case TM_REC_UNSETTLED: /* the same reason until the store recovers and it is settled */
-        tm_http_req_add_header(r, "Retry-After", "1");
+        tm_req_add_header(r, "Retry-After", "1");
         tm_reply_error(r, 503, TM_RPC_INTERNAL_ERROR, "store_failed",
                        "The result of this request could not be made durable yet", NULL);
         break;
@@ -309,10 +309,10 @@ void post_msgs_free(post_msgs *pm)
 
 /* Content-Type and Accept (a body over the limit never gets here: the
  * transport answers it 413). 0, or 1 when answered. */
-static int post_headers_refused(tm_http_req *r)
+static int post_headers_refused(tm_req *r)
 {
-    const char *ctype = tm_http_req_header(r, "Content-Type");
-    const char *accept = tm_http_req_header(r, "Accept");
+    const char *ctype = r->content_type;
+    const char *accept = r->accept;
     if (!tm_policy_media_type_is(ctype, "application/json")) {
         tm_reply_error(r, 415, TM_RPC_INVALID_REQUEST, "unsupported_media_type",
                        "Unsupported Media Type: Content-Type must be application/json", NULL);
@@ -354,10 +354,10 @@ static int post_classify(post_msgs *pm)
  * A batch over max_batch is not classified (pm->m stays NULL): it is
  * refused once the session's version is known, batch_not_supported on a
  * version without batches, else batch_too_large. */
-static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
+static int post_parse(tidemark_server_t *srv, tm_req *r, post_msgs *pm)
 {
-    size_t len;
-    const char *body = tm_http_req_body(r, &len);
+    size_t len = r->body_len;
+    const char *body = r->body ? r->body : "";
     char perr[200];
     if (tm_jsonrpc_parse(body, len, &pm->root, perr, sizeof perr) != 0) {
         tm_reply_error(r, 400, TM_RPC_PARSE_ERROR, "parse_error", "Parse error",
@@ -381,7 +381,7 @@ static int post_parse(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm)
 }
 
 /* initialize: alone in its POST, run on a worker (it writes durably). */
-static void post_initialize(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+static void post_initialize(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                             post_msgs *pm)
 {
     if (pm->batch)
@@ -409,7 +409,7 @@ static void post_initialize(tidemark_server_t *srv, tm_http_req *r, const tm_req
 /* Everything that is answered before a job exists: a batch on a version
  * without batches, notifications and responses (202), a retry of a
  * recorded call, a session over its queue (429). 1 when answered. */
-static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+static int post_answered_early(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                                tm_req_prefetch *pf, int on_worker)
 {
     if (pm->batch && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_03_26) != 0) {
@@ -431,7 +431,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
             tm_sess_deliver_response(srv, sess, &pm->m[i]);
     }
     if (pm->nreq == 0 && pm->ninvalid == 0) {
-        tm_http_reply(r, 202, NULL, NULL, 0);
+        tm_req_reply(r, 202, NULL, NULL, 0);
         return 1;
     }
     int repeat = !pm->batch && tm_is_call(&pm->m[0]) ? answer_repeat(srv, r, sess, pm, pf, on_worker)
@@ -446,7 +446,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
      * so the client may send it again under the same id. */
     if (pm->nhandler && tm_sched_would_refuse(srv->sched, sess->id, (unsigned)pm->nhandler)) {
         tm_metric_inc(TM_M_CALLS_REFUSED);
-        tm_http_req_add_header(r, "Retry-After", "1");
+        tm_req_add_header(r, "Retry-After", "1");
         tm_reply_error(r, 429, TM_RPC_SERVER_ERROR, "too_many_requests",
                        "Too Many Requests: this session has too many calls waiting",
                        json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_queued_per_session));
@@ -455,7 +455,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_http_req *r, tm_sess *
     return 0;
 }
 
-static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r, post_msgs *pm)
+static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_req *r, post_msgs *pm)
 {
     tm_job *j = tm_job_alloc();
     if (!j)
@@ -478,10 +478,10 @@ static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r, po
 /* The text a call's record keeps: the POST's body itself when it is that
  * one message (it parsed, so it holds no raw NUL), else the message
  * serialized again (a batch). Saves a serialization per call. */
-static char *record_text(tm_http_req *r, const post_msgs *pm, size_t i)
+static char *record_text(tm_req *r, const post_msgs *pm, size_t i)
 {
-    size_t len = 0;
-    const char *body = pm->batch ? NULL : tm_http_req_body(r, &len);
+    size_t len = pm->batch ? 0 : r->body_len;
+    const char *body = pm->batch ? NULL : r->body;
     if (body && len && memchr(body, '\0', len) == NULL)
         return strndup(body, len);
     return tm_jsonrpc_dump(pm->m[i].raw, NULL);
@@ -503,7 +503,7 @@ static int begin_waits(tidemark_server_t *srv, const tm_msg *m)
     return tm_store_shared(srv->store) && !(tm_call_tool_hints(srv, m) & TIDEMARK_TOOL_IDEMPOTENT);
 }
 
-static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
+static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
 {
     for (size_t i = 0; i < pm->n; i++) {
         if (!tm_is_call(&pm->m[i]) || (pm->answered && pm->answered[i]))
@@ -542,7 +542,7 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post
  * its records begun, its priming event queued, then attached. On failure
  * nothing runs: a 2025 POST is answered here with the error (but for
  * TIDEMARK_EEXIST: begun on another node), a modern one by the caller. */
-static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, post_msgs *pm)
+static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
 {
     tm_sess *sess = j->sess;
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
@@ -561,7 +561,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
     if (rc == TIDEMARK_EEXIST) /* begun on another node: the caller answers */
         return rc;
     if (rc == 0) {
-        tm_http_req_add_header(r, "Mcp-Session-Id", sess->id);
+        tm_req_add_header(r, "Mcp-Session-Id", sess->id);
         rc = tm_feed_attach(srv, r, &o);
     }
     if (rc) { /* answered here; nothing runs unrecorded */
@@ -572,7 +572,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_http_req *r, p
     return rc;
 }
 
-static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uint64_t mark)
+static tidemark_call_t *call_new(tm_job *j, tm_req *r, const tm_msg *m, uint64_t mark)
 {
     tidemark_call_t *c = tm_call_alloc();
     if (!c)
@@ -584,7 +584,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_http_req *r, const tm_msg *m, uin
     c->method = m->method;
     c->params = m->params;
     c->request = tm_is_call(m) ? json_incref(m->raw) : NULL; /* outlives the job's root */
-    tm_strjoin(c->addr, sizeof c->addr, tm_http_req_peer(r), (const char *)NULL);
+    tm_strjoin(c->addr, sizeof c->addr, r->peer, (const char *)NULL);
     c->progress_token = json_object_get(json_object_get(c->params, "_meta"), "progressToken");
     /* Both fit: classify and tm_call_meta_check bounded id and key. */
     tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
@@ -620,7 +620,7 @@ static void call_start(tm_job *j, tidemark_call_t *c)
     tm_job_complete(j, e, NULL);
 }
 
-static void submit_requests(tm_job *j, tm_http_req *r, post_msgs *pm, uint64_t mark)
+static void submit_requests(tm_job *j, tm_req *r, post_msgs *pm, uint64_t mark)
 {
     for (size_t i = 0; i < pm->n; i++) {
         const tm_msg *m = &pm->m[i];
@@ -710,7 +710,7 @@ int tm_job_open_deferred(tm_job *j, tidemark_call_t *c)
  * waited begin, begin_records): a lone call is answered as that request's
  * retry from its record, a batch told to retry (then each of its calls is
  * judged by its record). Nothing of it runs. */
-static void begun_elsewhere(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm)
+static void begun_elsewhere(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm)
 {
     char key[TM_REQ_KEY_MAX];
     tm_rec_look look = {.verdict = TM_REC_CLAIMED};
@@ -726,13 +726,13 @@ static void begun_elsewhere(tidemark_server_t *srv, tm_http_req *r, tm_sess *ses
         if (attach_stream(srv, r, sess, pm, look.stream, 1) == TIDEMARK_EBUSY)
             await_outcome(srv, r, sess, pm, 1, look.stream);
     } else {
-        tm_http_req_add_header(r, "Retry-After", "1");
+        tm_req_add_header(r, "Retry-After", "1");
         reply_in_flight(r, look.stream);
     }
     tm_rec_look_clear(&look);
 }
 
-static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
                              post_msgs *pm, unsigned flags)
 {
     tm_job *j = job_new(srv, sess, r, pm);
@@ -775,7 +775,7 @@ static void post_submit_held(tidemark_server_t *srv, tm_http_req *r, tm_sess *se
 /* The POST's writes (stream, records, priming event; an inline call's
  * events and response too) are queued under one hold of the store's
  * writer: one transaction, one fsync. */
-void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+void tm_post_submit(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags)
 {
     tm_store_hold(srv->store);
@@ -783,13 +783,13 @@ void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_
     tm_store_release(srv->store);
 }
 
-static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud);
+static void post_legacy(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, void *ud);
 
 /* A POST that waits for another request under its call's identity (record.h
  * tm_record_claim), sent from an I/O thread to a worker. */
 typedef struct legacy_wait {
     tidemark_server_t *srv;
-    tm_http_req *r;
+    tm_req *r;
     tm_reqctx ctx;
     post_msgs *pm;
 } legacy_wait;
@@ -802,7 +802,7 @@ static void legacy_wait_run(void *arg)
 }
 
 /* pm's POST goes on on a worker (its session is looked up again there). */
-static void legacy_to_worker(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+static void legacy_to_worker(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                              post_msgs *pm)
 {
     legacy_wait *lw = malloc(sizeof *lw);
@@ -819,7 +819,7 @@ static void legacy_to_worker(tidemark_server_t *srv, tm_http_req *r, const tm_re
 }
 
 /* Its principal known (ctx): the 2025 path. */
-static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
+static void post_legacy(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, void *ud)
 {
     post_msgs *pm = ud;
     pm->srv = srv;
@@ -848,7 +848,7 @@ static void post_legacy(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx 
     free(pm);
 }
 
-static void post_modern(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, void *ud)
+static void post_modern(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, void *ud)
 {
     post_msgs *pm = ud;
     tm_modern_route(srv, r, ctx, pm);
@@ -862,14 +862,14 @@ static void post_msgs_drop(void *ud)
     free(ud);
 }
 
-void tm_handle_post(tidemark_server_t *srv, tm_http_req *r)
+void tm_handle_post(tidemark_server_t *srv, tm_req *r)
 {
     post_msgs pm = {0};
     if (post_headers_refused(r) || post_parse(srv, r, &pm))
         return post_msgs_free(&pm);
     /* Header checks that look nothing up come first; then the gate (the
      * token, on a worker), before any session is looked up or created. */
-    int modern = tm_era_modern(tm_http_req_header(r, "MCP-Protocol-Version"), pm.root);
+    int modern = tm_era_modern(r->protocol_version, pm.root);
     if (modern ? tm_modern_post(srv, r, &pm) != 0 : tm_refuse_version(r))
         return post_msgs_free(&pm);
     post_msgs *held = malloc(sizeof *held);

@@ -283,7 +283,7 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
          * connection; the client resumes it or re-sends the request. */
         TM_WARN("session %s: request %s was taken over by another node; its stream goes on "
                 "there", TM_SID(c->sess->id), c->reqkey);
-        if (srv->http)
+        if (atomic_load(&srv->hub))
             tm_feed_close_after(srv, c->sess->id, c->stream, 0);
         return;
     }
@@ -296,7 +296,7 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
     size_t len;
     char *bytes = tm_jsonrpc_dump(e, &len);
     json_decref(e);
-    if (bytes && srv->http)
+    if (bytes && atomic_load(&srv->hub))
         tm_feed_fail(srv, c->sess->id, c->stream, bytes, len);
     free(bytes);
 }

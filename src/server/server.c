@@ -227,7 +227,7 @@ static void on_commit(void *ud, const char *session, const char *stream, uint64_
 {
     (void)seq;
     tidemark_server_t *srv = ud;
-    if (srv->http)
+    if (atomic_load(&srv->hub))
         tm_feed_wake(srv, session, stream);
     tm_record_wake(srv, session); /* a retry waiting for its first call's outcome */
 }
@@ -273,54 +273,27 @@ static int make_parent_dirs(const char *path)
     }
 }
 
-/* A JSON-RPC error (id null) the transport sends by itself; extra stolen. */
-static char *error_body(int code, const char *message, const char *reason, json_t *extra)
+/* Stop the adapter's streams, then (after the store: its writer may still
+ * wake them) let the adapter go. */
+static void hub_stop(tidemark_server_t *srv)
 {
-    json_t *e = tm_jsonrpc_error(NULL, code, message, reason, extra);
-    char *body = e ? tm_jsonrpc_dump(e, NULL) : NULL;
-    json_decref(e);
-    return body;
+    tm_hub *h = atomic_load(&srv->hub);
+    if (h)
+        h->ops->stop(h->impl);
 }
 
-/* The HTTP transport with the server's limits and the typed bodies it
- * answers on its own (a connection over a limit, headers or a body too
- * large). OUT *h. */
-static int http_open(tidemark_server_t *srv, tm_http **h)
+static void adapter_free(tidemark_server_t *srv)
 {
-    char *busy_body = error_body(TM_RPC_SERVER_ERROR, "Service Unavailable: too many connections",
-                                 "too_many_connections", NULL);
-    char *headers_body =
-        error_body(TM_RPC_INVALID_REQUEST,
-                   "Request Header Fields Too Large: the request line and headers are over the limit",
-                   "headers_too_large", json_pack("{s:I}", "limit",
-                                                  (json_int_t)srv->cfg.max_header_bytes));
-    char *too_large_body = error_body(TM_RPC_INVALID_REQUEST, "Payload Too Large", "body_too_large",
-                                      json_pack("{s:I}", "limit", (json_int_t)srv->cfg.max_body));
-    char *bad_chunk_body =
-        error_body(TM_RPC_INVALID_REQUEST,
-                   "Bad Request: a chunk size no body can have (request smuggling)",
-                   "invalid_chunk_size", NULL);
-    tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
-                         .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
-                         .max_connections = srv->cfg.max_connections,
-                         .max_per_address = srv->cfg.max_connections_per_address,
-                         .request_deadline_ms = srv->cfg.request_deadline_ms,
-                         .idle_timeout_ms = srv->cfg.idle_timeout_ms, .busy_body = busy_body,
-                         .max_header_bytes = srv->cfg.max_header_bytes, .headers_body = headers_body,
-                         .too_large_body = too_large_body, .bad_chunk_body = bad_chunk_body,
-                         .tls_cert_file = srv->tls_cert, .tls_key_file = srv->tls_key,
-                         .tls_client_ca_file = srv->tls_client_ca};
-    int rc = busy_body && headers_body && too_large_body && bad_chunk_body
-                 ? tm_http_new(&hc, tm_on_http, srv, h)
-                 : TIDEMARK_ENOMEM;
-    free(busy_body);
-    free(headers_body);
-    free(too_large_body);
-    free(bad_chunk_body);
-    return rc;
+    tm_http_adapter_free(srv);
+    atomic_store(&srv->hub, NULL);
 }
 
 int tidemark_server_start(tidemark_server_t *srv)
+{
+    return tm_server_start(srv, 1);
+}
+
+int tm_server_start(tidemark_server_t *srv, int with_http)
 {
     if (atomic_load(&srv->running))
         return TIDEMARK_EBUSY;
@@ -372,11 +345,7 @@ int tidemark_server_start(tidemark_server_t *srv)
     if ((rc = start_workers(srv)) != 0)
         goto fail;
     atomic_store(&srv->stopping, 0);
-    tm_http *h = NULL;
-    if ((rc = http_open(srv, &h)) != 0)
-        goto fail;
-    srv->http = h; /* before any thread of it can call back */
-    if ((rc = tm_http_listen(h)) != 0)
+    if (with_http && (rc = tm_http_adapter_start(srv)) != 0)
         goto fail;
     atomic_store(&srv->running, 1);
     /* Finish what a dead process left started, before anyone can retry it:
@@ -384,29 +353,32 @@ int tidemark_server_start(tidemark_server_t *srv)
     if ((rc = tm_recover(srv)) != 0)
         TM_ERROR("recovery of unfinished requests failed: %s", tidemark_strerror(rc));
     tm_background_start(srv);
-    TM_INFO("listening on %s://%s:%u%s (store %s, epoch %s%s)", srv->tls_cert ? "https" : "http",
-            srv->host, tm_http_port(srv->http), srv->path, srv->store_uri,
-            tm_store_epoch(srv->store), srv->auth ? ", authorization on" : "");
+    if (with_http)
+        TM_INFO("listening on %s://%s:%u%s (store %s, epoch %s%s)",
+                srv->tls_cert ? "https" : "http", srv->host, tm_http_adapter_port(srv), srv->path,
+                srv->store_uri, tm_store_epoch(srv->store), srv->auth ? ", authorization on" : "");
+    else
+        TM_INFO("serving without HTTP (store %s, epoch %s)", srv->store_uri,
+                tm_store_epoch(srv->store));
     return 0;
 fail:
     tm_pool_free(srv->pool);
     srv->pool = NULL;
     tm_sched_free(srv->sched);
     srv->sched = NULL;
-    tm_http_stop(srv->http);
+    hub_stop(srv);
     tm_sealer_free(srv->sealer);
     srv->sealer = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
-    tm_http_free(srv->http); /* after the store: its writer may still wake streams */
-    srv->http = NULL;
+    adapter_free(srv); /* after the store: its writer may still wake streams */
     tm_sess_bound_free(srv);
     return rc;
 }
 
 int tidemark_server_port(const tidemark_server_t *srv)
 {
-    return srv->http ? (int)tm_http_port(srv->http) : 0;
+    return (int)tm_http_adapter_port(srv);
 }
 
 static void close_each(const char *k, void *v, void *ud)
@@ -469,13 +441,12 @@ static void server_stop_locked(tidemark_server_t *srv)
     srv->pool = NULL;
     tm_sched_free(srv->sched); /* empty: the pool ran everything it admitted */
     srv->sched = NULL;
-    tm_http_stop(srv->http);
+    hub_stop(srv);
     tm_sealer_free(srv->sealer);
     srv->sealer = NULL;
     tm_store_close(srv->store);
     srv->store = NULL;
-    tm_http_free(srv->http); /* after the store: its writer may still wake streams */
-    srv->http = NULL;
+    adapter_free(srv); /* after the store: its writer may still wake streams */
     tm_modern_reap(srv, 1); /* what was still to be deleted is left to the session TTL */
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, unref_each, NULL);

@@ -9,7 +9,7 @@
 #include "sched.h"
 #include "../log/store.h"
 #include "../otel/otel.h"
-#include "../transport/http_server.h"
+#include "request.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -79,7 +79,7 @@ typedef struct post_msgs {
 typedef struct tm_job {
     tidemark_server_t *srv;
     tm_sess *sess;           /* NULL for initialize */
-    tm_http_req *req;        /* JSON mode: answered when all calls end */
+    tm_req *req;        /* JSON mode: answered when all calls end */
     int sse;                 /* answered as an SSE stream */
     int batch;
     char stream[TM_STREAM_MAX];
@@ -88,7 +88,7 @@ typedef struct tm_job {
     json_t *responses;       /* JSON mode: collected responses */
     json_t *root;            /* the parsed body, kept alive for the calls */
     int modern;              /* a 2026-07-28 request (one per POST) */
-    tm_http_req *lazy;       /* modern call: not answered yet (JSON at the end, or
+    tm_req *lazy;       /* modern call: not answered yet (JSON at the end, or
                                 the stream once the call sends a notification) */
     int ephemeral;           /* modern: delete the store session once answered */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
@@ -164,7 +164,10 @@ struct tidemark_server {
     char **metrics_addrs;     /* owned copy of cfg.metrics_addresses */
     char *host, *path, *store_uri, *name, *version, *instructions;
     tm_store *store;
-    tm_http *_Atomic http;    /* read by store threads (commit wake-ups) as it is set */
+    struct tm_http *http;     /* the HTTP transport (http.c); NULL on stdio */
+    tm_hub hub_store;         /* where hub points, once set */
+    tm_hub *_Atomic hub;      /* the adapter's streams (request.h): read by store threads
+                                 (commit wake-ups) as it is set */
     tm_pool *pool;
     tm_sched *sched;          /* admits handler calls to the pool fairly */
     tm_registry *reg;
@@ -198,30 +201,30 @@ struct tidemark_server {
 };
 
 /* The span of a call's request (server side); NULL when tracing is off. */
-void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r);
+void tm_call_trace_start(tidemark_call_t *c, tm_req *r);
 void tm_call_trace_end(tidemark_call_t *c, const json_t *response);
 /* Its recorded response is durable (status 0) or not: the commit's span ends. */
 void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq);
 /* Spans of a resume, a refused resume, a request answered from its record. */
 struct tm_resume_decision;
-void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session,
+void tm_resume_trace(tidemark_server_t *srv, tm_req *r, const char *session,
                      const struct tm_resume_decision *d, int64_t t0_us);
-void tm_resume_refused_trace(tidemark_server_t *srv, tm_http_req *r, const char *reason);
-void tm_record_trace(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m, const char *verdict);
+void tm_resume_refused_trace(tidemark_server_t *srv, tm_req *r, const char *reason);
+void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *verdict);
 /* A request that is no call (initialize): its SERVER span and duration. */
 typedef struct tm_msg_trace {
     const tm_msg *m;
     tm_span *span;
     int64_t t0_us;
 } tm_msg_trace;
-void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_http_req *r, const tm_msg *m);
+void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, const tm_msg *m);
 void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *sess);
 /* A session's end (DELETE, expiry): mcp.server.session.duration. */
 void tm_sess_observe_end(const tm_sess *s);
 
 /* What the request path learned about one MCP request before it went on:
- * its principal and the headers it needs later (copied on the I/O thread,
- * so the request goes on from a worker, where headers are not to be read). */
+ * its principal, and the request's session and cursor (the tm_req's own
+ * strings, valid until it is answered). */
 typedef struct tm_reqctx {
     char principal[TM_PRINCIPAL_MAX];
     const char *sid;       /* Mcp-Session-Id, or NULL */
@@ -308,21 +311,22 @@ void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len)
 /* Cancel an in-flight call by its request id. */
 void tm_sess_cancel(tm_sess *s, json_t *request_id);
 
-/* endpoint.c: routes a request (tm_http_handler); the typed answers the
- * handlers share (body stolen; extra stolen, merged into data). */
-void tm_on_http(void *ud, tm_http_req *r);
-void tm_reply_json(tm_http_req *r, unsigned status, json_t *body);
-void tm_reply_error(tm_http_req *r, unsigned status, int code, const char *reason,
+/* endpoint.c: a request an adapter parsed (http.c, stdio.c) goes to its
+ * method's handler; the typed answers the handlers share (body stolen;
+ * extra stolen, merged into data). */
+void tm_handle_request(tidemark_server_t *srv, tm_req *r);
+void tm_reply_json(tm_req *r, unsigned status, json_t *body);
+void tm_reply_error(tm_req *r, unsigned status, int code, const char *reason,
                     const char *message, json_t *extra);
 /* 503 store_unavailable (writes refused, temporary) or 500 store_error. */
-void tm_reply_store_error(tm_http_req *r, int rc);
+void tm_reply_store_error(tm_req *r, int rc);
 /* An unsupported MCP-Protocol-Version header: answered 400, returns 1. */
-int tm_refuse_version(tm_http_req *r);
+int tm_refuse_version(tm_req *r);
 /* The request's session (new ref), or NULL after answering 400/404: a
  * session of another principal is answered 404 as one that does not exist. */
-tm_sess *tm_require_session(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx);
+tm_sess *tm_require_session(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx);
 /* The same, reading key's request record with it (tm_sess_find_prefetch). */
-tm_sess *tm_require_session_prefetch(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+tm_sess *tm_require_session_prefetch(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                                      const char *key, tm_req_prefetch *pf);
 /* endpoint.c: the authorization gate. Called on the I/O thread once the
  * request's JSON-RPC messages are known (msgs NULL, n 0: GET, DELETE): the
@@ -331,9 +335,9 @@ tm_sess *tm_require_session_prefetch(tidemark_server_t *srv, tm_http_req *r, con
  * and cont(srv, r, ctx, ud) runs there with the principal, or the request
  * is answered 401 / 403 / 503; without it, cont runs at once as "anon". ud
  * is handed over: free_ud(ud) runs when cont does not. */
-typedef void (*tm_gate_fn)(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+typedef void (*tm_gate_fn)(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                            void *ud);
-void tm_gate(tidemark_server_t *srv, tm_http_req *r, const tm_msg *msgs, size_t n,
+void tm_gate(tidemark_server_t *srv, tm_req *r, const tm_msg *msgs, size_t n,
              tm_gate_fn cont, void *ud, void (*free_ud)(void *));
 /* A session's stored client JSON: c (borrowed) with the principal added
  * (new ref). */
@@ -342,10 +346,18 @@ json_t *tm_client_with_principal(const json_t *c, const char *principal);
  * info level or above: it names the session to whoever reads it). */
 const char *tm_sid_tag(const char *sid, char out[16]);
 #define TM_SID(sid) tm_sid_tag((sid), (char[16]){0})
+/* http.c: the HTTP adapter. start: the transport opened, listening, its
+ * streams the server's hub; free: after the store closed. */
+int tm_http_adapter_start(tidemark_server_t *srv);
+unsigned tm_http_adapter_port(const tidemark_server_t *srv);
+void tm_http_adapter_free(tidemark_server_t *srv);
+/* server.c: tidemark_server_start, with the HTTP adapter or without it
+ * (stdio: the caller set srv->hub to its own first). */
+int tm_server_start(tidemark_server_t *srv, int with_http);
 /* post.c, get.c, endpoint.c: the three methods of the MCP endpoint. */
-void tm_handle_post(tidemark_server_t *srv, tm_http_req *r);
-void tm_handle_get(tidemark_server_t *srv, tm_http_req *r);
-void tm_handle_delete(tidemark_server_t *srv, tm_http_req *r);
+void tm_handle_post(tidemark_server_t *srv, tm_req *r);
+void tm_handle_get(tidemark_server_t *srv, tm_req *r);
+void tm_handle_delete(tidemark_server_t *srv, tm_req *r);
 /* post.c: m is a tools/call request. */
 int tm_is_call(const tm_msg *m);
 /* post.c: the JSON-RPC code of an invalid message's error. */
@@ -415,17 +427,17 @@ void post_msgs_free(post_msgs *pm);
  * first needs them (call.c, job.c). 0, or TIDEMARK_EIO: the POST was
  * answered with the store's error and the call's output goes nowhere. */
 int tm_job_open_deferred(tm_job *j, tidemark_call_t *c);
-void tm_post_submit(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess, post_msgs *pm,
+void tm_post_submit(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
 /* modern.c: the checks of a POST of the 2026-07-28 era that look nothing
  * up (pm parsed and classified; on the I/O thread, headers read): 1 when
  * answered, else 0 (then tm_modern_route, past the authorization gate). */
-int tm_modern_post(tidemark_server_t *srv, tm_http_req *r, post_msgs *pm);
+int tm_modern_post(tidemark_server_t *srv, tm_req *r, post_msgs *pm);
 /* modern.c: its checks done and its principal known (ctx), the request
  * goes on (pm's messages taken). */
-void tm_modern_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm);
+void tm_modern_route(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm);
 /* modern.c: GET or DELETE carrying the 2026-07-28 header: answered 405, 1. */
-int tm_modern_refuse_method(tm_http_req *r);
+int tm_modern_refuse_method(tm_req *r);
 /* modern.c: complete a modern result: resultType, serverInfo in _meta, the
  * caching hints of cacheable methods. resp is a response (in place). */
 void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp);
@@ -443,13 +455,13 @@ void tm_modern_pool_touch(tidemark_server_t *srv, int64_t now_ms);
 /* A 2026-07-28 call's POST r answered once its response committed (status
  * 0: with body, else the store's error), from the append's callback; then
  * its ephemeral session doomed and the session let go (as tm_modern_answer). */
-void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_http_req *r,
+void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_req *r,
                               int ephemeral, int status, unsigned http_status, const char *body,
                               size_t len);
 /* modern.c: a modern call's stream or record could not be begun (rc):
  * TIDEMARK_EEXIST (its key's first request began on another node) waits
  * for that one's result, else the store error; nothing runs. */
-void tm_modern_setup_failed(tidemark_server_t *srv, tm_http_req *r, tm_sess *sess,
+void tm_modern_setup_failed(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
                             const tm_msg *m, int ephemeral, int rc);
 /* modern.c: delete the store session id a little later (its last commit's
  * bookkeeping done first); tm_modern_reap deletes those due (all: every

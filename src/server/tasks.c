@@ -34,7 +34,7 @@ static int declares_tasks(const tm_msg *m)
     return json_object_get(json_object_get(caps, "extensions"), TM_TASKS_EXT) != NULL;
 }
 
-static void reply(tidemark_server_t *srv, tm_http_req *r, const char *method, json_t *resp)
+static void reply(tidemark_server_t *srv, tm_req *r, const char *method, json_t *resp)
 {
     tm_modern_decorate(srv, method, resp);
     tm_reply_json(r, tm_modern_status(resp), resp);
@@ -468,7 +468,7 @@ static json_t *task_cancel(tidemark_server_t *srv, const tm_msg *m, const char *
 
 typedef struct work {
     tidemark_server_t *srv;
-    tm_http_req *r;
+    tm_req *r;
     post_msgs pm;
     int64_t ttl_ms;
     char principal[TM_PRINCIPAL_MAX];
@@ -493,7 +493,7 @@ static void run_method(void *arg)
     free(w);
 }
 
-static void later(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm,
+static void later(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm,
                   int64_t ttl_ms)
 {
     work *w = calloc(1, sizeof *w);
@@ -514,9 +514,11 @@ static void later(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, 
 }
 
 /* Mcp-Name must carry params.taskId (surrounding whitespace aside). */
-static int name_matches(tm_http_req *r, const char *id)
+static int name_matches(tm_req *r, const char *id)
 {
-    const char *h = tm_http_req_header(r, "Mcp-Name");
+    if (r->flags & TM_REQ_BODY_ONLY) /* no header to mirror the body (stdio) */
+        return 1;
+    const char *h = r->mcp_name;
     if (!h)
         return 0;
     while (*h == ' ' || *h == '\t')
@@ -527,7 +529,7 @@ static int name_matches(tm_http_req *r, const char *id)
     return strlen(id) == n && strncmp(h, id, n) == 0;
 }
 
-static int task_method(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+static int task_method(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                        post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
@@ -557,7 +559,7 @@ static int task_method(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *
 }
 
 /* A tools/call of a task tool: as a task, a plain call, or -32021. */
-static int task_call(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx,
+static int task_call(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
                      post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
@@ -584,7 +586,7 @@ static int task_call(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ct
     return 1;
 }
 
-int tm_tasks_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm)
+int tm_tasks_route(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm)
 {
     const tm_msg *m = &pm->m[0];
     if (strcmp(m->method, "tasks/get") == 0 || strcmp(m->method, "tasks/update") == 0 ||

@@ -29,7 +29,7 @@ void tm_tasks_forget(tidemark_server_t *srv);
  * tasks/cancel, a tools/call of a task tool): 1 when taken (answered now or
  * on a worker), 0 for the ordinary path. Never blocks the I/O thread. The
  * principal is ctx's: a task is bound to it (another's reads as none). */
-int tm_tasks_route(tidemark_server_t *srv, tm_http_req *r, const tm_reqctx *ctx, post_msgs *pm);
+int tm_tasks_route(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm);
 /* From the recoverer (every 500 ms): cancellations asked on other nodes
  * reach the tasks running here. */
 void tm_tasks_tick(tidemark_server_t *srv);

@@ -18,13 +18,13 @@ const tm_span *tm_call_span(const tidemark_call_t *c) { return c->span; }
 
 /* The SERVER span of a call, child of params._meta.traceparent, else of
  * the HTTP traceparent header. */
-void tm_call_trace_start(tidemark_call_t *c, tm_http_req *r)
+void tm_call_trace_start(tidemark_call_t *c, tm_req *r)
 {
     if (!c->srv->otel)
         return;
     tm_trace_ctx parent;
     const char *ts = NULL;
-    (void)tm_mcp_trace_from(c->params, r ? tm_http_req_header(r, "traceparent") : NULL, &parent, &ts);
+    (void)tm_mcp_trace_from(c->params, r ? r->traceparent : NULL, &parent, &ts);
     c->span = tm_mcp_span_start(c->srv->otel, TM_SPAN_SERVER, c->method, c->params, c->id,
                                 &parent, ts);
     if (c->sess) {
@@ -88,7 +88,7 @@ void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq)
     c->commit_span = NULL;
 }
 
-void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_http_req *r, const tm_msg *m)
+void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, const tm_msg *m)
 {
     t->m = m;
     t->t0_us = tm_now_us();
@@ -97,7 +97,7 @@ void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_http_req *r,
         return;
     tm_trace_ctx parent;
     const char *ts = NULL;
-    (void)tm_mcp_trace_from(m->params, tm_http_req_header(r, "traceparent"), &parent, &ts);
+    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
     t->span = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
     tm_span_set_str(t->span, "network.transport", "tcp");
 }
@@ -120,12 +120,12 @@ void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *se
 }
 
 /* A GET resuming a stream: a SERVER span under the traceparent header. */
-void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session,
+void tm_resume_trace(tidemark_server_t *srv, tm_req *r, const char *session,
                      const tm_resume_decision *d, int64_t t0_us)
 {
     if (!srv->otel)
         return;
-    const char *h = tm_http_req_header(r, "traceparent");
+    const char *h = r->traceparent;
     tm_trace_ctx parent;
     (void)tm_traceparent_parse(h, h ? strlen(h) : 0, &parent);
     tm_span *s = tm_span_start(srv->otel, TM_SPAN_SERVER, "tidemark.resume", &parent, NULL);
@@ -141,11 +141,11 @@ void tm_resume_trace(tidemark_server_t *srv, tm_http_req *r, const char *session
 }
 
 /* A resume refused (typed): its span, with the reason as error.type. */
-void tm_resume_refused_trace(tidemark_server_t *srv, tm_http_req *r, const char *reason)
+void tm_resume_refused_trace(tidemark_server_t *srv, tm_req *r, const char *reason)
 {
     if (!srv->otel)
         return;
-    const char *h = tm_http_req_header(r, "traceparent");
+    const char *h = r->traceparent;
     tm_trace_ctx parent;
     (void)tm_traceparent_parse(h, h ? strlen(h) : 0, &parent);
     tm_span *s = tm_span_start(srv->otel, TM_SPAN_SERVER, "tidemark.resume", &parent, NULL);
@@ -155,13 +155,13 @@ void tm_resume_refused_trace(tidemark_server_t *srv, tm_http_req *r, const char 
 
 /* A request answered from its record (nothing ran): a SERVER span named
  * as the request's, under its context, marked tidemark.record=answered. */
-void tm_record_trace(tidemark_server_t *srv, tm_http_req *r, const tm_msg *m, const char *verdict)
+void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *verdict)
 {
     if (!srv->otel)
         return;
     tm_trace_ctx parent;
     const char *ts = NULL;
-    (void)tm_mcp_trace_from(m->params, tm_http_req_header(r, "traceparent"), &parent, &ts);
+    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
     tm_span *s = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
     tm_span_set_str(s, "tidemark.record", verdict);
     tm_span_end(s);

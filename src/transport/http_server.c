@@ -121,6 +121,8 @@ struct tm_http_req {
     struct MHD_Response *resp; /* ready to queue */
     unsigned status;
     hdr *headers;
+    void *kept;                /* tm_http_req_keep */
+    void (*kept_free)(void *);
 };
 
 /* ---- stream connections ---------------------------------------------- */
@@ -608,6 +610,34 @@ const char *tm_http_req_header(const tm_http_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+typedef struct each_hdr {
+    void (*fn)(void *ud, const char *name, const char *value);
+    void *ud;
+} each_hdr;
+
+static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    const each_hdr *e = cls;
+    if (key && value)
+        e->fn(e->ud, key, value);
+    return MHD_YES;
+}
+
+void tm_http_req_each_header(const tm_http_req *r,
+                             void (*fn)(void *ud, const char *name, const char *value), void *ud)
+{
+    each_hdr e = {fn, ud};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_header, &e);
+}
+
+void tm_http_req_keep(tm_http_req *r, void *ud, void (*free_fn)(void *ud))
+{
+    r->kept = ud;
+    r->kept_free = free_fn;
+}
+
 const char *tm_http_req_body(const tm_http_req *r, size_t *len)
 {
     *len = r->body.len;
@@ -787,6 +817,8 @@ int tm_http_reply_source(tm_http_req *r, const char *key, const tm_http_source *
 
 static void req_free(tm_http_req *r)
 {
+    if (r->kept_free)
+        r->kept_free(r->kept);
     while (r->headers) {
         hdr *x = r->headers;
         r->headers = x->next;

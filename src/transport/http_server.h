@@ -10,6 +10,7 @@
 #ifndef TM_HTTP_SERVER_H
 #define TM_HTTP_SERVER_H
 #include "../base/buf.h"
+#include "source.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -88,6 +89,13 @@ const char *tm_http_req_method(const tm_http_req *r);
 const char *tm_http_req_path(const tm_http_req *r);
 /* Header value (case-insensitive name) or NULL. Valid in the handler only. */
 const char *tm_http_req_header(const tm_http_req *r, const char *name);
+/* Every header field, in one pass: fn(ud, name, value) for each (valid
+ * in the call only). */
+void tm_http_req_each_header(const tm_http_req *r,
+                             void (*fn)(void *ud, const char *name, const char *value), void *ud);
+/* Something of the handler's kept with the request: free_fn(ud) runs when
+ * the request is gone (its answer sent, or its connection closed). */
+void tm_http_req_keep(tm_http_req *r, void *ud, void (*free_fn)(void *ud));
 const char *tm_http_req_body(const tm_http_req *r, size_t *len);
 /* NULL, or why the request's framing is ambiguous (tm_http_framing_check):
  * a request smuggling risk behind a proxy. Such a request reaches the
@@ -107,31 +115,14 @@ void tm_http_req_add_header(tm_http_req *r, const char *name, const char *value)
 void tm_http_reply(tm_http_req *r, unsigned status, const char *content_type, const char *body,
                    size_t len);
 
-/* The bytes of one SSE connection. The transport asks pull for more each
- * time it has sent everything it holds, on an I/O thread, with the
- * connection's lock held (so pull must not block for long and must not
- * call back into the transport). pull appends whole SSE events (or retry
- * lines, comments) to out and returns:
- *   TM_HTTP_MORE  it appended something: send it, then ask again;
- *   TM_HTTP_WAIT  nothing now: sleep until tm_http_wake(key) or tm_http_signal;
- *   TM_HTTP_END   the stream is done: end the response once out is sent.
- * free releases ud once the connection is gone. */
-enum { TM_HTTP_MORE = 1, TM_HTTP_WAIT = 0, TM_HTTP_END = -1 };
-typedef struct tm_http_source {
-    int (*pull)(void *ud, tm_buf *out);
-    void (*free)(void *ud);
-    void *ud;
-    /* NULL, or: whether pull has given any of the stream's events (not
-     * just a head). Given, nothing is sent, headers included, until it has
-     * (at the latest at the first wake, or the end): a stream that has
-     * ended by then in at most 64 KiB goes out as one response with its
-     * length, in one write; otherwise the stream goes on as usual, pulled
-     * as the socket drains. For a POST's call stream, whose first events
-     * are durable at its first commit. */
-    int (*has_events)(void *ud);
-} tm_http_source;
+/* The bytes of one SSE connection: a source (source.h), pulled on an I/O
+ * thread each time the connection has sent everything it holds; WAIT
+ * sleeps until tm_http_wake(key) or tm_http_signal. The names below are
+ * the transport's for the same thing. */
+typedef tm_source tm_http_source;
+enum { TM_HTTP_MORE = TM_SRC_MORE, TM_HTTP_WAIT = TM_SRC_WAIT, TM_HTTP_END = TM_SRC_END };
 
-#define TM_HTTP_KEY_MAX 256
+#define TM_HTTP_KEY_MAX TM_SRC_KEY_MAX
 
 /* Answer with an SSE stream fed by src, attached under key (at most one
  * live connection per key; a connection whose stream ended, that was asked
