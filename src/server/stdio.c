@@ -1,82 +1,81 @@
 /*
- * stdio.c - one client over stdio (tidemark_server_run_stdio).
- *
- * The request path (post.c, job.c, modern.c, feed.c) answers HTTP requests;
- * rather than copying it, the stdio side feeds it: the server listens on a
- * loopback port under an endpoint path of 128 random bits (nothing else on
- * the host can guess it), and each line read from in_fd is POSTed there as
- * one HTTP client would send it. Every answer - a JSON body, or the events
- * of the SSE stream a call or a listener is answered with - is written to
- * out_fd as one line. So both eras, the store, the records, recovery,
- * cancellation and listeners behave exactly as over HTTP.
+ * stdio.c - one client over stdio (tidemark_server_run_stdio): the stdio
+ * adapter of the request path (request.h). No socket: each line read is
+ * parsed into a tm_req and handed to the core (tm_handle_request) on the
+ * reading thread, as the HTTP adapter does on an I/O thread; the core
+ * answers through this adapter's operations. An answer's body, and every
+ * event of the stream a call or a listener is answered with, is written to
+ * out_fd as one line, by the hub's pump (stdio_hub.h). So both eras, the
+ * store, the records, recovery, cancellation and listeners behave exactly
+ * as over HTTP.
  *
  * - 2025 era: the first initialize makes the process's one session (a
- *   second is refused); its Mcp-Session-Id and protocol version go on every
- *   later POST, and the session's standalone GET stream carries the
+ *   second is refused); its id and protocol version go with every later
+ *   request, and the session's standalone stream (a GET) carries the
  *   server's requests and notifications that belong to no call. The
- *   client's answers to them are POSTed like any message.
- * - 2026-07-28 era: a request carrying _meta's protocol version is POSTed
- *   with the headers that mirror its body (MCP-Protocol-Version,
- *   Mcp-Method, Mcp-Name). notifications/cancelled for such a request
- *   cancels its exchange (a closed connection is how HTTP cancels).
+ *   client's answers to them go to the core like any message.
+ * - 2026-07-28 era: a request carrying _meta's protocol version is one with
+ *   no headers (TM_REQ_BODY_ONLY): the body is the request.
+ *   notifications/cancelled for such a request ends its stream (as a
+ *   closed connection does on HTTP) or drops its answer.
  * - A line that is not a message (not JSON, too long, a NUL byte) is
  *   answered with a JSON-RPC error whose id is null and whose data.reason
  *   says why, and logged; the next line is read as usual.
- * Threads: the caller's thread reads in_fd; the HTTP client's I/O thread
- * writes out_fd (the writer serialises lines); a watcher thread turns
- * SIGINT/SIGTERM or tidemark_server_stop into the end of the read. No
- * json_t is shared: a message crosses to the I/O thread as its serialized
- * body plus a deep copy of its id, and the registry's tool schemas are
- * read from a copy (tm_registry_copy).
+ * Threads: the caller's thread reads in_fd and runs the core's handler; the
+ * pump writes out_fd (answers from any thread are queued to it); a watcher
+ * thread turns SIGINT/SIGTERM or tidemark_server_stop into the end of the
+ * read. No json_t is shared between threads: a request is its serialized
+ * body plus a deep copy of its id.
  */
 #include "server_int.h"
 #include "era.h"
+#include "stdio_hub.h"
 #include "../transport/stdio.h"
-#include "../transport/http_client.h"
-#include "../transport/sse_parser.h"
-#include "../base/buf.h"
 #include "../base/log.h"
-#include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <errno.h>
-#include <gnutls/gnutls.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-#define SB_URL_MAX 160
 #define SB_INIT_WAIT_MS 60000
 
 typedef struct sb {
     tidemark_server_t *srv;
     tm_stdio_writer *wr;
-    tm_hc *hc;
-    char url[SB_URL_MAX];
+    tm_shub *hub;
     pthread_mutex_t mu;       /* guards everything below */
     pthread_cond_t cv;
     char sid[TM_SESSION_ID_LEN + 1]; /* the 2025 session, once initialized */
     char pv[32];              /* its protocol version */
     int init;                 /* 0 none, 1 initialize running, 2 session made */
-    int inflight;             /* exchanges not ended */
+    int inflight;             /* requests not ended */
     int owed;                 /* of them, requests whose answer is owed (not listeners) */
-    tm_map *live;             /* id key -> exchange (modern requests: cancel) */
+    tm_map *live;             /* id key -> request (modern requests: cancel) */
     int wake[2];              /* the reader's cancel pipe */
     atomic_int quit;
 } sb;
 
+/* One request of the client: what the core sees (req, first) and answers. */
 typedef struct xch {
+    tm_req req;
     sb *b;
     json_t *id;               /* the request's id (NULL: notification, response, GET) */
     char idkey[TM_ID_KEY_MAX];
-    int is_init, registered, sse, answered, owed;
-    long status;
-    char sid[TM_SESSION_ID_LEN + 1];
-    tm_sse_parser *p;
-    tm_buf body;
-    uint64_t xid;
+    int is_init, registered, owed, answered;
+    int cancelled, streaming; /* under b->mu: notifications/cancelled; answered by a stream */
+    char key[TM_SRC_KEY_MAX]; /* ... under this key */
+    char made_sid[TM_SESSION_ID_LEN + 1]; /* initialize: the session it made */
+    char sid[TM_SESSION_ID_LEN + 1];      /* req.session_id */
+    char pv[32];                          /* req.protocol_version */
+    unsigned status;          /* the answer, queued for the pump */
+    char *answer;
+    size_t answer_len;
+    char *body;               /* req.body */
 } xch;
 
 static void sb_kick(sb *b)
@@ -106,7 +105,8 @@ static void sb_emit_error(sb *b, json_t *id, int code, const char *message, cons
 }
 
 /* A message from the server for the client: its id filled in when the
- * server did not know it (an HTTP-level refusal), then written. */
+ * server did not know it (a refusal before the body was read), then
+ * written (on the pump). */
 static int x_deliver(xch *x, json_t *msg)
 {
     if (x->id && json_is_object(msg) && json_object_get(msg, "jsonrpc") &&
@@ -122,14 +122,19 @@ static int x_deliver(xch *x, json_t *msg)
     return sb_emit(x->b, msg);
 }
 
-static int x_on_event(void *ud, const tm_sse_event *ev)
+/* Data of one event or answer: a message for the client, unless the
+ * request was cancelled (its answer goes nowhere, as on a closed HTTP
+ * connection). */
+static int x_deliver_text(xch *x, const char *data, size_t len)
 {
-    xch *x = ud;
-    if (ev->data_len == 0)
-        return 0; /* a priming event */
-    json_t *msg = json_loadb(ev->data, ev->data_len, JSON_ALLOW_NUL, NULL);
+    pthread_mutex_lock(&x->b->mu);
+    int cancelled = x->cancelled;
+    pthread_mutex_unlock(&x->b->mu);
+    if (cancelled)
+        return 0;
+    json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
     if (!msg) {
-        TM_WARN("stdio: an event of the server's stream is not JSON");
+        TM_WARN("stdio: a message of the server is not JSON");
         return 0;
     }
     int rc = x_deliver(x, msg);
@@ -137,79 +142,51 @@ static int x_on_event(void *ud, const tm_sse_event *ev)
     return rc == TIDEMARK_ECLOSED ? rc : 0;
 }
 
-static void x_on_headers(void *ud, long status, const char *ctype, const char *session_id)
-{
-    xch *x = ud;
-    x->status = status;
-    x->sse = ctype && strncmp(ctype, "text/event-stream", 17) == 0;
-    if (x->is_init && session_id)
-        snprintf(x->sid, sizeof x->sid, "%s", session_id);
-    if (x->sse && !x->p) {
-        tm_sse_callbacks cb = {.on_event = x_on_event};
-        if (tm_sse_parser_new(0, TM_STDIO_DEFAULT_MAX, &cb, x, &x->p) != 0)
-            x->p = NULL;
-    }
-}
-
-static int x_on_data(void *ud, const char *buf, size_t len)
-{
-    xch *x = ud;
-    if (x->sse)
-        return x->p ? tm_sse_parser_feed(x->p, buf, len) : TIDEMARK_ENOMEM;
-    return tm_buf_add(&x->body, buf, len);
-}
-
 static void x_free(xch *x)
 {
     json_decref(x->id);
-    tm_sse_parser_free(x->p);
-    tm_buf_free(&x->body);
+    free(x->answer);
+    free(x->body);
     free(x);
 }
 
-static void sb_open_get(sb *b);
-
-/* An initialize ended: the session is made (and its stream opened) or not. */
-static void x_init_done(xch *x, const json_t *resp)
+/* An initialize ended: the session is made or not (the reader waits). */
+static void x_init_done(xch *x)
 {
     sb *b = x->b;
+    json_t *resp = x->answer ? json_loadb(x->answer, x->answer_len, 0, NULL) : NULL;
     const char *pv = json_string_value(
         json_object_get(json_object_get(resp, "result"), "protocolVersion"));
     pthread_mutex_lock(&b->mu);
-    int made = x->sid[0] && pv;
+    int made = x->made_sid[0] && pv;
     if (made) {
-        snprintf(b->sid, sizeof b->sid, "%s", x->sid);
+        snprintf(b->sid, sizeof b->sid, "%s", x->made_sid);
         snprintf(b->pv, sizeof b->pv, "%s", pv);
     }
     b->init = made ? 2 : 0;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    if (made)
-        sb_open_get(b);
+    json_decref(resp);
 }
 
-static void x_on_done(void *ud, int rc, long status, const char *error)
+/* The request ended (answered, or its stream over): owed an answer it did
+ * not get, the client is told; then it is let go. On the pump. */
+static void x_end(xch *x)
 {
-    xch *x = ud;
     sb *b = x->b;
-    json_t *resp = NULL;
-    if (!x->sse && x->body.len) {
-        resp = json_loadb(x->body.data, x->body.len, JSON_ALLOW_NUL, NULL);
-        if (resp && x_deliver(x, resp) != 0)
-            TM_DEBUG("stdio: an answer was not written");
-    }
     if (x->is_init)
-        x_init_done(x, resp);
-    json_decref(resp);
-    if (x->id && !x->answered && rc != TIDEMARK_ECANCELED && !atomic_load(&b->quit)) {
-        TM_WARN("stdio: a request ended without an answer (HTTP %ld, %s)", status,
-                error ? error : "no body");
+        x_init_done(x);
+    pthread_mutex_lock(&b->mu);
+    int cancelled = x->cancelled;
+    if (x->registered && tm_map_get(b->live, x->idkey) == x)
+        tm_map_del(b->live, x->idkey);
+    pthread_mutex_unlock(&b->mu);
+    if (x->id && !x->answered && !cancelled && !atomic_load(&b->quit)) {
+        TM_WARN("stdio: a request ended without an answer (status %u)", x->status);
         sb_emit_error(b, x->id, TM_RPC_INTERNAL_ERROR, "The request ended without an answer",
                       "no_answer");
     }
     pthread_mutex_lock(&b->mu);
-    if (x->registered && tm_map_get(b->live, x->idkey) == x)
-        tm_map_del(b->live, x->idkey);
     b->inflight--;
     b->owed -= x->owed;
     pthread_cond_broadcast(&b->cv);
@@ -217,156 +194,77 @@ static void x_on_done(void *ud, int rc, long status, const char *error)
     x_free(x);
 }
 
-static const tm_hx_cb x_cb = {.on_headers = x_on_headers, .on_data = x_on_data,
-                              .on_done = x_on_done};
+/* ---- the adapter's operations (request.h) ------------------------------------ */
 
-/* "Name: value" into out; 0 or TIDEMARK_ERANGE. */
-static int hdr_line(char *out, size_t n, const char *name, const char *value)
+static void op_add_header(tm_req *r, const char *name, const char *value)
 {
-    int w = snprintf(out, n, "%s: %s", name, value);
-    return w < 0 || (size_t)w >= n ? TIDEMARK_ERANGE : 0;
+    xch *x = (xch *)r;
+    if (strcasecmp(name, "Mcp-Session-Id") == 0) /* initialize made the session */
+        snprintf(x->made_sid, sizeof x->made_sid, "%s", value);
 }
 
-typedef struct hdrs {
-    char l[24][1024];
-    const char *v[25];
-    size_t n;
-} hdrs;
-
-static int hdrs_add(hdrs *h, const char *name, const char *value)
+/* On the pump: the answer written, the request ended. */
+static void x_replied(void *ud)
 {
-    if (h->n >= 24)
-        return TIDEMARK_ERANGE;
-    int rc = hdr_line(h->l[h->n], sizeof h->l[h->n], name, value);
-    if (rc == 0)
-        h->v[h->n] = h->l[h->n], h->n++;
-    return rc;
+    xch *x = ud;
+    if (x->answer_len)
+        x_deliver_text(x, x->answer, x->answer_len);
+    x_end(x);
 }
 
-/* "Name: =?base64?...?=" (any text survives the sentinel form). */
-static int hdrs_add_b64(hdrs *h, const char *name, const char *value, size_t len)
+static void op_reply(tm_req *r, unsigned status, const char *ctype, const char *body, size_t len)
 {
-    if (h->n >= 24)
-        return TIDEMARK_ERANGE;
-    gnutls_datum_t in = {(unsigned char *)value, (unsigned)len}, enc = {NULL, 0};
-    if (gnutls_base64_encode2(&in, &enc) < 0)
-        return TIDEMARK_ENOMEM;
-    char *o = h->l[h->n];
-    int w = snprintf(o, sizeof h->l[h->n], "%s: =?base64?%.*s?=", name, (int)enc.size,
-                     (const char *)enc.data);
-    gnutls_free(enc.data);
-    if (w < 0 || (size_t)w >= sizeof h->l[h->n])
-        return TIDEMARK_ERANGE;
-    h->v[h->n] = o, h->n++;
-    return 0;
-}
-
-/* Mcp-Param-<suffix> for every argument the tool's schema annotates with
- * x-mcp-header (the properties chain, as era.c checks it). */
-static int params_headers(hdrs *h, const json_t *schema, const json_t *args, int depth)
-{
-    const char *k;
-    json_t *p;
-    if (depth > 8 || !json_is_object(args))
-        return 0;
-    json_object_foreach(json_object_get(schema, "properties"), k, p) {
-        const json_t *val = json_object_get(args, k);
-        const char *suffix = json_string_value(json_object_get(p, "x-mcp-header"));
-        char name[160], num[32];
-        int rc = 0;
-        if (!val || json_is_null(val))
-            continue;
-        if (!suffix) {
-            rc = params_headers(h, p, val, depth + 1);
-        } else {
-            snprintf(name, sizeof name, "Mcp-Param-%s", suffix);
-            double d = json_is_real(val) ? json_real_value(val) : 0;
-            if (json_is_string(val))
-                rc = hdrs_add_b64(h, name, json_string_value(val), json_string_length(val));
-            else if (json_is_boolean(val))
-                rc = hdrs_add(h, name, json_is_true(val) ? "true" : "false");
-            else if (json_is_integer(val) || (json_is_real(val) && d > -9.2e18 && d < 9.2e18)) {
-                snprintf(num, sizeof num, "%lld",
-                         json_is_integer(val) ? (long long)json_integer_value(val) : (long long)d);
-                rc = hdrs_add(h, name, num);
-            }
-        }
-        if (rc)
-            return rc;
+    (void)ctype;
+    xch *x = (xch *)r;
+    x->status = status;
+    if (len && (x->answer = malloc(len + 1)) != NULL) {
+        memcpy(x->answer, body, len);
+        x->answer[len] = '\0';
+        x->answer_len = len;
     }
-    return 0;
+    tm_shub_defer(x->b->hub, x_replied, x); /* written in order, never on this thread */
 }
 
-/* Mcp-Name (tools/call, prompts/get, resources/read) and a tool's
- * Mcp-Param-* headers. */
-static int name_headers(sb *b, hdrs *h, const char *method, const json_t *params)
+static int x_on_message(void *ud, const char *data, size_t len)
 {
-    int tool = strcmp(method, "tools/call") == 0;
-    const json_t *v = json_object_get(params, strcmp(method, "resources/read") == 0 ? "uri" : "name");
-    if ((!tool && strcmp(method, "prompts/get") != 0 && strcmp(method, "resources/read") != 0) ||
-        !json_is_string(v))
-        return 0;
-    int rc = hdrs_add_b64(h, "Mcp-Name", json_string_value(v), json_string_length(v));
-    tm_reg_entry e;
-    /* A copy: the registry's value is the server threads' too (see x_new). */
-    if (rc || !tool || tm_registry_copy(b->srv->reg, TM_REG_TOOL, json_string_value(v), &e) != 0)
-        return rc;
-    rc = params_headers(h, json_object_get(e.desc, "inputSchema"),
-                        json_object_get(params, "arguments"), 0);
-    json_decref(e.desc);
-    return rc;
+    return x_deliver_text(ud, data, len);
 }
 
-/* The headers of a POST of msg: a 2026-07-28 request's mirror of its body,
- * or the 2025 session's. */
-static int post_headers(sb *b, const json_t *msg, int modern, hdrs *h)
+static void x_on_end(void *ud)
 {
-    int rc = hdrs_add(h, "Content-Type", "application/json");
-    if (rc == 0)
-        rc = hdrs_add(h, "Accept", "application/json, text/event-stream");
-    if (rc == 0 && modern) {
-        const char *method = json_string_value(json_object_get(msg, "method"));
-        rc = hdrs_add(h, "MCP-Protocol-Version", tm_era_body_version(msg));
-        if (rc == 0 && method)
-            rc = hdrs_add(h, "Mcp-Method", method);
-        if (rc == 0 && method)
-            rc = name_headers(b, h, method, json_object_get(msg, "params"));
-    } else if (rc == 0) {
-        pthread_mutex_lock(&b->mu);
-        if (b->init == 2)
-            rc = hdrs_add(h, "Mcp-Session-Id", b->sid);
-        if (rc == 0 && b->init == 2)
-            rc = hdrs_add(h, "MCP-Protocol-Version", b->pv);
-        pthread_mutex_unlock(&b->mu);
-    }
-    h->v[h->n] = NULL;
-    return rc;
+    x_end(ud);
 }
 
-/* Start one exchange for x (owned from here on). */
-static int sb_start(sb *b, xch *x, const tm_hx_req *req)
+static int op_reply_stream(tm_req *r, const char *key, const tm_source *src)
 {
+    xch *x = (xch *)r;
+    sb *b = x->b;
     pthread_mutex_lock(&b->mu);
-    b->inflight++;
-    b->owed += x->owed;
+    x->streaming = 1;
+    snprintf(x->key, sizeof x->key, "%s", key);
     pthread_mutex_unlock(&b->mu);
-    int rc = tm_hc_start(b->hc, req, &x_cb, x, &x->xid);
-    if (rc) {
-        pthread_mutex_lock(&b->mu);
-        b->inflight--;
-        b->owed -= x->owed;
-        pthread_mutex_unlock(&b->mu);
-        x_free(x);
-    }
+    tm_shub_reader rd = {x_on_message, x_on_end, x};
+    int rc = tm_shub_attach(b->hub, key, src, &rd);
+    pthread_mutex_lock(&b->mu);
+    int cancelled = rc == 0 && x->cancelled;
+    if (rc)
+        x->streaming = 0;
+    pthread_mutex_unlock(&b->mu);
+    if (cancelled) /* cancelled while it was being attached */
+        tm_shub_end_key(b->hub, key);
     return rc;
 }
+
+static const tm_req_ops stdio_ops = {op_add_header, op_reply, op_reply_stream};
+
+/* ---- requests --------------------------------------------------------------- */
 
 /* The exchange's id is its own deep copy, not a reference into the read
- * message: the I/O thread uses and frees it while the reader frees the
+ * message: other threads use and free it while the reader frees the
  * message. A value whose reference count two threads change is a data race
  * (jansson.h's json_incref/json_decref read the count with a plain load, and
  * the last decref of a child runs unseen inside libjansson). */
-static xch *x_new(sb *b, const json_t *id)
+static xch *x_new(sb *b, const json_t *id, tm_req_method method)
 {
     xch *x = calloc(1, sizeof *x);
     if (!x)
@@ -377,79 +275,110 @@ static xch *x_new(sb *b, const json_t *id)
         free(x);
         return NULL;
     }
-    tm_buf_init(&x->body, TM_STDIO_DEFAULT_MAX);
+    x->req = (tm_req){.ops = &stdio_ops, .method = method, .peer = "",
+                      .content_type = "application/json",
+                      .accept = method == TM_REQ_GET ? "text/event-stream"
+                                                     : "application/json, text/event-stream"};
     return x;
+}
+
+/* The 2025 session's id and version on x, once there is one. */
+static void x_session(sb *b, xch *x)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->init == 2) {
+        snprintf(x->sid, sizeof x->sid, "%s", b->sid);
+        snprintf(x->pv, sizeof x->pv, "%s", b->pv);
+        x->req.session_id = x->sid;
+        x->req.protocol_version = x->pv;
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Hand x to the core (x is the core's until it is answered). */
+static void sb_start(sb *b, xch *x)
+{
+    pthread_mutex_lock(&b->mu);
+    b->inflight++;
+    b->owed += x->owed;
+    pthread_mutex_unlock(&b->mu);
+    tm_handle_request(b->srv, &x->req);
 }
 
 /* The session's standalone stream: the server's requests and
  * notifications outside any call. */
 static void sb_open_get(sb *b)
 {
-    hdrs h = {0};
-    pthread_mutex_lock(&b->mu);
-    int rc = hdrs_add(&h, "Accept", "text/event-stream");
-    if (rc == 0)
-        rc = hdrs_add(&h, "Mcp-Session-Id", b->sid);
-    if (rc == 0)
-        rc = hdrs_add(&h, "MCP-Protocol-Version", b->pv);
-    pthread_mutex_unlock(&b->mu);
-    h.v[h.n] = NULL;
-    xch *x = rc == 0 ? x_new(b, NULL) : NULL;
-    tm_hx_req req = {.method = "GET", .url = b->url, .headers = h.v};
-    if (!x || sb_start(b, x, &req) != 0)
+    xch *x = x_new(b, NULL, TM_REQ_GET);
+    if (!x) {
         TM_WARN("stdio: the session's stream could not be opened");
+        return;
+    }
+    x_session(b, x);
+    sb_start(b, x);
 }
 
-/* POST msg (borrowed). The id of a request is what an answer is owed to;
- * a modern request is kept by id so notifications/cancelled can end it. */
+/* A modern request is kept by id so notifications/cancelled can end it. */
+static void x_register(sb *b, xch *x)
+{
+    if (tm_jsonrpc_id_key(x->id, x->idkey, sizeof x->idkey) != 0)
+        return;
+    pthread_mutex_lock(&b->mu);
+    x->registered = !tm_map_get(b->live, x->idkey) && tm_map_put(b->live, x->idkey, x) == 0;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* POST msg (borrowed): id is what an answer is owed to. */
 static int sb_post(sb *b, const json_t *msg, const json_t *id, int modern, int is_init)
 {
-    hdrs h = {0};
-    int rc = post_headers(b, msg, modern, &h);
-    char *body = rc == 0 ? tm_jsonrpc_dump(msg, NULL) : NULL;
-    xch *x = body ? x_new(b, id) : NULL;
-    if (!x) {
-        free(body);
-        return rc ? rc : TIDEMARK_ENOMEM;
+    xch *x = x_new(b, id, TM_REQ_POST);
+    size_t len = 0;
+    char *body = x ? tm_jsonrpc_dump(msg, &len) : NULL;
+    if (!body) {
+        if (x)
+            x_free(x);
+        return TIDEMARK_ENOMEM;
     }
+    x->body = body;
+    x->req.body = body;
+    x->req.body_len = len;
     x->is_init = is_init;
     const char *method = json_string_value(json_object_get(msg, "method"));
     x->owed = id && method && strcmp(method, "subscriptions/listen") != 0;
-    if (modern && id && tm_jsonrpc_id_key(id, x->idkey, sizeof x->idkey) == 0) {
-        pthread_mutex_lock(&b->mu);
-        x->registered = !tm_map_get(b->live, x->idkey) && tm_map_put(b->live, x->idkey, x) == 0;
-        pthread_mutex_unlock(&b->mu);
+    if (modern) {
+        const char *pv = tm_era_body_version(msg);
+        snprintf(x->pv, sizeof x->pv, "%s", pv ? pv : "");
+        x->req.protocol_version = x->pv;
+        x->req.flags = TM_REQ_BODY_ONLY;
+        if (id)
+            x_register(b, x);
+    } else if (!is_init) {
+        x_session(b, x);
     }
-    tm_hx_req req = {.method = "POST", .url = b->url, .headers = h.v, .body = body,
-                     .body_len = strlen(body), .fresh_connection = 1};
-    int registered = x->registered;
-    char key[TM_ID_KEY_MAX];
-    snprintf(key, sizeof key, "%s", x->idkey);
-    rc = sb_start(b, x, &req); /* x is the exchange's from here on */
-    free(body);
-    if (rc && registered) {
-        pthread_mutex_lock(&b->mu);
-        tm_map_del(b->live, key);
-        pthread_mutex_unlock(&b->mu);
-    }
-    return rc;
+    sb_start(b, x);
+    return 0;
 }
 
-/* notifications/cancelled of a modern request: end its exchange (as a
- * closed connection ends it on HTTP). 1 when it was one. */
+/* notifications/cancelled of a modern request: its stream ends (as a
+ * closed connection ends it on HTTP), or its answer is dropped. 1 when it
+ * was one. */
 static int sb_cancel_modern(sb *b, const json_t *params)
 {
-    char key[TM_ID_KEY_MAX];
+    char key[TM_ID_KEY_MAX], skey[TM_SRC_KEY_MAX] = "";
     const json_t *rid = json_object_get(params, "requestId");
     if (!rid || tm_jsonrpc_id_key(rid, key, sizeof key) != 0)
         return 0;
     pthread_mutex_lock(&b->mu);
     xch *x = tm_map_get(b->live, key);
-    uint64_t xid = x ? x->xid : 0;
+    if (x) {
+        x->cancelled = 1;
+        if (x->streaming)
+            snprintf(skey, sizeof skey, "%s", x->key);
+    }
     pthread_mutex_unlock(&b->mu);
-    if (xid)
-        tm_hc_cancel(b->hc, xid);
-    return xid != 0;
+    if (skey[0])
+        tm_shub_end_key(b->hub, skey);
+    return x != NULL;
 }
 
 static int init_settled(const sb *b)
@@ -477,7 +406,8 @@ static int sb_wait(sb *b, int ms, int (*done)(const sb *))
     return rc;
 }
 
-/* initialize: the process's one session. Later messages wait for it. */
+/* initialize: the process's one session. Later messages wait for it; once
+ * made, its standalone stream is opened. */
 static int sb_initialize(sb *b, const json_t *msg, const json_t *id)
 {
     pthread_mutex_lock(&b->mu);
@@ -500,6 +430,11 @@ static int sb_initialize(sb *b, const json_t *msg, const json_t *id)
     }
     if (sb_wait(b, SB_INIT_WAIT_MS, init_settled) != 0 && !atomic_load(&b->quit))
         TM_WARN("stdio: initialize not answered in %d ms", SB_INIT_WAIT_MS);
+    pthread_mutex_lock(&b->mu);
+    int made = b->init == 2;
+    pthread_mutex_unlock(&b->mu);
+    if (made)
+        sb_open_get(b);
     return 0;
 }
 
@@ -563,11 +498,11 @@ static int sb_read_loop(sb *b, tm_stdio_reader *rd)
             return rc;
         rc = sb_message(b, msg);
         const json_t *id = json_object_get(msg, "id");
-        if (rc) /* its headers do not fit, out of memory, stopping */
+        if (rc) /* out of memory */
             TM_WARN("stdio: a message could not be handed on: %s", tidemark_strerror(rc));
         if (rc && id && !json_is_null(id) && json_object_get(msg, "method"))
             sb_emit_error(b, (json_t *)id, TM_RPC_INTERNAL_ERROR, tidemark_strerror(rc),
-                          rc == TIDEMARK_ERANGE ? "header_too_long" : "internal_error");
+                          "internal_error");
         json_decref(msg);
     }
 }
@@ -603,34 +538,6 @@ static void *watcher(void *arg)
     return NULL;
 }
 
-/* The loopback endpoint the stdio side feeds: a free port, a random path. */
-static int sb_bind_loopback(tidemark_server_t *srv)
-{
-    char hex[33], path[40];
-    int rc = tm_random_hex(hex, 16);
-    if (rc)
-        return rc;
-    snprintf(path, sizeof path, "/stdio-%s", hex);
-    char *p = strdup(path), *h = strdup("127.0.0.1");
-    if (!p || !h) {
-        free(p);
-        free(h);
-        return TIDEMARK_ENOMEM;
-    }
-    free(srv->path);
-    free(srv->host);
-    srv->path = p;
-    srv->host = h;
-    srv->cfg.port = 0;
-    if (srv->hosts) { /* the Host our own requests carry */
-        for (char **e = srv->hosts; *e; e++)
-            free(*e);
-        free(srv->hosts);
-        srv->hosts = NULL;
-    }
-    return 0;
-}
-
 static int sb_init(sb *b, tidemark_server_t *srv, int out_fd)
 {
     memset(b, 0, sizeof *b);
@@ -644,17 +551,15 @@ static int sb_init(sb *b, tidemark_server_t *srv, int out_fd)
         return TIDEMARK_EIO;
     int rc = tm_stdio_writer_new(out_fd, 0, 0, &b->wr);
     if (rc == 0)
-        rc = tm_hc_new(&b->hc);
-    if (rc == 0)
-        snprintf(b->url, sizeof b->url, "http://127.0.0.1:%u%s", tidemark_server_port(srv),
-                 srv->path);
+        rc = tm_shub_new(&b->hub);
     return rc;
 }
 
+/* After the server stopped: nothing of it calls back any more. */
 static void sb_fini(sb *b)
 {
     atomic_store(&b->quit, 1);
-    tm_hc_free(b->hc); /* every exchange ends (cancelled) before this returns */
+    tm_shub_free(b->hub); /* every stream ended, every answer ran */
     tm_stdio_writer_free(b->wr);
     tm_map_free(b->live);
     for (int i = 0; i < 2; i++)
@@ -664,31 +569,28 @@ static void sb_fini(sb *b)
     pthread_mutex_destroy(&b->mu);
 }
 
-/* Serve with the server started: read until the end, then let go. */
-static int sb_serve(tidemark_server_t *srv, int in_fd, int out_fd, const sigset_t *set)
+/* Serve with the server started: read until the end, then let go of the
+ * streams (the server stops next). */
+static int sb_serve(sb *b, int in_fd, const sigset_t *set)
 {
-    sb b;
     tm_stdio_reader *rd = NULL;
-    int rc = sb_init(&b, srv, out_fd);
-    if (rc == 0)
-        rc = tm_stdio_reader_new(in_fd, 0, b.wake[0], &rd);
-    watch w = {.b = &b, .set = *set};
+    int rc = tm_stdio_reader_new(in_fd, 0, b->wake[0], &rd);
+    watch w = {.b = b, .set = *set};
     pthread_t wt;
     int wstarted = rc == 0 && pthread_create(&wt, NULL, watcher, &w) == 0;
     if (rc == 0 && !wstarted)
         rc = TIDEMARK_ENOMEM;
     if (rc == 0) {
         TM_INFO("serving one client on stdio");
-        rc = sb_read_loop(&b, rd);
-        sb_drain(&b, 10000);
+        rc = sb_read_loop(b, rd);
+        sb_drain(b, 10000);
     }
     atomic_store(&w.done, 1);
-    sb_kick(&b);
+    sb_kick(b);
     if (wstarted)
         pthread_join(wt, NULL);
     tm_stdio_reader_free(rd);
-    if (b.live)
-        sb_fini(&b);
+    tm_shub_stop(b->hub); /* listeners and the session's stream end: their feeds read the store */
     return rc;
 }
 
@@ -707,13 +609,21 @@ int tidemark_server_run_stdio(tidemark_server_t *srv, int in_fd, int out_fd)
         TM_ERROR("stdio: authorization and TLS apply to HTTP only; not with stdio");
         rc = TIDEMARK_EINVAL;
     }
+    sb b;
+    int inited = rc == 0;
+    if (inited)
+        rc = sb_init(&b, srv, out_fd);
+    if (rc == 0) { /* the store's commits wake this adapter's streams */
+        srv->hub_store = (tm_hub){&tm_shub_ops, b.hub};
+        atomic_store(&srv->hub, &srv->hub_store);
+        rc = tm_server_start(srv, 0);
+    }
     if (rc == 0)
-        rc = sb_bind_loopback(srv);
-    if (rc == 0)
-        rc = tidemark_server_start(srv);
-    if (rc == 0)
-        rc = sb_serve(srv, in_fd, out_fd, &set);
+        rc = sb_serve(&b, in_fd, &set);
     tidemark_server_stop(srv);
+    atomic_store(&srv->hub, NULL);
+    if (inited)
+        sb_fini(&b);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

@@ -9,3 +9,13 @@ if(NODE_EXECUTABLE)
             $<TARGET_FILE:tidemark-everything> ${TIDEMARK_PEERS} ${CMAKE_BINARY_DIR}/test-var)
   set_tests_properties(stdio_server PROPERTIES TIMEOUT 90)
 endif()
+
+# A `tidemark-server --stdio` process (SQLite) holds no TCP socket while it
+# serves a call in either era (issue 31: the stdio adapter calls the core
+# directly; before, every line was POSTed to a loopback port).
+if(NODE_EXECUTABLE)
+  add_test(NAME stdio_sockets
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/stdio_sockets.mjs
+            $<TARGET_FILE:tidemark-server> ${CMAKE_BINARY_DIR}/test-var)
+  set_tests_properties(stdio_sockets PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+endif()
