@@ -63,7 +63,7 @@ struct tm_req {
     const char *traceparent;       /* traceparent (W3C trace context) */
     tm_req_param params[TM_REQ_PARAMS_MAX];
     size_t nparams;
-    const char *peer;              /* the client's numeric address ("": not a network peer) */
+    const char *peer;              /* the client's numeric address (NULL: not a network peer) */
     const char *body;
     size_t body_len;
 };

@@ -275,7 +275,7 @@ static xch *x_new(sb *b, const json_t *id, tm_req_method method)
         free(x);
         return NULL;
     }
-    x->req = (tm_req){.ops = &stdio_ops, .method = method, .peer = "",
+    x->req = (tm_req){.ops = &stdio_ops, .method = method, .peer = NULL,
                       .content_type = "application/json",
                       .accept = method == TM_REQ_GET ? "text/event-stream"
                                                      : "application/json, text/event-stream"};
