@@ -149,7 +149,14 @@ static int fill(tm_stdio_reader *r)
         r->pos = 0;
     }
     if (r->cap - r->len < READ_CHUNK) {
-        size_t ncap = r->len + READ_CHUNK;
+        /* Doubled (a long line costs log2 copies, not one per chunk: 256
+         * for 16 MiB, seconds under a sanitizer), never past what a line
+         * can use before it is refused (max + a '\r', and a chunk). */
+        size_t most = r->max + 2 + READ_CHUNK, ncap = r->cap * 2;
+        if (ncap > most)
+            ncap = most;
+        if (ncap < r->len + READ_CHUNK)
+            ncap = r->len + READ_CHUNK;
         char *nb = realloc(r->buf, ncap);
         if (!nb)
             return TIDEMARK_ENOMEM;
