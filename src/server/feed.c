@@ -16,6 +16,7 @@
 #define READ_BATCH 64
 
 typedef struct feed {
+    tidemark_server_t *srv;
     tm_store *store;
     tm_sealer *sealer;     /* the ids' macs (lives as long as the store) */
     tm_seal_mac_prefix *macs; /* this stream's, for the epoch it names (or NULL) */
@@ -38,50 +39,34 @@ typedef struct feed {
                               event framed (0: none); under the connection's lock */
 } feed;
 
-/* Feeds that a connection holds, per session ("<store>/<session>" -> count),
- * so "is a stream of this session attached?" is one lookup. The janitor asks
- * it of every session every second; a scan of every open stream for each
- * was quadratic (10,000 streams: ~270 ms of every second, under the
- * server's lock and the hub's). Counted from just before the connection
- * takes the feed (never fewer than the hub holds) until the feed is freed. */
-static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static tm_map *live_feeds;
-
-static void live_key(char *out, size_t n, const tm_store *store, const char *session)
-{
-    char at[21]; /* the store's address, in decimal: without printf on every call */
-    tm_u64_dec(at, (uint64_t)(uintptr_t)store);
-    tm_strjoin(out, n, at, "/", session, (const char *)NULL);
-}
+/* Feeds that a connection holds, per session (srv->live_feeds: session ->
+ * count), so "is a stream of this session attached?" is one lookup. The
+ * janitor asks it of every session every second; a scan of every open
+ * stream for each was quadratic (10,000 streams: ~270 ms of every second,
+ * under the server's lock and the hub's). Counted from just before the
+ * connection takes the feed (never fewer than the hub holds) until the feed
+ * is freed, which is before its server is. */
 
 /* One more (up) or one fewer feed of session; 0, or TIDEMARK_ENOMEM. */
-static int live_count(const tm_store *store, const char *session, int up)
+static int live_count(tidemark_server_t *srv, const char *session, int up)
 {
-    char key[TM_SRC_KEY_MAX + 32];
-    live_key(key, sizeof key, store, session);
     int rc = 0;
-    pthread_mutex_lock(&live_mu);
-    if (!live_feeds)
-        live_feeds = tm_map_new();
-    uintptr_t n = live_feeds ? (uintptr_t)tm_map_get(live_feeds, key) : 0;
+    pthread_mutex_lock(&srv->live_mu);
+    uintptr_t n = (uintptr_t)tm_map_get(srv->live_feeds, session);
     n = up ? n + 1 : n - (n > 0);
-    if (!live_feeds)
-        rc = TIDEMARK_ENOMEM;
-    else if (n == 0)
-        tm_map_del(live_feeds, key);
+    if (n == 0)
+        tm_map_del(srv->live_feeds, session);
     else
-        rc = tm_map_put(live_feeds, key, (void *)n); /* down: a failure keeps it high */
-    pthread_mutex_unlock(&live_mu);
+        rc = tm_map_put(srv->live_feeds, session, (void *)n); /* down: a failure keeps it high */
+    pthread_mutex_unlock(&srv->live_mu);
     return up ? rc : 0;
 }
 
-static int live_any(const tm_store *store, const char *session)
+static int live_any(tidemark_server_t *srv, const char *session)
 {
-    char key[TM_SRC_KEY_MAX + 32];
-    live_key(key, sizeof key, store, session);
-    pthread_mutex_lock(&live_mu);
-    int any = live_feeds && tm_map_get(live_feeds, key) != NULL;
-    pthread_mutex_unlock(&live_mu);
+    pthread_mutex_lock(&srv->live_mu);
+    int any = tm_map_get(srv->live_feeds, session) != NULL;
+    pthread_mutex_unlock(&srv->live_mu);
     return any;
 }
 
@@ -230,7 +215,7 @@ static void feed_free(void *ud)
         f->on_end(f->end_ud, done);
     }
     if (f->counted)
-        live_count(f->store, f->session, 0);
+        live_count(f->srv, f->session, 0);
     tm_buf_free(&f->head);
     tm_seal_mac_prefix_free(f->macs);
     if (f->last_words) {
@@ -247,6 +232,7 @@ static feed *feed_new(tidemark_server_t *srv, const tm_feed_opts *o)
     feed *f = calloc(1, sizeof *f);
     if (!f)
         return NULL;
+    f->srv = srv;
     f->store = srv->store;
     f->sealer = srv->sealer;
     f->session = strdup(o->session);
@@ -280,7 +266,7 @@ int tm_feed_attach(tidemark_server_t *srv, tm_req *r, const tm_feed_opts *o)
     key_of(key, sizeof key, o->session, o->stream);
     tm_source src = {.pull = feed_pull, .free = feed_free, .ud = f,
                           .has_events = o->defer ? feed_has_events : NULL};
-    int rc = live_count(f->store, f->session, 1);
+    int rc = live_count(f->srv, f->session, 1);
     f->counted = rc == 0;
     if (rc == 0)
         rc = tm_req_reply_stream(r, key, &src);
@@ -365,12 +351,12 @@ void tm_feed_fail(tidemark_server_t *srv, const char *session, const char *strea
 
 int tm_feed_session_attached(tidemark_server_t *srv, const char *session)
 {
-    return live_any(srv->store, session);
+    return live_any(srv, session);
 }
 
 void tm_feed_end_session(tidemark_server_t *srv, const char *session)
 {
-    if (!live_any(srv->store, session))
+    if (!live_any(srv, session))
         return; /* no connection holds a stream of it: no scan of them all */
     char prefix[TM_SRC_KEY_MAX];
     key_of(prefix, sizeof prefix, session, "");

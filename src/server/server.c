@@ -4,6 +4,7 @@
  * stop, free. The request path is in endpoint.c, post.c, get.c and job.c.
  */
 #include "server_int.h"
+#include "tasks.h"
 #include "seal.h"
 #include "feed.h"
 #include "record.h"
@@ -191,13 +192,16 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     s->reg = tm_registry_new();
     s->sessions = tm_map_new();
     s->failed = tm_map_new();
+    s->live_feeds = tm_map_new();
     pthread_mutex_init(&s->fail_mu, NULL);
+    pthread_mutex_init(&s->task_mu, NULL);
+    pthread_mutex_init(&s->live_mu, NULL);
     pthread_mutex_init(&s->life_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
     if (tm_record_waits_new(s) != 0 || !s->host || !s->path || !s->store_uri || !s->name ||
-        !s->version || !s->reg || !s->sessions || !s->failed ||
+        !s->version || !s->reg || !s->sessions || !s->failed || !s->live_feeds ||
         (s->cfg.metrics_token && !s->metrics_token) ||
         (s->cfg.tls_cert_file && !s->tls_cert) || (s->cfg.tls_key_file && !s->tls_key) ||
         (s->cfg.tls_client_ca_file && !s->tls_client_ca)) {
@@ -486,8 +490,13 @@ void tidemark_server_free(tidemark_server_t *srv)
     free(srv->schemas);
     if (srv->failed)
         tm_map_free(srv->failed);
+    if (srv->live_feeds)
+        tm_map_free(srv->live_feeds);
+    tm_tasks_forget(srv);
     tm_record_waits_free(srv);
     pthread_mutex_destroy(&srv->fail_mu);
+    pthread_mutex_destroy(&srv->task_mu);
+    pthread_mutex_destroy(&srv->live_mu);
     pthread_mutex_destroy(&srv->life_mu);
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->jan_mu);

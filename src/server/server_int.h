@@ -198,6 +198,11 @@ struct tidemark_server {
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
     struct tm_sess_bound *bound; /* sessions counted per address and in all (session.c) */
     tm_otel *otel;            /* traces (NULL: off), from the environment at new */
+    pthread_mutex_t task_mu;  /* guards task_policies and task_runs (task_run.c) */
+    struct tm_task_policy *task_policies; /* tools' task policies */
+    struct tm_task_run *task_runs;        /* tasks running in this server */
+    pthread_mutex_t live_mu;  /* guards live_feeds (feed.c) */
+    tm_map *live_feeds;       /* session -> connections holding one of its streams */
 };
 
 /* The span of a call's request (server side); NULL when tracing is off. */

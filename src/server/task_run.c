@@ -18,23 +18,19 @@
 
 /* ---- policies (tidemark_tool_t.task) ---------------------------------------- */
 
-typedef struct policy {
-    tidemark_server_t *srv;
+typedef struct tm_task_policy {
     char *name;
     unsigned task;
     int64_t ttl_ms;
-    struct policy *next;
+    struct tm_task_policy *next;
 } policy;
-
-static pthread_mutex_t pol_mu = PTHREAD_MUTEX_INITIALIZER;
-static policy *policies;
 
 int tm_tasks_tool_policy(tidemark_server_t *srv, const char *name, unsigned task, int64_t ttl_ms)
 {
     int rc = 0;
-    pthread_mutex_lock(&pol_mu);
-    policy *p = policies;
-    while (p && !(p->srv == srv && strcmp(p->name, name) == 0))
+    pthread_mutex_lock(&srv->task_mu);
+    policy *p = srv->task_policies;
+    while (p && strcmp(p->name, name) != 0)
         p = p->next;
     if (!p && task) {
         p = calloc(1, sizeof *p);
@@ -44,59 +40,51 @@ int tm_tasks_tool_policy(tidemark_server_t *srv, const char *name, unsigned task
             p = NULL;
             rc = TIDEMARK_ENOMEM;
         } else {
-            *p = (policy){srv, n, 0, 0, policies};
-            policies = p;
+            *p = (policy){n, 0, 0, srv->task_policies};
+            srv->task_policies = p;
         }
     }
     if (p) {
         p->task = task;
         p->ttl_ms = ttl_ms;
     }
-    pthread_mutex_unlock(&pol_mu);
+    pthread_mutex_unlock(&srv->task_mu);
     return rc;
 }
 
 void tm_tasks_forget(tidemark_server_t *srv)
 {
-    pthread_mutex_lock(&pol_mu);
-    for (policy **pp = &policies; *pp;) {
-        policy *p = *pp;
-        if (p->srv == srv) {
-            *pp = p->next;
-            free(p->name);
-            free(p);
-        } else {
-            pp = &p->next;
-        }
+    pthread_mutex_lock(&srv->task_mu);
+    while (srv->task_policies) {
+        policy *p = srv->task_policies;
+        srv->task_policies = p->next;
+        free(p->name);
+        free(p);
     }
-    pthread_mutex_unlock(&pol_mu);
+    pthread_mutex_unlock(&srv->task_mu);
 }
 
 int tm_tasks_policy_of(tidemark_server_t *srv, const char *name, unsigned *task, int64_t *ttl_ms)
 {
     *task = TIDEMARK_TASK_NEVER;
     *ttl_ms = 0;
-    pthread_mutex_lock(&pol_mu);
-    for (policy *p = policies; p; p = p->next)
-        if (p->srv == srv && name && strcmp(p->name, name) == 0) {
+    pthread_mutex_lock(&srv->task_mu);
+    for (policy *p = srv->task_policies; p; p = p->next)
+        if (name && strcmp(p->name, name) == 0) {
             *task = p->task;
             *ttl_ms = p->ttl_ms;
         }
-    pthread_mutex_unlock(&pol_mu);
+    pthread_mutex_unlock(&srv->task_mu);
     return 0;
 }
 
 /* ---- tasks running on this node --------------------------------------------- */
 
-typedef struct running {
-    tidemark_server_t *srv;
+typedef struct tm_task_run {
     tidemark_call_t *call;
     char id[TM_SESSION_ID_LEN + 1];
-    struct running *next;
+    struct tm_task_run *next;
 } running;
-
-static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;
-static running *runs;
 
 /* 0, or TIDEMARK_EBUSY when the task already runs here. */
 static int run_add(tidemark_server_t *srv, const char *id, tidemark_call_t *c)
@@ -105,16 +93,16 @@ static int run_add(tidemark_server_t *srv, const char *id, tidemark_call_t *c)
     if (!n)
         return TIDEMARK_ENOMEM;
     int rc = 0;
-    pthread_mutex_lock(&run_mu);
-    for (running *p = runs; p; p = p->next)
-        if (p->srv == srv && strcmp(p->id, id) == 0)
+    pthread_mutex_lock(&srv->task_mu);
+    for (running *p = srv->task_runs; p; p = p->next)
+        if (strcmp(p->id, id) == 0)
             rc = TIDEMARK_EBUSY;
     if (rc == 0) {
-        *n = (running){srv, c, "", runs};
+        *n = (running){c, "", srv->task_runs};
         snprintf(n->id, sizeof n->id, "%s", id);
-        runs = n;
+        srv->task_runs = n;
     }
-    pthread_mutex_unlock(&run_mu);
+    pthread_mutex_unlock(&srv->task_mu);
     if (rc)
         free(n);
     return rc;
@@ -122,27 +110,28 @@ static int run_add(tidemark_server_t *srv, const char *id, tidemark_call_t *c)
 
 static void run_del(tidemark_call_t *c)
 {
-    pthread_mutex_lock(&run_mu);
-    for (running **pp = &runs; *pp; pp = &(*pp)->next)
+    tidemark_server_t *srv = c->srv;
+    pthread_mutex_lock(&srv->task_mu);
+    for (running **pp = &srv->task_runs; *pp; pp = &(*pp)->next)
         if ((*pp)->call == c) {
             running *d = *pp;
             *pp = d->next;
             free(d);
             break;
         }
-    pthread_mutex_unlock(&run_mu);
+    pthread_mutex_unlock(&srv->task_mu);
 }
 
 int tm_task_cancel_local(tidemark_server_t *srv, const char *id)
 {
     int found = 0;
-    pthread_mutex_lock(&run_mu);
-    for (running *p = runs; p; p = p->next)
-        if (p->srv == srv && strcmp(p->id, id) == 0) {
+    pthread_mutex_lock(&srv->task_mu);
+    for (running *p = srv->task_runs; p; p = p->next)
+        if (strcmp(p->id, id) == 0) {
             atomic_store(&p->call->cancelled, 1);
             found = 1;
         }
-    pthread_mutex_unlock(&run_mu);
+    pthread_mutex_unlock(&srv->task_mu);
     return found;
 }
 
@@ -163,11 +152,11 @@ void tm_tasks_tick(tidemark_server_t *srv)
 {
     char ids[64][TM_SESSION_ID_LEN + 1];
     size_t n = 0;
-    pthread_mutex_lock(&run_mu);
-    for (running *p = runs; p && n < 64; p = p->next)
-        if (p->srv == srv && !atomic_load(&p->call->cancelled))
+    pthread_mutex_lock(&srv->task_mu);
+    for (running *p = srv->task_runs; p && n < 64; p = p->next)
+        if (!atomic_load(&p->call->cancelled))
             snprintf(ids[n++], sizeof ids[0], "%s", p->id);
-    pthread_mutex_unlock(&run_mu);
+    pthread_mutex_unlock(&srv->task_mu);
     for (size_t i = 0; i < n; i++)
         if (has_attr(srv, ids[i], "cancel") && tm_task_cancel_local(srv, ids[i]))
             TM_INFO("task %s: cancelled (asked on another node)", TM_SID(ids[i]));
