@@ -71,4 +71,10 @@ if(NODE_EXECUTABLE)
                        PROPERTIES TIMEOUT 240 LABELS gateway)
   # A missing redis-server (or haproxy) skips them visibly.
   set_tests_properties(gateway_exactly PROPERTIES SKIP_RETURN_CODE 77)
+  # The official suite gives some calls a fixed deadline (server-stateless:
+  # 600 ms for the first frame of test_streaming_elicitation). Through the
+  # gateway and its stdio child, both under ASan, a test running beside it
+  # on 2 cores pushed that first frame past 600 ms in 4 of 6 parallel runs;
+  # alone it arrives in 8 ms. Run these alone so the deadline measures us.
+  set_tests_properties(gateway_conformance_2025 gateway_conformance_2026 PROPERTIES RUN_SERIAL TRUE)
 endif()
