@@ -39,12 +39,6 @@ void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud)
     st->listener_ud = ud;
 }
 
-void tm_store_set_bus_listener(tm_store *st, tm_bus_listener fn, void *ud)
-{
-    st->bus = fn;
-    st->bus_ud = ud;
-}
-
 void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len)
 {
     if (st->bus)
@@ -232,25 +226,6 @@ int tm_store_session_set_attr(tm_store *st, const char *id, const char *name, co
     if (!id || !name || !*name)
         return TIDEMARK_EINVAL;
     return st->ops->session_set_attr(st, id, name, value);
-}
-
-char *tm_attrs_with(const char *attrs, const char *name, const char *value)
-{
-    json_t *o = attrs ? json_loads(attrs, 0, NULL) : NULL;
-    if (!json_is_object(o)) {
-        json_decref(o);
-        o = json_object();
-    }
-    int rc = 0;
-    if (value) {
-        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-        rc = v ? json_object_set_new(o, name, v) : -1;
-    } else {
-        json_object_del(o, name);
-    }
-    char *out = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(o);
-    return out;
 }
 
 int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud)

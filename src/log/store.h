@@ -213,8 +213,6 @@ int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out);
  * only where no store thread can call it yet (tests); servers pass it in
  * tm_store_options instead. */
 void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud);
-/* Set the listener told of every bus message. Call before use. */
-void tm_store_set_bus_listener(tm_store *st, tm_bus_listener fn, void *ud);
 /* Publish a small message to every node sharing the store, this one
  * included (best effort: a node that is disconnected at that moment misses
  * it). channel: a short name without spaces. */
@@ -325,10 +323,6 @@ int tm_store_rows(tm_store *st, const char *table, json_t **rows);
  * time, so nodes changing different attributes never undo each other.
  * TIDEMARK_ENOTFOUND if there is no such session. */
 int tm_store_session_set_attr(tm_store *st, const char *id, const char *name, const char *value);
-/* attrs (JSON object text or NULL) with name set to value (JSON text) or
- * removed (value NULL). Returns a new string (free), NULL when out of memory
- * or value is not JSON. For backends. */
-char *tm_attrs_with(const char *attrs, const char *name, const char *value);
 /* Visit every session record (any order); fn returns nonzero to stop. */
 int tm_store_sessions_each(tm_store *st, int (*fn)(void *ud, const tm_session_rec *rec), void *ud);
 /* Visit every session record that has at least one of the n attributes

@@ -4,6 +4,7 @@
  * callback and the commit listener run on the caller's thread, unlocked.
  */
 #include "store.h"
+#include "../base/lock.h"
 #include "../base/str.h"
 #include "sqlite_util.h"
 #include "../base/clock.h"
@@ -267,6 +268,7 @@ static int m_session_delete(tm_store *st, const char *id)
 /* Caller holds the lock. */
 static mstream *find_stream(mstore *m, const char *session, const char *stream)
 {
+    TM_ASSERT_HELD(&m->mu);
     msession *s = tm_map_get(m->sessions, session);
     return s ? tm_map_get(s->streams, stream) : NULL;
 }
@@ -351,6 +353,7 @@ static void shrink_closed(mstream *s)
  * leaves no trace. Caller holds the lock. */
 static int run_effect(mstore *m, const tm_append_req *r)
 {
+    TM_ASSERT_HELD(&m->mu);
     struct tidemark_txn txn;
     tm_txn_sqlite_init(&txn, m->fx);
     if (sqlite3_exec(m->fx, "SAVEPOINT fx", NULL, NULL, NULL) != SQLITE_OK)

@@ -8,6 +8,7 @@
 #include "store_pg_int.h"
 #include "sqlite_util.h"
 #include "store_pg_schema.h"
+#include "../base/lock.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
 #include "../base/log.h"
@@ -52,6 +53,7 @@ static void collect(const char *k, void *v, void *ud)
 /* Drop the hints matching d. Caller holds c_mu. */
 static void drop_hints(pgstore *p, drop_ctx *d)
 {
+    TM_ASSERT_HELD(&p->c_mu);
     tm_map_each(p->streams, collect, d);
     for (size_t i = 0; i < d->count; i++) {
         free(tm_map_del(p->streams, d->keys[i]));

@@ -6,6 +6,7 @@
  */
 #include "store_pg_int.h"
 #include "txn.h"
+#include "../base/lock.h"
 #include "../base/buf.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
@@ -731,6 +732,7 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
 /* Fold one settled op into the hints. Caller holds c_mu. */
 static void settle_hint(pgstore *p, pop *o)
 {
+    TM_ASSERT_HELD(&p->c_mu);
     int st = o->w.q.status;
     if (o->kind == OP_SESS_DELETE && st == 0) {
         tm_pg_forget_session(p, o->session);
@@ -830,6 +832,7 @@ int tm_pg_run(pgstore *p, pop *o)
  * (a hint is then made). Caller holds c_mu; it is let go for the read. */
 static int stream_accepts(pgstore *p, const char *session, const char *name, pstream **out)
 {
+    TM_ASSERT_HELD(&p->c_mu);
     char *k = tm_pg_cache_key(session, name);
     if (!k)
         return TIDEMARK_ENOMEM;

@@ -86,6 +86,7 @@
 #include "store.h"
 #include "writer.h"
 #include "sqlite_util.h"
+#include "../base/lock.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
 #include "../base/log.h"
@@ -698,6 +699,7 @@ static void tail_clear(rstore *r, rstream *s)
 static void tail_add(rstore *r, rstream *s, uint64_t seq, char **data, size_t len,
                      const char *epoch)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     if (s->tail_n && seq != s->tail_lo + s->tail_n)
         tail_clear(r, s);
     if (len > TAIL_EVENT_MAX || r->tail_bytes + len > TAIL_BUDGET || !*data) {
@@ -727,6 +729,7 @@ static void tail_add(rstore *r, rstream *s, uint64_t seq, char **data, size_t le
  * Caller holds c_mu. */
 static int tail_usable(rstore *r, const rstream *s)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     return r->tails && s->own && !s->open_pending && s->heard <= s->known && !s->heard_closed &&
            s->gen == atomic_load(&r->ident_gen) && !atomic_load(&r->w_down);
 }
@@ -836,6 +839,7 @@ static int stream_state(rstore *r, const char *session, const char *name, uint64
  * released and retaken around the load. OUT rc on NULL. */
 static rstream *stream_ref(rstore *r, const char *session, const char *name, int *rc)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     char *key = cache_key(session, name);
     if (!key) {
         *rc = TIDEMARK_ENOMEM;
@@ -1533,6 +1537,7 @@ static int r_commit(void *be, tm_wop *wbatch, size_t n)
 /* The hint of one append or close that was answered. Caller holds c_mu. */
 static void settle_hint(rstore *r, rop *o)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     char *k = cache_key(o->session, o->name);
     rstream *s = k ? tm_map_get(r->streams, k) : NULL;
     free(k);
@@ -2029,6 +2034,7 @@ static void free_val(const char *k, void *v, void *ud)
 /* Forget every reservation (they are only a shortcut). Caller holds c_mu. */
 static void resv_clear(rstore *r)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     tm_map *m = tm_map_new();
     if (!m)
         return;
@@ -2041,6 +2047,7 @@ static void resv_clear(rstore *r)
  * is creating: open_pending). Caller holds c_mu. NULL when out of memory. */
 static rstream *new_entry(rstore *r, const char *session, const char *name, int pending)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     char *key = cache_key(session, name);
     if (!key)
         return NULL;
@@ -2157,6 +2164,7 @@ static int r_stream_open(tm_store *st, const char *session, const char *name,
  * reopened the stream). */
 static int stream_accepts(rstore *r, rstream **sp, const char *session, const char *name)
 {
+    TM_ASSERT_HELD(&r->c_mu);
     rstream *s = *sp;
     if (!s->closing)
         return 0;

@@ -24,6 +24,7 @@
 #include "writer.h"
 #include "sqlite_util.h"
 #include "walbuf.h"
+#include "../base/lock.h"
 #include "../base/clock.h"
 #include "../base/crash.h"
 #include "../base/log.h"
@@ -299,7 +300,11 @@ static int note_rc(sqstore *q, int rc)
 }
 
 /* Whether writes are refused now; caller holds c_mu. */
-static int refusing(sqstore *q) { return q->failed || atomic_load(&q->corrupt); }
+static int refusing(sqstore *q)
+{
+    TM_ASSERT_HELD(&q->c_mu);
+    return q->failed || atomic_load(&q->corrupt);
+}
 
 /* ---- idle closed streams: an LRU bound on what finished calls keep cached ---- */
 
@@ -328,6 +333,7 @@ static void sstream_free(sstream *s);
  * reloads it from tm_streams. Caller holds c_mu. */
 static void lru_note(sqstore *q, sstream *s)
 {
+    TM_ASSERT_HELD(&q->c_mu);
     if (s->doomed || !s->durable || !s->closed || s->pending > 0 || s->touched) {
         lru_unlink(q, s);
         return;
@@ -352,6 +358,7 @@ static void lru_note(sqstore *q, sstream *s)
 /* An op pointing at s was queued; caller holds c_mu. */
 static void pending_inc(sqstore *q, sstream *s)
 {
+    TM_ASSERT_HELD(&q->c_mu);
     s->pending++;
     lru_unlink(q, s);
 }
@@ -457,6 +464,7 @@ static void sstream_free(sstream *s)
  * c_mu (released and retaken around the load). */
 static sstream *stream_get(sqstore *q, const char *session, const char *name)
 {
+    TM_ASSERT_HELD(&q->c_mu);
     char key[96];
     skey(key, sizeof key, session, name);
     sstream *s = tm_map_get(q->streams, key);
@@ -1223,6 +1231,7 @@ static void reset_next_r(const char *k, void *v, void *ud)
  * Caller holds c_mu. */
 static void reset_cache(sqstore *q)
 {
+    TM_ASSERT_HELD(&q->c_mu);
     recover_ctx c = {calloc(tm_map_count(q->streams) + 1, sizeof(sstream *)), 0};
     if (c.v)
         tm_map_each(q->streams, collect_stream, &c);

@@ -6,6 +6,7 @@
  * streams through the hub.
  */
 #include "stdio_hub.h"
+#include "../base/lock.h"
 #include "../base/buf.h"
 #include "../base/log.h"
 #include "../base/map.h"
@@ -52,6 +53,7 @@ struct tm_shub {
 
 static void push(tm_shub *h, sjob *j)
 {
+    TM_ASSERT_HELD(&h->mu);
     j->next = NULL;
     if (h->tail)
         h->tail->next = j;
@@ -63,6 +65,7 @@ static void push(tm_shub *h, sjob *j)
 
 static sjob *pop(tm_shub *h)
 {
+    TM_ASSERT_HELD(&h->mu);
     sjob *j = h->head;
     if (j && !(h->head = j->next))
         h->tail = NULL;
@@ -71,6 +74,7 @@ static sjob *pop(tm_shub *h)
 
 static void unqueue(tm_shub *h, sjob *j)
 {
+    TM_ASSERT_HELD(&h->mu);
     sjob *prev = NULL;
     for (sjob *q = h->head; q; prev = q, q = q->next)
         if (q == j) {
@@ -276,6 +280,7 @@ const tm_hub_ops tm_shub_ops = {hub_wake, hub_signal, hub_end, hub_stop};
  * without being pulled again. TIDEMARK_EBUSY when it is live. */
 static int take_over(tm_shub *h, const char *key)
 {
+    TM_ASSERT_HELD(&h->mu);
     sstream *old = tm_map_get(h->map, key);
     if (!old)
         return 0;
