@@ -112,8 +112,6 @@ void tm_introspect_free(tm_introspect *it);
  * cache's times are capped by the token's exp). */
 int tm_introspect_check(tm_introspect *it, const char *token, size_t len, int64_t now_ms,
                         json_t **claims);
-/* Entries in the cache now (for tests). */
-size_t tm_introspect_cached(tm_introspect *it);
 
 /* ---- scope.c ------------------------------------------------------------ */
 typedef struct tm_scopes tm_scopes;

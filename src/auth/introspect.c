@@ -94,14 +94,6 @@ void tm_introspect_free(tm_introspect *it)
     free(it);
 }
 
-size_t tm_introspect_cached(tm_introspect *it)
-{
-    pthread_mutex_lock(&it->mu);
-    size_t n = tm_map_count(it->cache);
-    pthread_mutex_unlock(&it->mu);
-    return n;
-}
-
 static int token_key(const char *token, size_t len, char out[65])
 {
     unsigned char d[32];

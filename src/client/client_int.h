@@ -13,6 +13,13 @@
  *                notifications, requests from the server (worker pool)
  *   resume.c     finishing what a killed client left outstanding
  *   cstate.c     the durable state (SQLite); validator.c the validator
+ *   era.c        which era the server speaks (server/discover first)
+ *   modern.c     the 2026-07-28 era: its _meta, headers, the -32022 retry
+ *   mrtr.c       InputRequiredResult rounds answered by the application
+ *   tasks.c      a call answered with a task: recorded, polled, applied once
+ *   oauth.c      authorization: a 401 or insufficient_scope answered
+ *   oauth_http.c the authorization flow's HTTP and text helpers
+ *   oauth_loopback.c  the loopback redirect listener (RFC 8252)
  *
  * Threads. The I/O thread (transport/http_client) runs every HTTP exchange
  * and only records what arrives: headers, body bytes (into the request's

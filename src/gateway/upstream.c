@@ -910,14 +910,6 @@ int tm_upstream_answer(tm_upstream *u, unsigned generation, const json_t *respon
     return rc;
 }
 
-int tm_upstream_kill_child(tm_upstream *u)
-{
-    pthread_rwlock_rdlock(&u->child_lock);
-    int rc = u->child ? tm_child_signal(u->child, SIGKILL) : TIDEMARK_ECLOSED;
-    pthread_rwlock_unlock(&u->child_lock);
-    return rc;
-}
-
 int tm_upstream_generation(tm_upstream *u, unsigned *gen)
 {
     pthread_mutex_lock(&u->mu);

@@ -118,9 +118,6 @@ int tm_upstream_notify(tm_upstream *u, const json_t *notification);
  * child of generation made. TIDEMARK_ENOTFOUND: no such pending request
  * (already answered, or from a dead child). */
 int tm_upstream_answer(tm_upstream *u, unsigned generation, const json_t *response);
-/* Kill the current child (SIGKILL): what follows is a death (on_down,
- * resend / on_lost, restart unless no_restart). */
-int tm_upstream_kill_child(tm_upstream *u);
 /* OUT *gen: the current generation (1 for the first child). Returns 0. */
 int tm_upstream_generation(tm_upstream *u, unsigned *gen);
 /* OUT *pid: the current child's, 0 when there is none. */

@@ -202,7 +202,6 @@ static int export_batch(tm_otel *o, CURL *h, tm_span *batch, int n)
         drop_all(o, batch, n);
         return 0;
     }
-    atomic_fetch_add(&o->exported, (uint64_t)n);
     tm_metric_add(TM_M_OTEL_SPANS_EXPORTED, (uint64_t)n);
     while (batch) {
         tm_span *next = batch->next;

@@ -52,7 +52,6 @@ void tm_otel_free(tm_otel *o)
 }
 
 uint64_t tm_otel_dropped(const tm_otel *o) { return o ? atomic_load(&o->dropped) : 0; }
-uint64_t tm_otel_exported(const tm_otel *o) { return o ? atomic_load(&o->exported) : 0; }
 
 static int64_t unix_ns(void)
 {

@@ -38,9 +38,8 @@ typedef enum tm_span_kind {
 tm_otel *tm_otel_from_env(const char *service);
 /* Export what is queued (bounded by the export timeout), stop the thread. */
 void tm_otel_free(tm_otel *o);
-/* Spans dropped at a full queue or a failed export, and spans exported. */
+/* Spans dropped at a full queue or a failed export. */
 uint64_t tm_otel_dropped(const tm_otel *o);
-uint64_t tm_otel_exported(const tm_otel *o);
 
 /* A span named name, child of parent (NULL or invalid: a new trace);
  * tracestate (may be NULL) is carried on. NULL when o is NULL or memory

@@ -55,7 +55,7 @@ struct tm_otel {
     int n;                  /* mu: spans queued, <= cfg.queue_max */
     int stopping;           /* mu */
     pthread_t thread;
-    atomic_uint_fast64_t dropped, exported;
+    atomic_uint_fast64_t dropped;
 };
 
 /* config.c: the environment read once; 0 and *on = 0 when tracing is off. */

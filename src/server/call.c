@@ -110,7 +110,7 @@ int tidemark_call_progress(tidemark_call_t *c, double progress, double total, co
     if (!c->progress_token)
         return 0;
     /* After a re-run, progress never goes backwards on the stream. */
-    if (c->has_floor && progress <= c->progress_floor)
+    if (progress <= c->progress_floor)
         return 0;
     json_t *p = json_object();
     json_object_set(p, "progressToken", c->progress_token);

@@ -11,6 +11,7 @@
 #include "../base/str.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,14 @@ tidemark_call_t *tm_call_alloc(void)
     if (c) {
         memset(c, 0, offsetof(tidemark_call_t, idkey));
         c->idkey[0] = c->reqkey[0] = c->idem[0] = '\0';
+        c->progress_floor = -INFINITY;
     }
     return c;
 }
 
 void tm_job_free(tm_job *j)
 {
-    if (j->pooled && j->sess)
+    if (tm_job_is(j, TM_POST_POOLED) && j->sess)
         tm_modern_pool_done(j->srv, j->sess->id);
     if (j->sess)
         tm_sess_unref(j->sess);
@@ -127,7 +129,7 @@ static void answer_on_commit(tm_job *j, tidemark_call_t *c, const json_t *respon
     if (!a)
         return; /* the job answers after a barrier, as before */
     *a = (tm_durable_answer){.r = j->lazy, .sess = tm_sess_ref(j->sess),
-                             .ephemeral = j->ephemeral, .http_status = tm_modern_status(response),
+                             .ephemeral = tm_job_is(j, TM_POST_EPHEMERAL), .http_status = tm_modern_status(response),
                              .len = len};
     memcpy(a->body, bytes, len + 1);
     if (fallback) {
@@ -297,7 +299,7 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
         if (n == 0)
             tm_req_reply(j->req, 202, NULL, NULL, 0);
         else
-            tm_reply_json(j->req, j->modern ? tm_modern_status(one) : 200,
+            tm_reply_json(j->req, tm_job_is(j, TM_POST_MODERN) ? tm_modern_status(one) : 200,
                           j->batch ? json_incref(j->responses) : json_incref(one));
     }
     /* The answer waits for durability: never on an I/O thread, unless the

@@ -462,7 +462,7 @@ void tm_modern_attach(tm_job *j)
     pthread_mutex_unlock(&j->mu);
     if (!r)
         return;
-    int rc = attach(j->srv, r, j->sess, j->stream, j->ephemeral, 0);
+    int rc = attach(j->srv, r, j->sess, j->stream, tm_job_is(j, TM_POST_EPHEMERAL), 0);
     if (rc)
         tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc),
                        NULL);
@@ -516,7 +516,7 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
         tm_req_reply(r, tm_modern_status(resp), "application/json", j->final_bytes, j->final_len);
     else
         tm_reply_json(r, tm_modern_status(resp), json_deep_copy(resp));
-    if (j->ephemeral && rc == 0)
+    if (tm_job_is(j, TM_POST_EPHEMERAL) && rc == 0)
         tm_modern_doom(j->srv, j->sess->id);
     release(j->srv, j->sess);
 }

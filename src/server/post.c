@@ -491,7 +491,7 @@ static char *record_text(tm_req *r, const post_msgs *pm, size_t i)
  * (request ids repeat there), else the request's (tm_request_key). */
 static int job_request_key(const tm_job *j, const tm_msg *m, char key[TM_REQ_KEY_MAX])
 {
-    if (!j->pooled)
+    if (!tm_job_is(j, TM_POST_POOLED))
         return tm_request_key(m, key);
     tm_strjoin(key, TM_REQ_KEY_MAX, j->pkey, (const char *)NULL);
     return 0;
@@ -512,7 +512,7 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
         int rc = job_request_key(j, &pm->m[i], key);
         if (rc)
             return rc;
-        if (!j->modern) /* noted first: a retry that races it asks the store */
+        if (!tm_job_is(j, TM_POST_MODERN)) /* noted first: a retry that races it asks the store */
             tm_sess_note_record(j->sess, key);
         char *message = record_text(r, pm, i);
         const char *tool = json_string_value(json_object_get(pm->m[i].params, "name"));
@@ -524,7 +524,7 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
          * then does the store say whether the identity's first request
          * began elsewhere (EEXIST), before anything runs. (Within this
          * process the identity's claim, record.h, keeps a copy out.) */
-        int wait = j->modern ? !j->ephemeral : begin_waits(srv, &pm->m[i]);
+        int wait = tm_job_is(j, TM_POST_MODERN) ? !tm_job_is(j, TM_POST_EPHEMERAL) : begin_waits(srv, &pm->m[i]);
         rc = message ? tm_store_request_begin(srv->store, &rec, wait) : TIDEMARK_ENOMEM;
         free(message);
         /* EEXIST: a modern keyed call's first run on another node, which
@@ -553,7 +553,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
                       .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
                       .defer = 1};
-    if (j->modern) {
+    if (tm_job_is(j, TM_POST_MODERN)) {
         if (rc == 0)
             j->lazy = r; /* answered as JSON, or attached by the call's first notification */
         return rc;
@@ -592,7 +592,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_req *r, const tm_msg *m, uint64_t
     tm_strjoin(c->idem, sizeof c->idem, j->sess->id, "/", c->reqkey, (const char *)NULL);
     c->recorded = tm_is_call(m) && j->sse; /* its record was begun */
     c->mark = mark;
-    c->modern = j->modern;
+    c->modern = tm_job_is(j, TM_POST_MODERN);
     c->inline_run = j->inline_run;
     c->t0_us = tm_now_us();
     tm_call_trace_start(c, r);
@@ -741,13 +741,11 @@ static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
         return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
                               NULL);
     }
-    j->modern = (flags & TM_POST_MODERN) != 0;
-    j->ephemeral = (flags & TM_POST_EPHEMERAL) != 0;
+    j->flags = flags & (TM_POST_MODERN | TM_POST_EPHEMERAL);
     if (flags & TM_POST_POOLED) { /* request ids repeat across the pool's calls */
-        static atomic_ullong pooled_calls;
         char n[21];
-        tm_u64_dec(n, atomic_fetch_add(&pooled_calls, 1) + 1);
-        j->pooled = 1;
+        tm_u64_dec(n, atomic_fetch_add(&srv->pooled_calls, 1) + 1);
+        j->flags |= TM_POST_POOLED;
         tm_strjoin(j->pkey, sizeof j->pkey, "e:", n, (const char *)NULL);
     }
     if (flags & TM_POST_LIGHT)
@@ -763,10 +761,10 @@ static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
     }
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
-    if (rc == TIDEMARK_EEXIST && !j->modern) /* its identity began on another node */
+    if (rc == TIDEMARK_EEXIST && !tm_job_is(j, TM_POST_MODERN)) /* its identity began on another node */
         begun_elsewhere(srv, r, j->sess, pm);
-    else if (rc && j->modern) /* nothing runs unrecorded (2025: answered already) */
-        tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], j->ephemeral, rc);
+    else if (rc && tm_job_is(j, TM_POST_MODERN)) /* nothing runs unrecorded (2025: answered already) */
+        tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], tm_job_is(j, TM_POST_EPHEMERAL), rc);
     if (rc)
         return tm_job_free(j);
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */

@@ -15,6 +15,7 @@
 #include "../base/metrics.h"
 #include "../base/str.h"
 #include "tidemark/tidemark.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +88,7 @@ static void progress_floor(tidemark_server_t *srv, tidemark_call_t *c, const cha
             break;
         after = after + 256 < b.head ? after + 256 : b.head;
     }
-    c->has_floor = f.found;
-    c->progress_floor = f.floor;
+    c->progress_floor = f.found ? f.floor : -INFINITY;
 }
 
 /* Recover the unfinished requests of one stream: p->v[from, to). */
@@ -108,7 +108,8 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
     j->srv = srv;
     j->sess = sess;
     j->sse = 1;
-    j->modern = strcmp(sess->version, TIDEMARK_PROTOCOL_2026_07_28) == 0;
+    if (strcmp(sess->version, TIDEMARK_PROTOCOL_2026_07_28) == 0)
+        j->flags = TM_POST_MODERN;
     snprintf(j->stream, sizeof j->stream, "%s", first->stream);
     j->root = json_array();
     j->responses = json_array();
@@ -142,13 +143,13 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
         c->request = json_incref(msg);
         c->recorded = 1;
         c->recovering = 1;
-        c->modern = j->modern; /* its answer reads as a 2026-07-28 result */
+        c->modern = tm_job_is(j, TM_POST_MODERN); /* its answer reads as a 2026-07-28 result */
         snprintf(c->reqkey, sizeof c->reqkey, "%s", r->key);
         tm_jsonrpc_id_key(c->id, c->idkey, sizeof c->idkey);
         snprintf(c->idem, sizeof c->idem, "%s/%s", sess->id, c->reqkey);
         c->progress_token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         json_decref(msg); /* j->root keeps it alive */
-        if (known && tm_record_may_rerun(j->modern, r->key, e.hints)) {
+        if (known && tm_record_may_rerun(tm_job_is(j, TM_POST_MODERN), r->key, e.hints)) {
             progress_floor(srv, c, j->stream);
             pthread_mutex_lock(&sess->mu);
             if (tm_map_put(sess->calls, c->reqkey, c) == 0)

@@ -122,24 +122,6 @@ int tm_registry_get(tm_registry *r, tm_reg_kind k, const char *key, tm_reg_entry
     return i >= 0 ? 0 : TIDEMARK_ENOTFOUND;
 }
 
-/* As tm_registry_get, but desc is a deep copy made under the lock: the
- * caller never touches the registry's value, whose reference count other
- * threads change (jansson.h's json_incref/json_decref read it with a plain
- * load first, a data race against another thread's atomic update). */
-int tm_registry_copy(tm_registry *r, tm_reg_kind k, const char *key, tm_reg_entry *out)
-{
-    pthread_mutex_lock(&r->mu);
-    long i = find(&r->l[k], key);
-    if (i >= 0) {
-        const item *it = &r->l[k].v[i];
-        *out = (tm_reg_entry){json_deep_copy(it->desc), it->fn, it->ud, it->hints};
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (i >= 0 && !out->desc)
-        return TIDEMARK_ENOMEM;
-    return i >= 0 ? 0 : TIDEMARK_ENOTFOUND;
-}
-
 int tm_uri_template_match(const char *t, const char *u)
 {
     while (*t) {

@@ -27,10 +27,6 @@ int tm_registry_put(tm_registry *r, tm_reg_kind k, const char *key, json_t *desc
 int tm_registry_remove(tm_registry *r, tm_reg_kind k, const char *key);
 /* Exact lookup. TIDEMARK_ENOTFOUND if absent. */
 int tm_registry_get(tm_registry *r, tm_reg_kind k, const char *key, tm_reg_entry *out);
-/* The same, with desc the caller's own deep copy (no reference to the
- * registry's value, for a thread that must not share it). TIDEMARK_ENOMEM
- * when the copy fails. */
-int tm_registry_copy(tm_registry *r, tm_reg_kind k, const char *key, tm_reg_entry *out);
 /* Find the first template whose uriTemplate matches uri. */
 int tm_registry_match_template(tm_registry *r, const char *uri, tm_reg_entry *out);
 /* Build one page: {"<field>": [...], "nextCursor"?}. cursor NULL = first

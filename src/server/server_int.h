@@ -87,12 +87,10 @@ typedef struct tm_job {
     int remaining;
     json_t *responses;       /* JSON mode: collected responses */
     json_t *root;            /* the parsed body, kept alive for the calls */
-    int modern;              /* a 2026-07-28 request (one per POST) */
+    unsigned flags;          /* TM_POST_MODERN, TM_POST_EPHEMERAL, TM_POST_POOLED */
     tm_req *lazy;       /* modern call: not answered yet (JSON at the end, or
                                 the stream once the call sends a notification) */
-    int ephemeral;           /* modern: delete the store session once answered */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
-    int pooled;              /* its store session is a pooled one: let go when the job ends */
     char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     struct post_msgs *deferred; /* a 2025 quiet call running inline: its stream and record
                                    are opened only if it turns out to need them (post.c) */
@@ -114,8 +112,8 @@ struct tidemark_call {
     int recovering;           /* re-run after a crash */
     int unrecorded;           /* its record was not confirmed and the tool did not run:
                                  its answer is not stored; recovery settles the record */
-    int has_floor;            /* progress at or below floor is not sent again */
-    double progress_floor;
+    double progress_floor;    /* progress at or below it is not sent again
+                                 (-INFINITY: none sent before) */
     tidemark_effect_fn effect;
     void *effect_ud;
     void (*effect_free)(void *);
@@ -203,6 +201,7 @@ struct tidemark_server {
     struct tm_task_run *task_runs;        /* tasks running in this server */
     pthread_mutex_t live_mu;  /* guards live_feeds (feed.c) */
     tm_map *live_feeds;       /* session -> connections holding one of its streams */
+    atomic_ullong pooled_calls; /* calls made on pooled sessions: their record keys */
 };
 
 /* The span of a call's request (server side); NULL when tracing is off. */
@@ -310,7 +309,7 @@ void tm_sess_close(tm_sess *s);
 /* Route a client's response to a waiting server->client request: here, or
  * over the store's bus to the node where it waits. */
 void tm_sess_deliver_response(tidemark_server_t *srv, tm_sess *s, const tm_msg *m);
-/* The store's bus listener (tm_store_set_bus_listener): responses forwarded
+/* The store's bus listener (tm_store_options.bus): responses forwarded
  * by other nodes. ud: the server. */
 void tm_sess_on_bus(void *ud, const char *channel, const void *data, size_t len);
 /* Cancel an in-flight call by its request id. */
@@ -344,9 +343,6 @@ typedef void (*tm_gate_fn)(tidemark_server_t *srv, tm_req *r, const tm_reqctx *c
                            void *ud);
 void tm_gate(tidemark_server_t *srv, tm_req *r, const tm_msg *msgs, size_t n,
              tm_gate_fn cont, void *ud, void (*free_ud)(void *));
-/* A session's stored client JSON: c (borrowed) with the principal added
- * (new ref). */
-json_t *tm_client_with_principal(const json_t *c, const char *principal);
 /* A short tag for a session id in logs (the id itself is never logged at
  * info level or above: it names the session to whoever reads it). */
 const char *tm_sid_tag(const char *sid, char out[16]);
@@ -428,6 +424,8 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_LIGHT 4u     /* a call with nothing to make durable: JSON, no stream or record */
 #define TM_POST_POOLED 8u    /* its store session is shared (modern.c): a record key of its own */
 #define TM_POST_QUIET 16u    /* 2025: JSON unless the call's one tool needs its stream (post.c) */
+/* Whether job j has the TM_POST_* flag f. */
+static inline int tm_job_is(const tm_job *j, unsigned f) { return (j->flags & f) != 0; }
 /* post.c: a quiet call's stream, record and priming event, opened when it
  * first needs them (call.c, job.c). 0, or TIDEMARK_EIO: the POST was
  * answered with the store's error and the call's output goes nowhere. */

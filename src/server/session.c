@@ -67,16 +67,6 @@ tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
     return s;
 }
 
-json_t *tm_client_with_principal(const json_t *c, const char *principal)
-{
-    json_t *o = json_is_object(c) ? json_copy((json_t *)c) : json_object();
-    if (o && json_object_set_new(o, TM_CLIENT_PRINCIPAL, json_string(principal)) != 0) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
-}
-
 const char *tm_sid_tag(const char *sid, char out[16])
 {
     unsigned char d[32];

@@ -204,7 +204,7 @@ static tm_job *job_for(tidemark_server_t *srv, tm_sess *sess, json_t *msg)
     j->srv = srv;
     j->sess = sess;
     j->sse = 1;
-    j->modern = 1;
+    j->flags = TM_POST_MODERN;
     snprintf(j->stream, sizeof j->stream, "r1");
     j->root = msg;
     j->responses = json_array();

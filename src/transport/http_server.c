@@ -475,14 +475,6 @@ static void reap(tm_http *h)
     pthread_mutex_unlock(&h->conn_mu);
 }
 
-unsigned tm_http_connections(tm_http *h)
-{
-    pthread_mutex_lock(&h->conn_mu);
-    unsigned n = h->nconns;
-    pthread_mutex_unlock(&h->conn_mu);
-    return n;
-}
-
 /* ---- framing --------------------------------------------------------------- */
 
 /* RFC 9110 tchar: what a field name is made of. */

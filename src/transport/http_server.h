@@ -140,8 +140,6 @@ int tm_http_signal(tm_http *h, const char *key, int (*fn)(void *src_ud, void *ar
 /* End every connection whose key starts with prefix ("" = all) once what
  * it holds is sent. */
 void tm_http_end(tm_http *h, const char *prefix);
-/* Open connections now (for metrics and tests). */
-unsigned tm_http_connections(tm_http *h);
 
 /* One header field as libmicrohttpd recorded it. */
 typedef struct tm_http_field {
