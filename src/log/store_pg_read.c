@@ -151,14 +151,22 @@ static int queued_open(pgstore *p, const char *session, const char *name, tm_str
     return rc;
 }
 
+/* A stream opened here and not committed is looked up before the SELECT:
+ * looked up after, its open could commit between the two (the SELECT's
+ * snapshot without it, the hint already cleared), and a stream that exists
+ * would read as missing. */
 int tm_pg_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
 {
     pgstore *p = (pgstore *)st;
+    tm_stream_bounds qb;
+    int queued = queued_open(p, session, stream, &qb) == 0;
     int rc = tm_pg_read_bounds(p, session, stream, out);
-    if (rc == TIDEMARK_ENOTFOUND)
-        rc = queued_open(p, session, stream, out);
-    else if (rc == 0)
+    if (rc == TIDEMARK_ENOTFOUND && queued) {
+        *out = qb;
+        rc = 0;
+    } else if (rc == 0) {
         out->assigned = watch(p, session, stream, out->head, out->closed);
+    }
     return rc;
 }
 
@@ -215,9 +223,10 @@ int tm_pg_read(tm_store *st, const char *session, const char *stream, uint64_t a
     while (left && !stop) {
         PGresult *r = NULL;
         size_t page = left < READ_CHUNK ? left : READ_CHUNK;
+        tm_stream_bounds qb; /* looked up first: as in tm_pg_bounds */
+        int queued = queued_open(p, session, stream, &qb) == 0;
         int rc = read_page(p, session, stream, after, page, &r);
-        tm_stream_bounds qb;
-        if (rc == TIDEMARK_ENOTFOUND && queued_open(p, session, stream, &qb) == 0)
+        if (rc == TIDEMARK_ENOTFOUND && queued)
             return 0; /* opened here, not committed yet: nothing to read so far */
         if (rc)
             return rc;

@@ -138,12 +138,28 @@ static int send_last_words(feed *f, tm_buf *out)
     return rc == 0 ? TM_SRC_MORE : TM_SRC_END;
 }
 
+/* The stream cannot be read. Last words if any, then the end. A POST's
+ * stream that has given nothing yet waits instead: the client holds no
+ * cursor to resume from, and its calls' last commit (or, failing, their
+ * last words: tm_feed_fail) wakes it. Not found, its opening may not be
+ * durable yet, or was lost (then no call's response can be made durable);
+ * unreadable, the store may be failing over. Any other stream ends: its
+ * client resumes. */
+static int pull_lost(feed *f, tm_buf *out)
+{
+    if (f->last_words)
+        return send_last_words(f, out);
+    if (f->awaits_open && f->delivered == f->began && !f->close_requested)
+        return TM_SRC_WAIT;
+    return TM_SRC_END;
+}
+
 /* Caught up with the store: announce, end, last words, or wait. */
 static int pull_caught_up(feed *f, tm_buf *out)
 {
     tm_stream_bounds b;
     if (tm_store_bounds(f->store, f->session, f->stream, &b) != 0)
-        return TM_SRC_END;
+        return pull_lost(f, out);
     if (f->announce && b.head > f->announced && f->delivered > f->announced) {
         /* Tell the client how far what it holds is durable: it never keeps
          * a cursor above this. No id: not an event of the stream. */
@@ -159,22 +175,6 @@ static int pull_caught_up(feed *f, tm_buf *out)
     if (f->last_words) /* nothing more will be committed: say why, then end */
         return send_last_words(f, out);
     return TM_SRC_WAIT;
-}
-
-/* The stream cannot be read. Last words if any, then the end. A POST's
- * stream that has given nothing yet waits instead: the client holds no
- * cursor to resume from, and its calls' last commit (or, failing, their
- * last words: tm_feed_fail) wakes it. Not found, its opening may not be
- * durable yet, or was lost (then no call's response can be made durable);
- * unreadable, the store may be failing over. Any other stream ends: its
- * client resumes. */
-static int pull_lost(feed *f, tm_buf *out)
-{
-    if (f->last_words)
-        return send_last_words(f, out);
-    if (f->awaits_open && f->delivered == f->began && !f->close_requested)
-        return TM_SRC_WAIT;
-    return TM_SRC_END;
 }
 
 static int feed_pull(void *ud, tm_buf *out)
