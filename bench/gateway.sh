@@ -34,19 +34,25 @@ cleanup() { set +e; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 
 trap cleanup EXIT
 
 free_port() { "$node" -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
-wait_port() { # port: until something accepts on it (30 s)
-    for _ in $(seq 600); do
+wait_port() { # port pid errfile: until something accepts on port (60 s), while pid lives
+    local end=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$end" ]; do
         (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        if ! kill -0 "$2" 2>/dev/null; then
+            echo "bench/gateway.sh: the process for port $1 exited; its stderr:" >&2
+            cat "$3" >&2; exit 1
+        fi
         sleep 0.05
     done
-    echo "bench/gateway.sh: nothing listens on $1" >&2; exit 1
+    echo "bench/gateway.sh: nothing listens on $1 after 60 s; stderr so far:" >&2
+    cat "$3" >&2; exit 1
 }
 start_tidemark() { # name store -> url in $url
     local port; port="$(free_port)"
     "$gateway" --listen "127.0.0.1:$port" --store "$2" --log-level warn \
         --stdio "$node $everything stdio" >"$scratch/$1.out" 2>"$scratch/$1.err" &
     pids+=($!)
-    wait_port "$port"
+    wait_port "$port" "$!" "$scratch/$1.err"
     url="http://127.0.0.1:$port/mcp"
 }
 start_super() { # -> url in $url
@@ -54,7 +60,7 @@ start_super() { # -> url in $url
     "$node" "$superg" --stdio "$node $everything stdio" --outputTransport streamableHttp --stateful \
         --port "$port" --logLevel none >"$scratch/super.out" 2>"$scratch/super.err" &
     pids+=($!)
-    wait_port "$port"
+    wait_port "$port" "$!" "$scratch/super.err"
     url="http://127.0.0.1:$port/mcp"
 }
 median() { sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }

@@ -157,7 +157,11 @@ export function makeCrashClients({ currentUrl, violate, violations, rng, seed, t
         }
         const before = stats.eventsReceived + stats.unsettled;
         await consume(res);
-        if (stats.eventsReceived + stats.unsettled === before) stats.emptyStreams++;
+        if (stats.eventsReceived + stats.unsettled === before) {
+          stats.emptyStreams++;
+          console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] request ${id} of session ${sid}: ` +
+            `a 200 event stream ended with no event (${cursor ? "resume " + cursor : "post"}, attempt ${attempts})`);
+        }
       } catch (e) {
         if (e.message === "deadline") throw e;
         // A harness bug is not a cut connection: report it.

@@ -41,7 +41,8 @@
 // Environment: PG_SEED (1) seeds the workload and the failover moments;
 // PG_FAILOVERS (2; CTest runs 1, the long variant e.g. PG_FAILOVERS=20);
 // PG_CLIENTS (3); PG_WRITES_BACK_S (30); PG_WRITES_AFTER_S (5);
-// PG_DEADLINE_S (200); PG_VERBOSE=1 shows node logs;
+// PG_DEADLINE_S (200); PG_VERBOSE=1 shows node logs; PG_NODE_ARGS: more
+// tidemark-server flags (e.g. "--log-level debug");
 // PG_KEEP=1 keeps the clusters' directories (logs).
 // Exits 77 when PostgreSQL (initdb, pg_ctl) or HAProxy is not installed.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -225,7 +226,9 @@ async function failover(k, primary, standbys, extra) {
     return { r: null, at: Date.now() };
   })();
   await sleep(Math.floor(rand() * 500)); // a failover manager's detection time
+  say(`failover ${k + 1}: asking standbys ${standbys.join(", ")} which is most advanced`);
   const m = Number(await pg("most-advanced", pgDir, ...standbys));
+  say(`failover ${k + 1}: promoting node ${m}`);
   await pg("promote", pgDir, m);
   const tPromoted = Date.now();
   const other = standbys.find((x) => x !== m);
@@ -349,7 +352,8 @@ try {
   const uri = await pg("start", pgDir, 2);
   say(`PostgreSQL: primary + 2 synchronous standbys up in ${since(tPg)}: ${uri}`);
   cl = new PgCluster({ bin, nodes: 2, pgUri: uri, quiet: !VERBOSE,
-    nodeArgs: ["--durability", "replicated", "--store-timeout-ms", String(STORE_TIMEOUT_MS)] });
+    nodeArgs: ["--durability", "replicated", "--store-timeout-ms", String(STORE_TIMEOUT_MS),
+      ...(process.env.PG_NODE_ARGS ?? "").split(" ").filter(Boolean)] });
   await cl.start();
   for (let i = 0; i < 2; i++) {
     cl.nodes[i].proc.on("exit", (code, sig) => {
