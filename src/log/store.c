@@ -347,3 +347,4 @@ const char *tm_store_unavailable_reason(tm_store *st)
 }
 
 int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }
+int tm_store_in_doubt(tm_store *st) { return st->ops->in_doubt ? st->ops->in_doubt(st) : 0; }

@@ -193,6 +193,8 @@ struct tm_store_ops {
     /* Optional (NULL: tm_store_kv_get / _create return TIDEMARK_ENOTSUP). */
     int (*kv_get)(tm_store *st, const char *key, void *out, size_t cap, size_t *len);
     int (*kv_create)(tm_store *st, const char *key, const void *val, size_t len);
+    /* Optional (NULL: never in doubt): tm_store_in_doubt. */
+    int (*in_doubt)(tm_store *st);
 };
 
 /* Common header of every backend object. */
@@ -379,6 +381,11 @@ int tm_store_kv_create(tm_store *st, const char *key, const void *val, size_t le
  * and then accepts writes again without a restart — or for good once the
  * database is found damaged. For /readyz and typed errors; cheap (no I/O). */
 int tm_store_writable(tm_store *st);
+/* 1 while a commit whose outcome was not confirmed may still land (what it
+ * wrote reads as absent now and may be there later), 0 when every such
+ * commit has landed or never will. A reader that finds a record of such a
+ * write absent cannot conclude it is absent while this is 1. */
+int tm_store_in_doubt(tm_store *st);
 
 /* The typed reason of a 503 while the store refuses writes:
  * "store_not_replicated" (a PostgreSQL primary without its synchronous

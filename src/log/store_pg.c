@@ -657,6 +657,65 @@ static void pg_hold(tm_store *st, int on)
         tm_writer_release(p->writer);
 }
 
+/* Whether doubt d has resolved, asked on connection c (to the server this
+ * node writes to now): 1 when its backend is gone, or it was on another
+ * server (a former primary's COMMIT can land here no more); 0 while it
+ * runs; -1 when c could not say. */
+static int doubt_gone(PGconn *c, const pg_doubt *d)
+{
+    const char *host = PQhost(c), *port = PQport(c);
+    if (!host || !port || strcmp(host, d->host) != 0 || strcmp(port, d->port) != 0)
+        return 1;
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", d->pid);
+    const char *a[1] = {pid};
+    PGresult *r = tm_pg_exec(c, "SELECT 1 FROM pg_stat_activity WHERE pid = $1", 1, a, 0);
+    if (!r)
+        return -1;
+    int gone = PQntuples(r) == 0;
+    PQclear(r);
+    return gone;
+}
+
+static int same_doubt(const pg_doubt *a, const pg_doubt *b)
+{
+    return a->pid == b->pid && strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
+}
+
+int tm_pg_in_doubt(tm_store *st)
+{
+    pgstore *p = (pgstore *)st;
+    pg_doubt d[PG_DOUBTS_MAX];
+    pthread_mutex_lock(&p->d_mu);
+    int n = p->ndoubts;
+    memcpy(d, p->doubts, (size_t)n * sizeof *d);
+    pthread_mutex_unlock(&p->d_mu);
+    if (n == 0)
+        return 0;
+    PGconn *c = tm_pg_pool_get(p);
+    if (!c)
+        return 1;
+    int gone[PG_DOUBTS_MAX], left = 0;
+    for (int i = 0; i < n; i++) {
+        int g = doubt_gone(c, &d[i]);
+        gone[i] = g == 1;
+        left += !gone[i];
+    }
+    tm_pg_pool_put(p, c);
+    pthread_mutex_lock(&p->d_mu); /* the writer may have added doubts meanwhile */
+    int k = 0;
+    for (int j = 0; j < p->ndoubts; j++) {
+        int drop = 0;
+        for (int i = 0; i < n && !drop; i++)
+            drop = gone[i] && same_doubt(&p->doubts[j], &d[i]);
+        if (!drop)
+            p->doubts[k++] = p->doubts[j];
+    }
+    p->ndoubts = k;
+    pthread_mutex_unlock(&p->d_mu);
+    return k > 0 || left > 0;
+}
+
 static int pg_writable(tm_store *st)
 {
     pgstore *p = (pgstore *)st;
@@ -685,6 +744,7 @@ static void pg_free(pgstore *p)
     tm_map_free(p->resv);
     pthread_mutex_destroy(&p->e_mu);
     pthread_mutex_destroy(&p->c_mu);
+    pthread_mutex_destroy(&p->d_mu);
     pthread_mutex_destroy(&p->p_mu);
     pthread_cond_destroy(&p->p_cv);
     free(p->uri);
@@ -742,6 +802,7 @@ const struct tm_store_ops tm_pg_ops = {
     .hold = pg_hold,
     .kv_get = tm_pg_kv_get,
     .kv_create = tm_pg_kv_create,
+    .in_doubt = tm_pg_in_doubt,
 };
 
 static int check_options(const tm_store_options *opt)
@@ -793,6 +854,7 @@ int tm_store_pg_open(const char *uri, const tm_store_options *opt, tm_store **ou
         return TIDEMARK_ENOMEM;
     pthread_mutex_init(&p->e_mu, NULL);
     pthread_mutex_init(&p->c_mu, NULL);
+    pthread_mutex_init(&p->d_mu, NULL);
     pthread_mutex_init(&p->p_mu, NULL);
     pthread_cond_init(&p->p_cv, NULL);
     p->opt = *opt;

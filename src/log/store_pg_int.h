@@ -62,6 +62,15 @@ typedef struct resv {
 } resv;
 
 typedef struct pgstore pgstore;
+
+/* A writer's backend left behind with a COMMIT whose outcome is unknown
+ * (the connection closed, never cancelled, while it waited for a standby):
+ * it may still commit once a standby answers. Known by its server and pid. */
+#define PG_DOUBTS_MAX 64
+typedef struct pg_doubt {
+    int pid;
+    char host[64], port[8];
+} pg_doubt;
 struct pgstore {
     tm_store base;
     tm_store_options opt;
@@ -96,6 +105,9 @@ struct pgstore {
     _Atomic int64_t listen_since; /* monotonic ms it has been (0: not now) */
     atomic_int w_down;         /* the writer's last attempt failed */
     atomic_int not_replicated; /* durability replicated, and the primary has no sync standby */
+    pthread_mutex_t d_mu;      /* doubts */
+    pg_doubt doubts[PG_DOUBTS_MAX]; /* backends left with a COMMIT not confirmed */
+    int ndoubts;
 };
 
 extern const struct tm_store_ops tm_pg_ops;
@@ -167,6 +179,9 @@ int tm_pg_kv_create(tm_store *st, const char *key, const void *val, size_t len);
 /* The writer's connection (store_pg_write.c): connect, lost. */
 int tm_pg_writer_connect(pgstore *p);
 void tm_pg_writer_lost(pgstore *p);
+/* tm_store_in_doubt: whether a backend left by tm_pg_writer_lost still runs
+ * on the server this node writes to now (its COMMIT may still land). */
+int tm_pg_in_doubt(tm_store *st);
 /* Forget the hints of session id (deleted or expired). */
 void tm_pg_forget_session(pgstore *p, const char *id);
 /* A stream's hint, made when missing (c_mu held). NULL when out of memory. */

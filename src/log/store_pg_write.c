@@ -105,9 +105,21 @@ int tm_pg_writer_connect(pgstore *p)
 }
 
 /* The connection is closed, never cancelled: a cancelled wait for a standby
- * would make an unreplicated commit visible. A new epoch for what follows. */
+ * would make an unreplicated commit visible. Its backend may still be
+ * waiting for one, and commit when it answers: noted as a doubt until it is
+ * gone (tm_pg_in_doubt). A new epoch for what follows. */
 void tm_pg_writer_lost(pgstore *p)
 {
+    int pid = p->wc ? PQbackendPID(p->wc) : 0;
+    const char *host = pid ? PQhost(p->wc) : NULL, *port = pid ? PQport(p->wc) : NULL;
+    if (pid && host && port) {
+        pthread_mutex_lock(&p->d_mu);
+        pg_doubt *d = &p->doubts[p->ndoubts < PG_DOUBTS_MAX ? p->ndoubts++ : PG_DOUBTS_MAX - 1];
+        d->pid = pid;
+        snprintf(d->host, sizeof d->host, "%s", host);
+        snprintf(d->port, sizeof d->port, "%s", port);
+        pthread_mutex_unlock(&p->d_mu);
+    }
     PQfinish(p->wc);
     p->wc = NULL;
     atomic_store(&p->w_down, 1);

@@ -339,8 +339,8 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
     sid[TM_SESSION_ID_LEN] = '\0';
     tm_request_rec rec;
     int rc = tm_store_request_get(srv->store, sid, nl + 1, &rec);
-    if (rc == TIDEMARK_ENOTFOUND)
-        return 0;
+    if (rc == TIDEMARK_ENOTFOUND) /* absent, unless a COMMIT not confirmed may still land */
+        return tm_store_in_doubt(srv->store) ? -1 : 0;
     if (rc)
         return -1;
     int started = rec.state == TM_REQ_STARTED;
