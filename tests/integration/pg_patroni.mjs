@@ -136,10 +136,12 @@ async function leader() {
   return -1;
 }
 
+// i: a member, or "lb" for whichever member HAProxy sends connections to.
 function psql(i, sql, db = "postgres") {
   return new Promise((resolve) => {
+    const port = i === "lb" ? ports.pgLb : ports.pg[i];
     const p = reaped(spawn(join(PG_BIN, "psql"), ["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-p",
-      String(ports.pg[i]), "-U", "postgres", "-d", db, "-c", sql],
+      String(port), "-U", "postgres", "-d", db, "-c", sql],
     { env: { ...process.env, PGCONNECT_TIMEOUT: "2" }, stdio: ["ignore", "pipe", "pipe"] }));
     let out = "", err = "";
     p.stdout.on("data", (d) => { out += d; });
@@ -167,6 +169,15 @@ async function startPgLb() {
   if (chk.status !== 0) throw new Error("haproxy-pg config: " + chk.stderr + chk.stdout);
   pgLb = reaped(spawn("haproxy", ["-db", "-f", path], { stdio: ["ignore", "ignore", logTo("haproxy-pg")] }));
   await waitTcp(ports.pgLb);
+  // HAProxy counts every server up until its checks say otherwise: a node
+  // started at once could open its store on a replica (read-only) and stop.
+  await until("HAProxy sends connections to the leader only", async () => {
+    for (let k = 0; k < 6; k++) {
+      const r = await psql("lb", "SELECT pg_is_in_recovery()");
+      if (r.code !== 0 || r.out !== "f") return false;
+    }
+    return true;
+  }, 30000);
 }
 
 const { retryable, reasons } = transient503();
