@@ -5,7 +5,9 @@
 #include "feed.h"
 #include "tasks.h"
 #include "../base/log.h"
+#include "../base/str.h"
 #include "tidemark/tidemark.h"
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,21 +90,91 @@ static void flow_control(tidemark_call_t *c)
         tm_store_wait_settled(c->srv->store, next - FLOW_BACKLOG);
 }
 
-int tidemark_call_notify(tidemark_call_t *c, const char *method, json_t *params)
+/* The stream a notification of the call goes to (NULL: none, dropped). */
+static const char *notify_stream(tidemark_call_t *c, const char *method)
 {
     const char *st = call_stream(c);
     if (!st) {
         TM_DEBUG("%s dropped: request answered as JSON", method);
-        return TIDEMARK_ENOTSUP;
+        return NULL;
     }
     if (c->job->lazy)
         tm_modern_attach(c->job); /* a modern call streams from its first notification */
+    return st;
+}
+
+int tidemark_call_notify(tidemark_call_t *c, const char *method, json_t *params)
+{
+    const char *st = notify_stream(c, method);
+    if (!st)
+        return TIDEMARK_ENOTSUP;
     json_t *msg = tm_jsonrpc_notification(method, params ? json_incref(params) : NULL);
     int rc = tm_sess_append(c->srv, c->sess, st, msg, 0);
     json_decref(msg);
     if (rc == 0)
         flow_control(c);
     return rc;
+}
+
+/* v, integral and exact in a double (as number() writes it: an integer),
+ * in decimal at out (at least 22 bytes); its length, or 0 when v is not
+ * one (number() would write a real). */
+static size_t int_text(char *out, double v)
+{
+    if (!(v > -9007199254740992.0 && v < 9007199254740992.0) || v != (double)(int64_t)v)
+        return 0;
+    int64_t i = (int64_t)v;
+    if (i >= 0)
+        return tm_u64_dec(out, (uint64_t)i);
+    out[0] = '-';
+    return 1 + tm_u64_dec(out + 1, (uint64_t)-i);
+}
+
+/* A progress notification without a message whose numbers are integers,
+ * written out directly: the same bytes as the notification built with
+ * jansson and dumped (compact, keys in the order they were set), without
+ * building and walking three objects per event (callgrind, one stream of
+ * 2,000 events on SQLite power: about 16,000 of the worker's 21,000
+ * instructions per event). 1: not such a notification, take the general
+ * path. */
+static int progress_fast(tidemark_call_t *c, double progress, double total, int *rc)
+{
+    static const char head[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\","
+                               "\"params\":{\"progressToken\":";
+    char num[2][24];
+    size_t nl = int_text(num[0], progress), tl = total >= 0 ? int_text(num[1], total) : 0;
+    if (!nl || (total >= 0 && !tl))
+        return 1;
+    if (!c->progress_text) {
+        size_t len;
+        c->progress_text = tm_jsonrpc_dump(c->progress_token, &len);
+        if (!c->progress_text)
+            return 1;
+    }
+    size_t pl = strlen(c->progress_text);
+    char stackbuf[256], *buf = stackbuf;
+    size_t need = sizeof head - 1 + pl + 12 + nl + 9 + tl + 3;
+    if (need > sizeof stackbuf && !(buf = malloc(need)))
+        return 1;
+    size_t n = 0;
+#define PUT(p, l) (memcpy(buf + n, (p), (l)), n += (l))
+    PUT(head, sizeof head - 1);
+    PUT(c->progress_text, pl);
+    PUT(",\"progress\":", 12);
+    PUT(num[0], nl);
+    if (total >= 0) {
+        PUT(",\"total\":", 9);
+        PUT(num[1], tl);
+    }
+    PUT("}}", 2);
+#undef PUT
+    const char *st = notify_stream(c, "notifications/progress");
+    *rc = st ? tm_session_append_bytes(c->srv, c->sess->id, st, buf, n, 0) : TIDEMARK_ENOTSUP;
+    if (buf != stackbuf)
+        free(buf);
+    if (*rc == 0)
+        flow_control(c);
+    return 0;
 }
 
 int tidemark_call_progress(tidemark_call_t *c, double progress, double total, const char *message)
@@ -112,6 +184,9 @@ int tidemark_call_progress(tidemark_call_t *c, double progress, double total, co
     /* After a re-run, progress never goes backwards on the stream. */
     if (progress <= c->progress_floor)
         return 0;
+    int rc;
+    if (!message && progress_fast(c, progress, total, &rc) == 0)
+        return rc;
     json_t *p = json_object();
     json_object_set(p, "progressToken", c->progress_token);
     json_object_set_new(p, "progress", number(progress));
@@ -119,7 +194,7 @@ int tidemark_call_progress(tidemark_call_t *c, double progress, double total, co
         json_object_set_new(p, "total", number(total));
     if (message)
         json_object_set_new(p, "message", json_string(message));
-    int rc = tidemark_call_notify(c, "notifications/progress", p);
+    rc = tidemark_call_notify(c, "notifications/progress", p);
     json_decref(p);
     return rc;
 }

@@ -326,6 +326,7 @@ void tm_call_free(tidemark_call_t *c)
         tm_sess_unref(c->sess);
     json_decref(c->id);
     json_decref(c->request);
+    free(c->progress_text);
     free(c);
 }
 

@@ -122,6 +122,7 @@ struct tidemark_call {
     json_t *request;          /* a tools/call: its message (a reference; else NULL): a
                                  retry that finds it running is judged against it */
     json_t *progress_token;
+    char *progress_text;      /* progress_token as JSON text (call.c's progress fast path) */
     char addr[64];            /* the client's address ("" for the server's own work) */
     char stream[TM_STREAM_MAX]; /* where its response went (set when appended) */
     int holds_sess;           /* owns a reference to sess (kept past its job) */
@@ -297,6 +298,9 @@ int tm_sess_append(tidemark_server_t *srv, tm_sess *s, const char *stream, json_
 /* Append a message to a stream of the session with that id. msg is borrowed. */
 int tm_session_append(tidemark_server_t *srv, const char *id, const char *stream, json_t *msg,
                       unsigned flags);
+/* The same with the message already written out as JSON text. */
+int tm_session_append_bytes(tidemark_server_t *srv, const char *id, const char *stream,
+                            const char *bytes, size_t len, unsigned flags);
 /* Session attributes kept in the store, so every node (and a restarted
  * server) sees them: "log_level" ("info"...), "get" (true once the standalone
  * stream was opened), "sub:<uri>" (true while subscribed). Sets one, value

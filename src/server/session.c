@@ -265,8 +265,15 @@ int tm_session_append(tidemark_server_t *srv, const char *id, const char *stream
     char *bytes = tm_jsonrpc_dump(msg, &len);
     if (!bytes)
         return TIDEMARK_ENOMEM;
-    int rc = tm_store_append(srv->store, id, stream, bytes, len, flags, NULL, NULL);
+    int rc = tm_session_append_bytes(srv, id, stream, bytes, len, flags);
     free(bytes);
+    return rc;
+}
+
+int tm_session_append_bytes(tidemark_server_t *srv, const char *id, const char *stream,
+                            const char *bytes, size_t len, unsigned flags)
+{
+    int rc = tm_store_append(srv->store, id, stream, bytes, len, flags, NULL, NULL);
     if (rc)
         TM_WARN("append to %s/%s failed: %s", TM_SID(id), stream, tidemark_strerror(rc));
     return rc;
