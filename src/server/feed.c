@@ -20,6 +20,8 @@ typedef struct feed {
     tm_store *store;
     tm_sealer *sealer;     /* the ids' macs (lives as long as the store) */
     tm_seal_mac_prefix *macs; /* this stream's, for the epoch it names (or NULL) */
+    char wepoch[TM_EPOCH_LEN + 1]; /* the writer epoch of the last event framed ("": none) */
+    char sepoch[TM_EPOCH_LEN + 1]; /* ... and the session's epoch made of it */
     char *session, *stream;
     uint64_t delivered;
     uint64_t began;        /* delivered when attached (feed_has_events) */
@@ -78,8 +80,19 @@ static void key_of(char *out, size_t n, const char *session, const char *stream)
 static int frame_event(void *ud, const tm_event *ev)
 {
     feed *f = ud;
-    char id[TM_EVENT_ID_MAX], epoch[TM_EPOCH_LEN + 1], mac[TM_EVENT_MAC_LEN + 1];
-    tm_epoch_for_session(ev->epoch, f->session, epoch);
+    char id[TM_EVENT_ID_MAX], mac[TM_EVENT_MAC_LEN + 1];
+    /* The session's epoch is a hash of the writer's and the session id: the
+     * same for every event of one writer epoch, so made once for a run of
+     * them, not per event. */
+    if (!f->wepoch[0] || strcmp(ev->epoch, f->wepoch) != 0) {
+        tm_epoch_for_session(ev->epoch, f->session, f->sepoch);
+        size_t wl = strlen(ev->epoch);
+        if (wl <= TM_EPOCH_LEN)
+            memcpy(f->wepoch, ev->epoch, wl + 1);
+        else
+            f->wepoch[0] = '\0'; /* too long to keep: made again next time */
+    }
+    const char *epoch = f->sepoch;
     if (!f->macs || strcmp(tm_seal_mac_prefix_epoch(f->macs), epoch) != 0) {
         tm_seal_mac_prefix_free(f->macs);
         if (tm_seal_mac_prefix_new(f->sealer, f->session, epoch, f->stream, &f->macs) != 0)

@@ -17,9 +17,12 @@ int tm_sse_frame(tm_buf *out, const char *event, const char *id, const char *dat
     int rc = 0;
     if (!one_line(event) || !one_line(id))
         return TIDEMARK_EINVAL;
-    if (event && (rc = tm_buf_printf(out, "event: %s\n", event)))
+    /* Field lines without the format machinery: one per event sent. */
+    if (event && ((rc = tm_buf_add(out, "event: ", 7)) || (rc = tm_buf_add(out, event, strlen(event))) ||
+                  (rc = tm_buf_add(out, "\n", 1))))
         goto fail;
-    if (id && (rc = tm_buf_printf(out, "id: %s\n", id)))
+    if (id && ((rc = tm_buf_add(out, "id: ", 4)) || (rc = tm_buf_add(out, id, strlen(id))) ||
+               (rc = tm_buf_add(out, "\n", 1))))
         goto fail;
     size_t i = 0;
     do {
