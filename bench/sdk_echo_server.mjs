@@ -13,6 +13,9 @@
 //   ledger_append {entry}  -> appends {session, entry} to one in-memory array
 //                             (the process's ledger), text "appended <entry>"
 //                             and structuredContent {entry, n}
+//   stream {n}             -> n notifications/progress to the call's progress
+//                             token (sent one after another, as tidemark's demo
+//                             tool does), then text "streamed <n>"
 // SIGTERM/SIGINT: close every session and exit 0.
 import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
@@ -62,6 +65,23 @@ function buildServer(sessionOf) {
         async ({ entry }) => {
             ledger.push({ session: sessionOf(), entry });
             return { ...text(`appended ${entry}`), structuredContent: { entry, n: ledger.length } };
+        }
+    );
+    mcp.registerTool(
+        'stream',
+        {
+            description: 'Sends n progress notifications, then answers.',
+            inputSchema: { n: z.number().int().min(0).max(10000) }
+        },
+        async ({ n }, extra) => {
+            const token = extra._meta?.progressToken;
+            if (token !== undefined)
+                for (let i = 1; i <= n; i++)
+                    await extra.sendNotification({
+                        method: 'notifications/progress',
+                        params: { progressToken: token, progress: i, total: n }
+                    });
+            return text(`streamed ${n}`);
         }
     );
     return mcp;
