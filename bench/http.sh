@@ -249,7 +249,10 @@ done
 # Scale: N standalone streams (RSS), then N subscribed sessions and one update.
 scale_note=""
 [ "$nscale" -lt "$nwant" ] && scale_note=" (asked for $nwant; ulimit -n is $fdmax)"
-lim=(--max-connections $((nscale + 100)) --max-connections-per-address $((nscale + 100)))
+# One address opens every stream: lift the per-address limits (sessions
+# too: 4096 per address by default) for the scale rows.
+lim=(--max-connections $((nscale + 100)) --max-connections-per-address $((nscale + 100))
+     --max-sessions-per-address 0)
 start smem "${tm[@]}" --store memory "${lim[@]}"
 log "scale: $nscale streams on tidemark-server memory"
 "$bin/tidemark-streams" --url "${url[smem]}" --n "$nscale" --server-pid "${pid[smem]}" >"$scratch/streams" ||
