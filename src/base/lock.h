@@ -1,7 +1,7 @@
 /*
  * Lock rules stated in code, as SQLite's assert(sqlite3_mutex_held(...)):
  * a function that assumes its caller holds mu begins with TM_ASSERT_HELD(mu).
- * Builds without NDEBUG (Debug: the ASan and TSan test builds) check that
+ * Builds without NDEBUG (Debug: the ASan+UBSan test build) check that
  * mu is locked; a pthread mutex does not say by which thread, so the check
  * catches a caller that holds nothing, not one thread relying on another's
  * lock. NDEBUG builds check nothing.
