@@ -57,9 +57,9 @@ static void usage(FILE *f, const char *prog, const char *about)
             "  --max-batch N          messages in one JSON-RPC batch (default {max_batch})\n"
             "  --max-subscriptions N  resource subscriptions per session (default {max_subscriptions})\n"
             "  --max-sessions N       sessions in the store at once, in all; past it 503\n"
-            "                         (default {max_sessions})\n"
+            "                         (default {max_sessions}; 0 = no limit)\n"
             "  --max-sessions-per-address N  ... made from one client address; past it 429\n"
-            "                         (default {max_sessions_per_address})\n"
+            "                         (default {max_sessions_per_address}; 0 = no limit)\n"
             "  --max-uri-length N     longest resource uri (default {max_uri_length}, at most 8192)\n"
             "  --max-header-bytes N   request line and headers (default {max_header_bytes}, at most 65536;\n"
             "                         each connection's buffer is this + 2 KiB)\n"
@@ -137,8 +137,8 @@ static const limit_opt limits[] = {
     LIMIT("max-queued-per-session", max_queued_per_session, 1, 1000000),
     LIMIT("max-batch", max_batch, 1, 100000),
     LIMIT("max-subscriptions", max_subscriptions, 1, 1000000),
-    LIMIT("max-sessions", max_sessions, 1, 100000000),
-    LIMIT("max-sessions-per-address", max_sessions_per_address, 1, 100000000),
+    LIMIT("max-sessions", max_sessions, 0, 100000000), /* 0: no limit */
+    LIMIT("max-sessions-per-address", max_sessions_per_address, 0, 100000000),
     LIMIT("max-uri-length", max_uri_length, 16, 8192),
     LIMIT("request-state-ttl-ms", request_state_ttl_ms, 1, 86400000),
     LIMIT("cache-ttl-ms", cache_ttl_ms, 0, 86400000),

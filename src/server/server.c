@@ -68,17 +68,20 @@ static void free_list(char **l)
 }
 
 /* A zero (NULL) field is its default, except where zero is a setting of
- * its own: retry_ms (no retry: advertised) and session_ttl_seconds (never
- * expire). */
+ * its own: retry_ms (no retry: advertised), session_ttl_seconds (never
+ * expire), max_sessions and max_sessions_per_address (no limit). */
 static void fill_defaults(tidemark_server_config_t *c, const tidemark_server_config_t *def)
 {
     int64_t retry_ms = c->retry_ms;
     uint64_t ttl = c->session_ttl_seconds;
+    unsigned sessions = c->max_sessions, per_address = c->max_sessions_per_address;
 #define TM_ZERO_IS_DEFAULT(field, value) if (!c->field) c->field = def->field;
     TIDEMARK_SERVER_DEFAULTS(TM_ZERO_IS_DEFAULT)
 #undef TM_ZERO_IS_DEFAULT
     c->retry_ms = retry_ms;
     c->session_ttl_seconds = ttl;
+    c->max_sessions = sessions;
+    c->max_sessions_per_address = per_address;
     if (c->max_uri_length > TM_URI_MAX)
         c->max_uri_length = TM_URI_MAX;
     if (c->max_header_bytes > 65536)
