@@ -198,7 +198,7 @@ for side in base new; do
     [[ "$help" == *--max-connections-per-address* ]] &&
         lim=(--max-connections $((nstreams + 100)) --max-connections-per-address $((nstreams + 100)))
     [[ "$help" == *--max-sessions-per-address* ]] && # one address opens them all (4096 by default)
-        lim+=(--max-sessions-per-address 0)
+        lim+=(--max-sessions-per-address $((nstreams + 100)))
     start "$side.rss" "${srvbin[$side]}" --listen 127.0.0.1:0 --log-level warn --store memory "${lim[@]}"
     log "$nstreams streams on $side"
     if timeout 60 "$bin/tidemark-streams" --url "${url[$side.rss]}" --n "$nstreams" --server-pid "${pid[$side.rss]}" \

@@ -252,7 +252,7 @@ scale_note=""
 # One address opens every stream: lift the per-address limits (sessions
 # too: 4096 per address by default) for the scale rows.
 lim=(--max-connections $((nscale + 100)) --max-connections-per-address $((nscale + 100))
-     --max-sessions-per-address 0)
+     --max-sessions-per-address $((nscale + 100)))
 start smem "${tm[@]}" --store memory "${lim[@]}"
 log "scale: $nscale streams on tidemark-server memory"
 "$bin/tidemark-streams" --url "${url[smem]}" --n "$nscale" --server-pid "${pid[smem]}" >"$scratch/streams" ||
