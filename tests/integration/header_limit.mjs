@@ -24,7 +24,12 @@ const MAX_BODY = 4 * 1024 * 1024; // the default --max-body
 const TIMEOUT_MS = 10000;
 
 // Send raw bytes; resolve with everything the server sent before it closed.
-function exchange(head, body = '') {
+// halfClose: end the sending side after the request (one write: none left
+// to fail once the server has closed). A request whose client half-closes
+// may be dropped unanswered by libmicrohttpd when it reads the FIN before it
+// has processed the request (docs/design.md, "Known limitations"): what
+// must be answered is sent without it (Connection: close ends it).
+function exchange(head, body = '', halfClose = true) {
     return new Promise((resolve, reject) => {
         const s = net.connect(Number(URL_.port), URL_.hostname);
         const chunks = [];
@@ -38,7 +43,10 @@ function exchange(head, body = '') {
             clearTimeout(timer);
             resolve(Buffer.concat(chunks));
         });
-        s.end(head + body); // one write: none left to fail once the server has closed
+        if (halfClose)
+            s.end(head + body);
+        else
+            s.write(head + body);
     });
 }
 
@@ -70,14 +78,14 @@ function parse(raw) {
     return { status, headers, body: body.toString() };
 }
 
-function request(method, headers, body = '') {
+function request(method, headers, body = '', halfClose = true) {
     const all = { Host: `${URL_.hostname}:${URL_.port}`, Connection: 'close', ...headers };
     if (method === 'POST')
         all['Content-Length'] = Buffer.byteLength(body);
     let head = `${method} ${URL_.pathname} HTTP/1.1\r\n`;
     for (const [k, v] of Object.entries(all))
         head += `${k}: ${v}\r\n`;
-    return exchange(head + '\r\n', body).then(parse);
+    return exchange(head + '\r\n', body, halfClose).then(parse);
 }
 
 const POST_H = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' };
@@ -152,7 +160,8 @@ const cases = [
         assert.equal(JSON.parse(ans.body).error.data.reason, 'body_too_large');
     }],
     ['the session still answers', async (h) => {
-        const ans = await request('POST', h, rpc(7, 'ping', {}));
+        // the I/O thread may still be draining the 413's body: no half-close
+        const ans = await request('POST', h, rpc(7, 'ping', {}), false);
         assert.equal(ans.status, 200);
         assert.deepEqual(message(ans).result, {});
     }],
