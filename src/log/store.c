@@ -348,3 +348,8 @@ const char *tm_store_unavailable_reason(tm_store *st)
 
 int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }
 int tm_store_in_doubt(tm_store *st) { return st->ops->in_doubt ? st->ops->in_doubt(st) : 0; }
+
+/* The batch whose append callbacks this thread is running. */
+static _Thread_local size_t tl_batch;
+size_t tm_store_callback_batch(void) { return tl_batch; }
+void tm_store_callback_batch_set(size_t n) { tl_batch = n; }

@@ -386,6 +386,13 @@ int tm_store_writable(tm_store *st);
  * commit has landed or never will. A reader that finds a record of such a
  * write absent cannot conclude it is absent while this is 1. */
 int tm_store_in_doubt(tm_store *st);
+/* Inside an append callback (tm_append_cb) that a store's writer runs: how
+ * many writes committed with this one in one transaction; 0 anywhere else
+ * (the memory store, a caller's own thread). For traces. */
+size_t tm_store_callback_batch(void);
+/* For backends: set around the append callbacks of a commit of n writes
+ * (0 after them). */
+void tm_store_callback_batch_set(size_t n);
 
 /* The typed reason of a 503 while the store refuses writes:
  * "store_not_replicated" (a PostgreSQL primary without its synchronous

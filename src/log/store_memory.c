@@ -428,8 +428,11 @@ out:
     free(copy);
     if (rc)
         return rc;
-    if (r->cb)
+    if (r->cb) {
+        tm_store_callback_batch_set(1); /* each append commits alone here */
         r->cb(r->cb_ud, 0, seq);
+        tm_store_callback_batch_set(0);
+    }
     tm_store_notify_commit(st, r->session, r->stream, seq);
     return 0;
 }

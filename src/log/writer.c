@@ -195,9 +195,10 @@ static void settle_barrier(tm_writer *w, tm_wop *b, int rc)
     }
 }
 
-static void tell_callbacks(tm_wop *ops)
+static void tell_callbacks(tm_wop *ops, size_t n)
 {
     int64_t now_us = tm_now_us();
+    tm_store_callback_batch_set(n);
     for (tm_wop *o = ops; o; o = (tm_wop *)o->q.next) {
         if (!o->append)
             continue;
@@ -207,6 +208,7 @@ static void tell_callbacks(tm_wop *ops)
         if (o->cb)
             o->cb(o->cb_ud, st, st ? 0 : o->seq);
     }
+    tm_store_callback_batch_set(0);
 }
 
 static void release_qop(tm_qop *o, void *ud)
@@ -232,7 +234,10 @@ static void finish(tm_writer *w, tm_wop *ops, tm_wop *barriers, size_t n, int rc
     tm_wop *all = barriers;
     if (ops) {
         w->hooks.settle(w->cfg.be, ops, rc);
-        tell_callbacks(ops);
+        size_t nops = 0;
+        for (tm_wop *o = ops; o; o = (tm_wop *)o->q.next)
+            nops++;
+        tell_callbacks(ops, nops);
         tm_metric_inc(failed ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
         tm_histogram_observe(TM_H_COMMIT_BATCH, n);
         notify_wakes(w);

@@ -82,6 +82,9 @@ void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq)
     if (!c->commit_span)
         return;
     tm_span_set_int(c->commit_span, "tidemark.store.seq", (int64_t)seq);
+    size_t batch = tm_store_callback_batch(); /* 0: not told by a writer */
+    if (batch)
+        tm_span_set_int(c->commit_span, "tidemark.store.batch_size", (int64_t)batch);
     if (status)
         tm_span_set_error(c->commit_span, tidemark_strerror(status));
     tm_span_end(c->commit_span);

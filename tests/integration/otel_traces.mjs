@@ -222,7 +222,8 @@ async function durableSpans(url, sid) {
     x.name === "tidemark.store.commit" && x.parentSpanId === call.spanId), 15000).catch(() => null);
   t.check("the commit that made the answer durable: an INTERNAL span under the call's",
     commit && commit.kind === 1 && attr(commit, "tidemark.store.durability") === "power" &&
-      Number(attr(commit, "tidemark.store.seq")) >= 1, brief());
+      Number(attr(commit, "tidemark.store.seq")) >= 1 &&
+      Number(attr(commit, "tidemark.store.batch_size")) >= 1, brief());
   const again = await callTool(url, sid, 8, "stream", { n: 2, delay_ms: 1 }, { progressToken: "p", traceparent: tp("00000000000000a1") });
   t.check("the same request again: the recorded answer", JSON.stringify(again.response?.result) ===
     JSON.stringify(first.response?.result), JSON.stringify(again.response));
