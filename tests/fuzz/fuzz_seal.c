@@ -228,6 +228,11 @@ static void mode_long(fz *f)
         memset(t, 'A', n);
     for (size_t i = 0; f->n && i < n; i += f->n)
         memcpy(t + i, f->p, n - i < f->n ? n - i : f->n);
+    /* A NUL would end the token early: a fill that starts with a whole
+     * valid token (the dictionary has one) then a NUL was that token. */
+    for (size_t i = 0; i < n; i++)
+        if (t[i] == '\0')
+            t[i] = 'A';
     t[n] = '\0';
     refused_at("anon", "tools/call", t, "long token", 1); /* 87 KB: once is enough */
     free(t);
