@@ -228,20 +228,38 @@ async function restartAndRetries() {
   const k2 = await k2res.json();
   check("idempotency key: re-issue under a new id gets the stored result with its own id",
     k2.id === 12 && JSON.stringify(k2.result) === JSON.stringify(k1.result), JSON.stringify(k2));
-  // retry while in flight: attach to the running stream, replayed from its start
+  // A copy of a running call while its first connection still reads: it
+  // waits for the call's outcome and is answered from the record.
+  const ctl1 = new AbortController();
+  const held = await post(s.url, sid, toolCall(21, "stream", { n: 10, delay_ms: 50 }), ctl1.signal);
+  const heldEvents = readEvents(held);
+  const copy = await post(s.url, sid, toolCall(21, "stream", { n: 10, delay_ms: 50 }));
+  const copyType = copy.headers.get("content-type") ?? "";
+  const copyBody = copyType.startsWith("application/json") ? await copy.json() : await copy.text();
+  const heldResp = responseOf(await heldEvents, 21);
+  check("copy of a running call beside its live connection: answered from the record, same result",
+    copy.status === 200 && copyBody?.id === 21 && heldResp &&
+    JSON.stringify(copyBody.result) === JSON.stringify(heldResp.result),
+    `${copy.status} ${copyType} ${JSON.stringify(copyBody)}`);
+
+  // retry after the first connection has gone: attach to the running
+  // stream, replayed from its start. The server has let the connection go
+  // once no SSE connection is attached (the streams gauge is back to 0).
   const ctl = new AbortController();
-  const orig = await post(s.url, sid, toolCall(20, "stream", { n: 30, delay_ms: 20 }), ctl.signal);
+  const orig = await post(s.url, sid, toolCall(20, "stream", { n: 30, delay_ms: 50 }), ctl.signal);
   const seen = await readEvents(orig, (e) => e.length >= 5, ctl);
-  const live = await until("old connection gone", async () => {
-    const r = await post(s.url, sid, toolCall(20, "stream", { n: 30, delay_ms: 20 }));
-    if (r.status === 409) { await r.text(); return null; }
-    return r;
+  await until("old connection gone", async () => {
+    const m = await (await fetch(s.url.replace(/\/mcp$/, "/metrics"))).text();
+    return /tidemark_streams_open 0\b/.test(m);
   });
+  const live = await post(s.url, sid, toolCall(20, "stream", { n: 30, delay_ms: 50 }));
+  const liveType = `${live.status} ${live.headers.get("content-type")}`;
   const attached = await readEvents(live);
   const resp = attached.filter((e) => e.data && JSON.parse(e.data).id === 20);
   check("retry in flight: attached stream replays from seq 1, same stream, one response",
     attached[0] && seqOf(attached[0].id) === 1 && streamOf(attached[0].id) === streamOf(seen[0].id) &&
-    resp.length === 1 && attached.length === 32, `${attached.length} events, first ${attached[0]?.id}`);
+    resp.length === 1 && attached.length === 32,
+    `${liveType}: ${attached.length} events, first ${attached[0]?.id}`);
 
   // re-run of an atomic tool after a crash
   const ctl2 = new AbortController();
