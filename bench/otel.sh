@@ -5,13 +5,15 @@
 #     tracing compiled in) and NEW_BUILD's with tracing compiled in but not
 #     configured (no OTEL_* variable): the target is within 2 %;
 #  2. calls/s of NEW_BUILD's tidemark-server with tracing off and with
-#     every call sampled (OTEL_TRACES_SAMPLER=always_on, exported as
-#     OTLP/HTTP JSON to a local receiver that answers 200), memory store,
+#     every call sampled (OTEL_TRACES_SAMPLER=always_on, exported over
+#     OTLP/HTTP to a local receiver that answers 200), memory store,
 #     1 and 16 connections, both eras, off and on interleaved in each
 #     repetition, median of REPS runs of SECONDS: the target is on >= 0.9 x off.
 #
 #   bash bench/otel.sh BASE_BUILD NEW_BUILD [REPS] [SECONDS] [CG_SECONDS]
 # PARTS="cg rps" (default) runs both parts; PARTS=cg or PARTS=rps one.
+# OTLP_PROTOCOL: the encoding of the traced runs (http/protobuf, the
+# default, or http/json).
 # CG_ROUNDS (3): callgrind rounds, base and new interleaved; the median is
 # printed (one count moves by about 2 % from run to run with batching).
 set -euo pipefail
@@ -21,6 +23,7 @@ new="$(cd "${2:?usage: otel.sh BASE_BUILD NEW_BUILD [REPS] [SECONDS] [CG_SECONDS
 reps="${3:-5}"
 secs="${4:-3}"
 cgsecs="${5:-5}"
+proto="${OTLP_PROTOCOL:-http/protobuf}"
 rps="$new/bin/tidemark-rps"
 for b in "$base/bin/tidemark-server" "$new/bin/tidemark-server" "$rps"; do
     [ -x "$b" ] || { echo "bench/otel.sh: $b not built" >&2; exit 1; }
@@ -102,7 +105,7 @@ echo "## Instructions per tools/call echo: no tracing compiled in vs compiled in
 echo "## (callgrind, server process, memory store, ${cgsecs} s from 1 connection)"
 echo "base: $base  new: $new"
 echo "## and, as a CPU-cost proxy for the calls/s target, new with every call sampled and"
-echo "## exported (the exporter thread's instructions included)"
+echo "## exported as $proto (the exporter thread's instructions included)"
 printf '%-8s %10s %10s %8s %10s %8s   %s\n' era base new new/base on new/on "rounds (base / new / on)"
 for era in legacy modern; do
     bs=() ns=() os=()
@@ -110,7 +113,7 @@ for era in legacy modern; do
         read -r _ b <<<"$(cg "$base/bin/tidemark-server" "$era")"
         read -r _ n <<<"$(cg "$new/bin/tidemark-server" "$era")"
         read -r _ o <<<"$(cg "$new/bin/tidemark-server" "$era" OTEL_EXPORTER_OTLP_ENDPOINT="$otlp" \
-            OTEL_TRACES_SAMPLER=always_on OTEL_BSP_SCHEDULE_DELAY=200)"
+            OTEL_EXPORTER_OTLP_PROTOCOL="$proto" OTEL_TRACES_SAMPLER=always_on OTEL_BSP_SCHEDULE_DELAY=200)"
         bs+=("$b"); ns+=("$n"); os+=("$o")
     done
     b=$(printf '%s\n' "${bs[@]}" | median); n=$(printf '%s\n' "${ns[@]}" | median)
@@ -125,7 +128,8 @@ fi
 
 start() { # mode (off|on) -> sets url
     if [ "$1" = on ]; then
-        OTEL_EXPORTER_OTLP_ENDPOINT="$otlp" OTEL_TRACES_SAMPLER=always_on OTEL_SERVICE_NAME=bench \
+        OTEL_EXPORTER_OTLP_ENDPOINT="$otlp" OTEL_EXPORTER_OTLP_PROTOCOL="$proto" \
+        OTEL_TRACES_SAMPLER=always_on OTEL_SERVICE_NAME=bench \
             "$new/bin/tidemark-server" --listen 127.0.0.1:0 --store memory --log-level warn \
             >"$scratch/out" 2>"$scratch/err" &
     else

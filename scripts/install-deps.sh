@@ -13,7 +13,9 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
       libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libgnutls28-dev
       librhonabwy-dev
       # libpq-dev: the PostgreSQL store's client library
-      libpq-dev)
+      libpq-dev
+      # libprotobuf-c-dev + protobuf-c-compiler: OTLP traces as http/protobuf
+      libprotobuf-c-dev protobuf-c-compiler)
 test_pkgs=(libcmocka-dev redis-server haproxy nodejs npm curl
       # clang + libclang-rt-14-dev: libFuzzer and its sanitizers (build-fuzz);
       # llvm: llvm-symbolizer for their stack traces; libtsan2: gcc's

@@ -93,7 +93,30 @@ static void add_attr(void *ud, const char *k, const char *v)
 
 /* The resource: OTEL_RESOURCE_ATTRIBUTES, service.name from
  * OTEL_SERVICE_NAME (or that list, or service), and the SDK's name. */
-static char *resource_json(const char *service)
+/* The attributes array's keys and values copied into c (protobuf). 0, or
+ * TIDEMARK_ENOMEM. */
+static int resource_pairs(tm_otel_cfg *c, const json_t *attrs)
+{
+    size_t i;
+    const json_t *a;
+    json_array_foreach(attrs, i, a) {
+        if (c->n_res == TM_OTEL_RES_MAX) {
+            TM_WARN("otel: more than %d resource attributes; the rest are not sent as protobuf",
+                    TM_OTEL_RES_MAX);
+            break;
+        }
+        const char *k = json_string_value(json_object_get(a, "key"));
+        const char *v = json_string_value(json_object_get(json_object_get(a, "value"), "stringValue"));
+        c->res_key[c->n_res] = strdup(k ? k : "");
+        c->res_val[c->n_res] = strdup(v ? v : "");
+        c->n_res++;
+        if (!c->res_key[c->n_res - 1] || !c->res_val[c->n_res - 1])
+            return TIDEMARK_ENOMEM;
+    }
+    return 0;
+}
+
+static char *resource_json(tm_otel_cfg *c, const char *service)
 {
     json_t *attrs = json_array();
     add_attr(attrs, "service.name", service);
@@ -103,6 +126,10 @@ static char *resource_json(const char *service)
     add_attr(attrs, "telemetry.sdk.name", "tidemark");
     add_attr(attrs, "telemetry.sdk.version", tidemark_version(NULL));
     char *s = json_dumps(attrs, JSON_COMPACT);
+    if (s && resource_pairs(c, attrs)) {
+        free(s);
+        s = NULL;
+    }
     json_decref(attrs);
     return s;
 }
@@ -142,11 +169,14 @@ static char *endpoint(void)
     return u;
 }
 
-static void protocol(void)
+/* http/protobuf unless http/json is asked for (the OTLP exporter
+ * specification's default); grpc is not spoken. */
+static void protocol(tm_otel_cfg *c)
 {
     const char *p = env2("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL");
-    if (p && strcmp(p, "http/json") != 0)
-        TM_WARN("otel: OTLP protocol %s is not supported; traces are sent as http/json", p);
+    c->protobuf = !p || strcmp(p, "http/json") != 0;
+    if (p && strcmp(p, "http/json") != 0 && strcmp(p, "http/protobuf") != 0)
+        TM_WARN("otel: OTLP protocol %s is not supported; traces are sent as http/protobuf", p);
 }
 
 static void sampler(tm_otel_cfg *c)
@@ -203,13 +233,13 @@ int tm_otel_cfg_read(tm_otel_cfg *c, const char *service, int *on)
         TM_WARN("otel: OTEL_TRACES_EXPORTER=%s is not supported; otlp is used", exp);
     if (!(c->url = endpoint()))
         return 0; /* no endpoint: tracing is off */
-    protocol();
+    protocol(c);
     sampler(c);
     bsp(c);
     hdrs h = {0};
     each_pair(env2("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"), add_header, &h);
     c->headers = h.v;
-    c->resource = resource_json(service ? service : "unknown_service");
+    c->resource = resource_json(c, service ? service : "unknown_service");
     if (!c->resource) {
         tm_otel_cfg_free(c);
         return TIDEMARK_ENOMEM;
@@ -225,5 +255,9 @@ void tm_otel_cfg_free(tm_otel_cfg *c)
     free(c->headers);
     free(c->url);
     free(c->resource);
+    for (int i = 0; i < c->n_res; i++) {
+        free(c->res_key[i]);
+        free(c->res_val[i]);
+    }
     memset(c, 0, sizeof *c);
 }

@@ -1,8 +1,8 @@
 /*
  * export.c - the exporter thread: takes up to a batch of spans from the
  * queue when a batch is full or the schedule delay passed, encodes them as
- * OTLP/HTTP JSON (ids as lowercase hex, times and ints as decimal
- * strings) and POSTs them with libcurl, bounded by the export timeout. A
+ * OTLP/HTTP protobuf (export_pb.c) or JSON (here: ids as lowercase hex,
+ * times and ints as decimal strings) and POSTs them with libcurl, bounded by the export timeout. A
  * failed export drops its spans (counted); nothing is retried, so a
  * collector that is down costs one refused connection per batch.
  */
@@ -158,14 +158,16 @@ static size_t discard(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-/* POST body; 0 when the collector answered 2xx. */
-static int post(CURL *h, const tm_otel *o, const char *body)
+/* POST body (len bytes); 0 when the collector answered 2xx. */
+static int post(CURL *h, const tm_otel *o, const void *body, size_t len)
 {
-    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hl = curl_slist_append(NULL, o->cfg.protobuf ? "Content-Type: application/x-protobuf"
+                                                                     : "Content-Type: application/json");
     for (int i = 0; o->cfg.headers && o->cfg.headers[i]; i++)
         hl = curl_slist_append(hl, o->cfg.headers[i]);
     curl_easy_setopt(h, CURLOPT_URL, o->cfg.url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->cfg.timeout_ms);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -195,8 +197,13 @@ static void drop_all(tm_otel *o, tm_span *batch, int n)
  * Returns whether it was exported. */
 static int export_batch(tm_otel *o, CURL *h, tm_span *batch, int n)
 {
-    char *body = h ? batch_body(o, batch) : NULL;
-    int ok = body && post(h, o, body) == 0;
+    size_t len = 0;
+    void *body = NULL;
+    if (h && o->cfg.protobuf)
+        body = tm_otlp_pb_body(o, batch, n, &len);
+    else if (h && (body = batch_body(o, batch)) != NULL)
+        len = strlen(body);
+    int ok = body && post(h, o, body, len) == 0;
     free(body);
     if (!ok) {
         drop_all(o, batch, n);

@@ -1,7 +1,7 @@
 /*
  * otel.h - OpenTelemetry traces: a tracer per server or client object,
  * configured once from the standard OTEL_* environment variables, spans
- * exported as OTLP/HTTP JSON by one exporter thread (docs/design.md,
+ * exported as OTLP/HTTP (protobuf or JSON) by one exporter thread (docs/design.md,
  * "Tracing").
  *
  * Invariants:

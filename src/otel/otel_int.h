@@ -37,9 +37,15 @@ typedef enum tm_sampler {
     TM_SAMPLE_RATIO,
 } tm_sampler;
 
+/* Resource attributes kept for http/protobuf; more are left out (warned). */
+#define TM_OTEL_RES_MAX 32
+
 typedef struct tm_otel_cfg {
     char *url;             /* the traces endpoint, full */
+    int protobuf;          /* 1: http/protobuf (the default), 0: http/json */
     char *resource;        /* OTLP JSON of the resource's attributes array */
+    char *res_key[TM_OTEL_RES_MAX], *res_val[TM_OTEL_RES_MAX]; /* the same, for protobuf */
+    int n_res;
     char **headers;        /* "Name: value", NULL-terminated */
     tm_sampler root;       /* for spans without a parent */
     int parentbased;       /* with a parent: the parent's flag decides */
@@ -64,5 +70,8 @@ void tm_otel_cfg_free(tm_otel_cfg *cfg);
 /* export.c: the exporter thread's body, and a span freed. */
 void *tm_otel_exporter_main(void *arg);
 void tm_span_free(tm_span *s);
+/* export_pb.c: the first n spans of batch as a packed OTLP
+ * ExportTraceServiceRequest (malloc, *len bytes), or NULL (memory). */
+unsigned char *tm_otlp_pb_body(const tm_otel *o, const tm_span *batch, int n, size_t *len);
 
 #endif

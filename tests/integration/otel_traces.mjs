@@ -1,5 +1,5 @@
 // otel_traces.mjs (CTest otel_traces): OpenTelemetry traces across client,
-// gateway and server, exported as OTLP/HTTP JSON to a receiver in this
+// gateway and server, exported as OTLP/HTTP to a receiver in this
 // process (docs/design.md "Tracing"):
 //   - the official TypeScript SDK client, inside a span of the
 //     OpenTelemetry JS SDK (@opentelemetry/sdk-trace-node) whose
@@ -13,8 +13,9 @@
 //   - OTEL_TRACES_SAMPLER=always_off: calls succeed, no span is exported
 //     (the processes exit, which flushes their queues, before it is judged);
 //   - an unreachable collector: calls succeed, the spans are counted dropped;
-//   - OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (not implemented): a warning
-//     at start, and the spans still arrive, as JSON.
+//   - both encodings: http/protobuf (the default; decoded here with the
+//     official opentelemetry-proto definitions) and http/json; grpc asked
+//     for: a warning at start, and the spans arrive as http/protobuf.
 //   - a server's request to the client (elicitation) is a CLIENT span under
 //     the call's SERVER span, and initialize is a SERVER span;
 //   node otel_traces.mjs GATEWAY SERVER CLIENT EVERYTHING
@@ -31,26 +32,50 @@ const t = checker();
 const req = createRequire(join(peersDir, "package.json"));
 const spans = []; // every span received: {service, ...span}
 let posts = 0;
+const decodeErrors = [];
 
-// The OTLP/HTTP JSON receiver: POST /v1/traces, spans kept with their
-// resource's service.name.
+// OTLP protobuf decoded with the official definitions (opentelemetry-proto,
+// as generated into @opentelemetry/otlp-transformer), put in the shape of
+// OTLP JSON: ids lowercase hex, 64-bit numbers decimal strings.
+const pbRoot = req("@opentelemetry/otlp-transformer/build/src/generated/root.js");
+const pbRequest = pbRoot.opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest;
+function pbAsJson(buf) {
+  return pbRequest.toObject(pbRequest.decode(buf), { longs: String, enums: Number, bytes: (b) => b,
+    defaults: false, oneofs: false });
+}
+const hex = (b) => (b && b.length ? Buffer.from(b).toString("hex") : undefined);
+function pbSpan(s) {
+  const out = { ...s, traceId: hex(s.traceId), spanId: hex(s.spanId), parentSpanId: hex(s.parentSpanId) };
+  if (!out.parentSpanId) delete out.parentSpanId;
+  return out;
+}
+
+// The OTLP/HTTP receiver: POST /v1/traces as application/json or
+// application/x-protobuf; spans kept with their resource's service.name and
+// the encoding they came in (wire: "json" or "protobuf").
 function receiver() {
   return new Promise((resolve) => {
     const srv = createServer((rq, rs) => {
-      let body = "";
-      rq.on("data", (d) => { body += d; });
+      const chunks = [];
+      rq.on("data", (d) => chunks.push(d));
       rq.on("end", () => {
         posts++;
-        const ok = rq.method === "POST" && rq.url === "/v1/traces" &&
-          (rq.headers["content-type"] ?? "").startsWith("application/json");
+        const type = rq.headers["content-type"] ?? "";
+        const wire = type.startsWith("application/json") ? "json"
+          : type.startsWith("application/x-protobuf") ? "protobuf" : null;
+        const ok = rq.method === "POST" && rq.url === "/v1/traces" && wire !== null;
         try {
-          for (const rsp of JSON.parse(body).resourceSpans ?? []) {
+          const body = Buffer.concat(chunks);
+          const msg = wire === "json" ? JSON.parse(body.toString()) : pbAsJson(body);
+          for (const rsp of msg.resourceSpans ?? []) {
             const svc = rsp.resource?.attributes?.find((a) => a.key === "service.name")?.value?.stringValue;
-            for (const ss of rsp.scopeSpans ?? []) for (const s of ss.spans ?? []) spans.push({ service: svc, ...s });
+            for (const ss of rsp.scopeSpans ?? []) {
+              for (const s of ss.spans ?? []) spans.push({ service: svc, wire, ...(wire === "json" ? s : pbSpan(s)) });
+            }
           }
-        } catch { /* counted below: nothing kept */ }
-        rs.writeHead(ok ? 200 : 400, { "content-type": "application/json" });
-        rs.end("{}");
+        } catch (e) { /* counted below: nothing kept */ decodeErrors.push(String(e)); }
+        rs.writeHead(ok ? 200 : 400, { "content-type": type || "application/json" });
+        rs.end(wire === "protobuf" ? "" : "{}");
       });
     });
     srv.listen(0, "127.0.0.1", () => resolve(srv));
@@ -88,11 +113,13 @@ async function tsClientCall(url) {
   return { ctx: span.spanContext(), meta, res };
 }
 
+// No OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf, the default.
 const OTEL = (port, extra = {}) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`,
-  OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_BSP_SCHEDULE_DELAY: "50", ...extra });
+  OTEL_BSP_SCHEDULE_DELAY: "50", ...extra });
 
 async function throughGateway(port) {
-  const child = `env OTEL_SERVICE_NAME=tm-child ${server} --stdio --store memory`;
+  // The gateway exports protobuf (the default), its child JSON.
+  const child = `env OTEL_SERVICE_NAME=tm-child OTEL_EXPORTER_OTLP_PROTOCOL=http/json ${server} --stdio --store memory`;
   const gw = await startServer(gateway, ["--store", "memory", "--stdio", child],
     { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-gateway" }), ms: 30000 });
   try {
@@ -118,10 +145,16 @@ async function throughGateway(port) {
       s.kind === 2 && s.traceId === tid), 15000).catch(() => null);
     t.check("the child's SERVER span, child of the gateway's CLIENT span",
       cs && gc && cs.parentSpanId === gc.spanId && cs.name === "tools/call echo", brief());
-    t.check("OTLP JSON: ids hex, times decimal strings",
-      gs && /^[0-9a-f]{32}$/.test(gs.traceId) && /^[0-9a-f]{16}$/.test(gs.spanId) &&
-        /^\d+$/.test(gs.startTimeUnixNano) && BigInt(gs.endTimeUnixNano) >= BigInt(gs.startTimeUnixNano),
-      JSON.stringify(gs));
+    t.check("OTLP JSON (the child): ids hex, times decimal strings",
+      cs && cs.wire === "json" && /^[0-9a-f]{32}$/.test(cs.traceId) && /^[0-9a-f]{16}$/.test(cs.spanId) &&
+        /^\d+$/.test(cs.startTimeUnixNano) && BigInt(cs.endTimeUnixNano) >= BigInt(cs.startTimeUnixNano),
+      JSON.stringify(cs));
+    t.check("OTLP protobuf (the gateway, by default): decoded with the official definitions, times in order",
+      gs && gc && gs.wire === "protobuf" && gc.wire === "protobuf" && gs.kind === 2 && gc.kind === 3 &&
+        /^[0-9a-f]{32}$/.test(gs.traceId) && BigInt(gs.startTimeUnixNano) > 1600000000000000000n &&
+        BigInt(gs.endTimeUnixNano) >= BigInt(gs.startTimeUnixNano) &&
+        !gs.status?.code && decodeErrors.length === 0,
+      JSON.stringify(gs) + decodeErrors.join("; "));
     // tidemark-client's own CLIENT span heads a trace through the gateway.
     const r = await spawnCli(client, ["--json", gw.url, "call", "echo", "text=cli"],
       { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-cli" }) }).done;
@@ -167,7 +200,8 @@ async function serverAsks(port) {
 
 // A traceparent header is the parent when _meta has none.
 async function headerParent(port) {
-  const s = await startServer(server, ["--store", "memory"], { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-hdr" }) });
+  const s = await startServer(server, ["--store", "memory"],
+    { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-hdr", OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" }) });
   try {
     const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     const sid = await initialize(s.url);
@@ -251,20 +285,20 @@ async function samplingOff(port) {
   t.check("always_off: no span exported by the server or the client", off.length === 0, brief());
 }
 
-// http/protobuf is not implemented: warned about, JSON sent instead.
-async function protobufFallback(port) {
+// A protocol that is not spoken (grpc): warned about, protobuf sent over HTTP.
+async function unknownProtocol(port) {
   const s = await startServer(server, ["--store", "memory"],
-    { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-pb", OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf" }) });
+    { env: OTEL(port, { OTEL_SERVICE_NAME: "tm-grpc", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }) });
   try {
     const warned = await until("the warning", async () =>
-      /OTLP protocol http\/protobuf is not supported; traces are sent as http\/json/.test(s.log), 5000)
+      /OTLP protocol grpc is not supported; traces are sent as http\/protobuf/.test(s.log), 5000)
       .catch(() => false);
-    t.check("http/protobuf: a clear warning at start", warned, s.log);
+    t.check("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: a clear warning at start", warned, s.log);
     const sid = await initialize(s.url);
     await callTool(s.url, sid, 3, "echo", { text: "pb" });
-    const sp = await until("a span of tm-pb", async () => find((x) => x.service === "tm-pb" &&
+    const sp = await until("a span of tm-grpc", async () => find((x) => x.service === "tm-grpc" &&
       x.name === "tools/call echo"), 15000).catch(() => null);
-    t.check("http/protobuf: the spans arrive as JSON all the same", sp, brief());
+    t.check("grpc asked: the spans arrive as http/protobuf", sp?.wire === "protobuf", brief());
   } finally {
     await stopServer(s);
   }
@@ -300,7 +334,7 @@ try {
   await headerParent(port);
   await serverAsks(port);
   await samplingOff(port);
-  await protobufFallback(port);
+  await unknownProtocol(port);
   await unreachable();
   t.check("the receiver was posted to", posts > 0, `${posts}`);
 } catch (e) {
