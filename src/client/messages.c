@@ -59,11 +59,21 @@ static int answer_of(tidemark_client_t *c, const char *method, json_t *params, j
     return rc;
 }
 
+/* answer_of inside a SERVER span under the request's own context. */
+static int traced_answer(tidemark_client_t *c, const char *method, json_t *params,
+                         const json_t *id, json_t **result)
+{
+    tm_span *sp = tm_client_span(c, TM_SPAN_SERVER, method, params, id);
+    int rc = answer_of(c, method, params, result);
+    tm_mcp_span_finish(sp, rc, rc ? NULL : *result);
+    return rc;
+}
+
 int tm_answer_server_request(tidemark_client_t *c, const char *method, json_t *params,
                              json_t **result)
 {
     *result = NULL;
-    return answer_of(c, method, params, result);
+    return traced_answer(c, method, params, NULL, result);
 }
 
 /* The reply to id: result, or the error rc stands for. */
@@ -95,7 +105,8 @@ static void answer_server_request(void *arg)
     tidemark_client_t *c = s->c;
     const char *method = json_string_value(json_object_get(s->msg, "method"));
     json_t *result = NULL;
-    int rc = answer_of(c, method, json_object_get(s->msg, "params"), &result);
+    int rc = traced_answer(c, method, json_object_get(s->msg, "params"), json_object_get(s->msg, "id"),
+                           &result);
     post_reply(c, reply_of(json_object_get(s->msg, "id"), rc, result), method);
     json_decref(s->msg);
     free(s);

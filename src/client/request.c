@@ -282,18 +282,15 @@ static void request_settle(tidemark_client_t *c, rq *r)
                 "a later resume asks for it again", r->row_id, tidemark_strerror(rc));
 }
 
-/* The CLIENT span of a request, child of params._meta.traceparent when
- * the caller put one there (a gateway passing its own span on). */
-static tm_span *span_start(tidemark_client_t *c, const char *method, json_t *params, int64_t id)
+tm_span *tm_client_span(tidemark_client_t *c, tm_span_kind kind, const char *method,
+                        const json_t *params, const json_t *id)
 {
     if (!c->otel)
         return NULL;
     tm_trace_ctx parent;
     const char *ts = NULL;
     (void)tm_mcp_trace_from(params, NULL, &parent, &ts);
-    json_t *jid = json_integer(id);
-    tm_span *sp = tm_mcp_span_start(c->otel, TM_SPAN_CLIENT, method, params, jid, &parent, ts);
-    json_decref(jid);
+    tm_span *sp = tm_mcp_span_start(c->otel, kind, method, params, id, &parent, ts);
     pthread_mutex_lock(&c->mu);
     tm_span_set_str(sp, "mcp.session.id", c->session);
     tm_span_set_str(sp, "mcp.protocol.version", c->proto);
@@ -348,7 +345,9 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
     r->progress = progress;
     r->progress_ud = progress_ud;
     int64_t t0 = tm_now_us();
-    tm_span *sp = span_start(c, method, params, id);
+    json_t *jid = c->otel ? json_integer(id) : NULL;
+    tm_span *sp = tm_client_span(c, TM_SPAN_CLIENT, method, params, jid);
+    json_decref(jid);
     rc = request_prepare(c, r, method, params, sp, result);
     if (!rc)
         rc = tm_pending_add(c, r);

@@ -30,8 +30,9 @@ json_t *tm_client_capabilities(tidemark_client_t *c)
     return caps;
 }
 
-/* The initialize request of a new session, sent and driven. OUT r. */
-static int initialize_request(tidemark_client_t *c, rq **out, json_t **err)
+/* The initialize request of a new session, in the CLIENT span *sp (made
+ * here; NULL when tracing is off), sent and driven. OUT r. */
+static int initialize_request(tidemark_client_t *c, rq **out, tm_span **sp, json_t **err)
 {
     int64_t id;
     int rc = tm_next_id(c, &id, err);
@@ -43,10 +44,18 @@ static int initialize_request(tidemark_client_t *c, rq **out, json_t **err)
         json_decref(caps);
         return TIDEMARK_ENOMEM;
     }
-    r->msg = tm_jsonrpc_request(json_integer(id), "initialize",
-                                json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion", c->offer,
-                                          "capabilities", caps, "clientInfo", "name", c->name,
-                                          "version", c->version));
+    json_t *p = json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion", c->offer, "capabilities", caps,
+                          "clientInfo", "name", c->name, "version", c->version);
+    json_t *jid = json_integer(id);
+    *sp = p ? tm_client_span(c, TM_SPAN_CLIENT, "initialize", p, jid) : NULL;
+    tm_span_set_str(*sp, "mcp.protocol.version", c->offer);
+    if (p && tm_mcp_inject(*sp, p) != 0) {
+        json_decref(p);
+        p = NULL;
+    }
+    r->msg = p ? tm_jsonrpc_request(jid, "initialize", p) : NULL;
+    if (!p)
+        json_decref(jid);
     rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
     if (rc) {
         tm_rq_free(r);
@@ -107,10 +116,18 @@ int tm_initialize(tidemark_client_t *c, json_t **err)
     c->session_lost = 0;
     pthread_mutex_unlock(&c->mu);
     rq *r = NULL;
-    int rc = initialize_request(c, &r, err);
-    if (rc)
+    tm_span *sp = NULL;
+    int rc = initialize_request(c, &r, &sp, err);
+    if (rc) {
+        tm_mcp_span_finish(sp, rc, err ? *err : NULL);
         return rc;
+    }
     rc = adopt_session(c, r->result, err);
+    pthread_mutex_lock(&c->mu);
+    tm_span_set_str(sp, "mcp.session.id", c->session);
+    tm_span_set_str(sp, "mcp.protocol.version", c->proto);
+    pthread_mutex_unlock(&c->mu);
+    tm_mcp_span_finish(sp, rc, rc ? (err ? *err : NULL) : r->result);
     tm_rq_free(r);
     if (rc)
         return rc;

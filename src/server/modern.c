@@ -879,7 +879,8 @@ static int served(const char *method)
 /* Notifications and responses from the client. */
 static void non_request(tidemark_server_t *srv, tm_req *r, const tm_msg *m)
 {
-    (void)srv;
+    if (m->kind == TM_MSG_NOTIFICATION)
+        tm_notification_trace(srv, r, m, r->session_id, r->protocol_version);
     if (m->kind != TM_MSG_NOTIFICATION)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "response_not_expected",
                               "Bad Request: this protocol version sends the client no requests "

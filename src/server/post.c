@@ -66,14 +66,14 @@ int tm_is_call(const tm_msg *m)
     return m->kind == TM_MSG_REQUEST && strcmp(m->method, "tools/call") == 0;
 }
 
-static void handle_notification(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m)
+static void handle_notification(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const tm_msg *m)
 {
+    tm_notification_trace(srv, r, m, sess->id, sess->version);
     if (strcmp(m->method, "notifications/cancelled") == 0) {
         tm_sess_cancel(sess, json_object_get(m->params, "requestId"));
     } else {
         TM_DEBUG("session %s: notification %s", sess->id, m->method);
     }
-    (void)srv;
 }
 
 /* Mcp-Session-Id on pm's answer, once (a POST may be judged twice). */
@@ -426,7 +426,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
     }
     for (size_t i = 0; i < pm->n; i++) { /* notifications and responses take effect now */
         if (pm->m[i].kind == TM_MSG_NOTIFICATION)
-            handle_notification(srv, sess, &pm->m[i]);
+            handle_notification(srv, r, sess, &pm->m[i]);
         else if (pm->m[i].kind == TM_MSG_RESULT || pm->m[i].kind == TM_MSG_ERROR)
             tm_sess_deliver_response(srv, sess, &pm->m[i]);
     }

@@ -216,6 +216,8 @@ void tm_resume_trace(tidemark_server_t *srv, tm_req *r, const char *session,
                      const struct tm_resume_decision *d, int64_t t0_us);
 void tm_resume_refused_trace(tidemark_server_t *srv, tm_req *r, const char *reason);
 void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *verdict);
+void tm_notification_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *session,
+                           const char *version);
 /* A request that is no call (initialize): its SERVER span and duration. */
 typedef struct tm_msg_trace {
     const tm_msg *m;

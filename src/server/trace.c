@@ -122,16 +122,25 @@ void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *se
     t->span = NULL;
 }
 
+/* The SERVER span of a GET resuming a stream, under its traceparent
+ * header; NULL when tracing is off. */
+static tm_span *resume_span_start(tidemark_server_t *srv, tm_req *r)
+{
+    if (!srv->otel)
+        return NULL;
+    const char *h = r->traceparent;
+    tm_trace_ctx parent;
+    (void)tm_traceparent_parse(h, h ? strlen(h) : 0, &parent);
+    return tm_span_start(srv->otel, TM_SPAN_SERVER, "tidemark.resume", &parent, NULL);
+}
+
 /* A GET resuming a stream: a SERVER span under the traceparent header. */
 void tm_resume_trace(tidemark_server_t *srv, tm_req *r, const char *session,
                      const tm_resume_decision *d, int64_t t0_us)
 {
-    if (!srv->otel)
+    tm_span *s = resume_span_start(srv, r);
+    if (!s)
         return;
-    const char *h = r->traceparent;
-    tm_trace_ctx parent;
-    (void)tm_traceparent_parse(h, h ? strlen(h) : 0, &parent);
-    tm_span *s = tm_span_start(srv->otel, TM_SPAN_SERVER, "tidemark.resume", &parent, NULL);
     tm_span_set_str(s, "mcp.session.id", session);
     tm_span_set_str(s, "tidemark.resume.stream", d->stream);
     tm_span_set_int(s, "tidemark.resume.replayed", (int64_t)(d->head > d->after_seq ? d->head - d->after_seq : 0));
@@ -146,12 +155,7 @@ void tm_resume_trace(tidemark_server_t *srv, tm_req *r, const char *session,
 /* A resume refused (typed): its span, with the reason as error.type. */
 void tm_resume_refused_trace(tidemark_server_t *srv, tm_req *r, const char *reason)
 {
-    if (!srv->otel)
-        return;
-    const char *h = r->traceparent;
-    tm_trace_ctx parent;
-    (void)tm_traceparent_parse(h, h ? strlen(h) : 0, &parent);
-    tm_span *s = tm_span_start(srv->otel, TM_SPAN_SERVER, "tidemark.resume", &parent, NULL);
+    tm_span *s = resume_span_start(srv, r);
     tm_span_set_error(s, reason);
     tm_span_end(s);
 }
@@ -167,5 +171,22 @@ void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const c
     (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
     tm_span *s = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
     tm_span_set_str(s, "tidemark.record", verdict);
+    tm_span_end(s);
+}
+
+/* A notification from the client: a SERVER span named as its method,
+ * under its context (params._meta, else the traceparent header). */
+void tm_notification_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *session,
+                           const char *version)
+{
+    if (!srv->otel)
+        return;
+    tm_trace_ctx parent;
+    const char *ts = NULL;
+    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
+    tm_span *s = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, NULL, &parent, ts);
+    tm_span_set_str(s, "mcp.session.id", session);
+    tm_span_set_str(s, "mcp.protocol.version", version);
+    tm_span_set_str(s, "network.transport", "tcp");
     tm_span_end(s);
 }

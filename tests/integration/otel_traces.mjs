@@ -17,7 +17,9 @@
 //     official opentelemetry-proto definitions) and http/json; grpc asked
 //     for: a warning at start, and the spans arrive as http/protobuf.
 //   - a server's request to the client (elicitation) is a CLIENT span under
-//     the call's SERVER span, and initialize is a SERVER span;
+//     the call's SERVER span, and the client's answer a SERVER span under
+//     that; initialize and notifications/initialized are the client's
+//     CLIENT spans with the server's SERVER spans under them;
 //   node otel_traces.mjs GATEWAY SERVER CLIENT EVERYTHING
 import { createServer } from "node:http";
 import { createRequire } from "node:module";
@@ -193,6 +195,23 @@ async function serverAsks(port) {
       x.name === "initialize" && x.kind === 2), 15000).catch(() => null);
     t.check("initialize: a SERVER span with the session it made",
       init && /^[0-9a-f]+$/.test(attr(init, "mcp.session.id") ?? ""), brief());
+    // The client library's side of the same exchanges (the CLI has exited:
+    // its spans are all in).
+    const ci = find((x) => x.service === "tm-cli2" && x.name === "initialize" && x.kind === 3);
+    t.check("the client's initialize: a CLIENT span, the server's initialize its child, one session",
+      ci && init && init.parentSpanId === ci.spanId && init.traceId === ci.traceId &&
+        attr(ci, "mcp.session.id") === attr(init, "mcp.session.id") &&
+        attr(ci, "mcp.protocol.version") === "2025-11-25", brief());
+    const cn = find((x) => x.service === "tm-cli2" && x.name === "notifications/initialized" && x.kind === 3);
+    const sn = cn && await until("the server's notification span", async () => find((x) =>
+      x.service === "tm-ev" && x.name === "notifications/initialized" && x.kind === 2), 15000).catch(() => null);
+    t.check("notifications/initialized: the client's CLIENT span, the server's SERVER span its child",
+      cn && sn && sn.parentSpanId === cn.spanId && attr(sn, "jsonrpc.request.id") === undefined &&
+        attr(sn, "mcp.session.id") === attr(init, "mcp.session.id"), brief());
+    const ans = ask && find((x) => x.service === "tm-cli2" && x.name === "elicitation/create" && x.kind === 2);
+    t.check("the client answering elicitation/create: a SERVER span under the server's CLIENT span",
+      ans && ans.parentSpanId === ask.spanId && ans.traceId === cc.traceId && !ans.status?.code &&
+        attr(ans, "jsonrpc.request.id") !== undefined, brief());
   } finally {
     await stopServer(s);
   }
