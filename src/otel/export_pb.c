@@ -3,9 +3,11 @@
  * protobuf (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf), packed by
  * libprotobuf-c from the messages of otlp_trace.proto.
  *
- * Invariant: the message tree points into the spans and the tracer's
- * configuration (no string is copied) and lives in one allocation freed
- * before this returns; only the packed bytes outlive it.
+ * Invariant: each span is packed on its own from a message tree on the
+ * stack that points into the span (no string is copied), into one buffer;
+ * the request then holds those bytes (otlp_trace.proto: ScopeSpans.spans
+ * are bytes, the same on the wire as Span messages). Only the request's
+ * packed bytes outlive the call.
  */
 #include "otel_int.h"
 #include "otlp_trace.pb-c.h"
@@ -83,6 +85,44 @@ static void pb_res_fill(pb_res *r, const tm_otel_cfg *c)
     r->res.attributes = r->kvp;
 }
 
+/* Up to n spans packed one after another into one buffer: *buf (malloc),
+ * each span's bytes at spans[i]. The number packed, or TIDEMARK_ENOMEM. */
+static int pack_spans(const tm_span *batch, int n, ProtobufCBinaryData *spans, uint8_t **buf)
+{
+    size_t cap = 1024 * (size_t)(n ? n : 1), used = 0;
+    size_t *off = malloc(sizeof *off * (size_t)(n ? n : 1));
+    uint8_t *b = malloc(cap);
+    pb_span p;
+    int i = 0;
+    for (const tm_span *s = batch; s && b && off && i < n; s = s->next, i++) {
+        pb_span_fill(&p, s);
+        size_t len = tm__otlp__span__get_packed_size(&p.span);
+        if (used + len > cap) {
+            while (used + len > cap)
+                cap *= 2;
+            uint8_t *nb = realloc(b, cap);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+        }
+        off[i] = used;
+        used += tm__otlp__span__pack(&p.span, b + used);
+        spans[i].len = used - off[i];
+    }
+    for (int k = 0; b && off && k < i; k++)
+        spans[k].data = b + off[k];
+    if (!off) {
+        free(b);
+        b = NULL;
+    }
+    free(off);
+    *buf = b;
+    return b ? i : TIDEMARK_ENOMEM;
+}
+
 unsigned char *tm_otlp_pb_body(const tm_otel *o, const tm_span *batch, int n, size_t *len)
 {
     struct {
@@ -92,22 +132,18 @@ unsigned char *tm_otlp_pb_body(const tm_otel *o, const tm_span *batch, int n, si
         Tm__Otlp__InstrumentationScope scope;
         pb_res res;
     } *top = calloc(1, sizeof *top);
-    pb_span *spans = calloc((size_t)(n ? n : 1), sizeof *spans);
-    Tm__Otlp__Span **sp = calloc((size_t)(n ? n : 1), sizeof *sp);
+    ProtobufCBinaryData *spans = calloc((size_t)(n ? n : 1), sizeof *spans);
+    uint8_t *packed = NULL;
     unsigned char *out = NULL;
-    if (top && spans && sp) {
-        int i = 0;
-        for (const tm_span *s = batch; s && i < n; s = s->next, i++) {
-            pb_span_fill(&spans[i], s);
-            sp[i] = &spans[i].span;
-        }
+    int np = top && spans ? pack_spans(batch, n, spans, &packed) : TIDEMARK_ENOMEM;
+    if (np >= 0) {
         tm__otlp__instrumentation_scope__init(&top->scope);
         top->scope.name = "tidemark";
         top->scope.version = (char *)tidemark_version(NULL);
         tm__otlp__scope_spans__init(&top->ss);
         top->ss.scope = &top->scope;
-        top->ss.n_spans = (size_t)i;
-        top->ss.spans = sp;
+        top->ss.n_spans = (size_t)np;
+        top->ss.spans = spans;
         pb_res_fill(&top->res, &o->cfg);
         tm__otlp__resource_spans__init(&top->rs);
         top->rs.resource = &top->res.res;
@@ -122,7 +158,7 @@ unsigned char *tm_otlp_pb_body(const tm_otel *o, const tm_span *batch, int n, si
         if ((out = malloc(*len ? *len : 1)) != NULL)
             tm__otlp__export_trace_service_request__pack(&top->req, out);
     }
-    free(sp);
+    free(packed);
     free(spans);
     free(top);
     return out;
