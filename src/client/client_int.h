@@ -300,7 +300,6 @@ void tm_cache_put(tidemark_client_t *c, const char *method, json_t *params, json
 void tm_cache_clear(tidemark_client_t *c);
 /* The acknowledgement of r's listen stream: what it did not agree to is logged. */
 void tm_listen_acknowledged(rq *r, json_t *params);
-/* One request round: sent, driven, settled (request.c). */
 /* A span of this client's tracer for method (NULL when tracing is off):
  * kind CLIENT for what it sends, SERVER for a server's request it answers;
  * the child of params._meta.traceparent when there is one (a gateway's
@@ -308,6 +307,7 @@ void tm_listen_acknowledged(rq *r, json_t *params);
  * (a notification). The session and the protocol version as they are now. */
 tm_span *tm_client_span(tidemark_client_t *c, tm_span_kind kind, const char *method,
                         const json_t *params, const json_t *id);
+/* One request round: sent, driven, settled (request.c). */
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result);
 

@@ -91,8 +91,6 @@ static void add_attr(void *ud, const char *k, const char *v)
     json_array_append_new(attrs, json_pack("{s:s,s:{s:s}}", "key", k, "value", "stringValue", v));
 }
 
-/* The resource: OTEL_RESOURCE_ATTRIBUTES, service.name from
- * OTEL_SERVICE_NAME (or that list, or service), and the SDK's name. */
 /* The attributes array's keys and values copied into c (protobuf). 0, or
  * TIDEMARK_ENOMEM. */
 static int resource_pairs(tm_otel_cfg *c, const json_t *attrs)
@@ -116,6 +114,9 @@ static int resource_pairs(tm_otel_cfg *c, const json_t *attrs)
     return 0;
 }
 
+/* The resource: OTEL_RESOURCE_ATTRIBUTES, service.name from
+ * OTEL_SERVICE_NAME (or that list, or service), and the SDK's name; as
+ * OTLP JSON (returned) and as pairs in c (protobuf). */
 static char *resource_json(tm_otel_cfg *c, const char *service)
 {
     json_t *attrs = json_array();

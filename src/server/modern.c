@@ -879,8 +879,6 @@ static int served(const char *method)
 /* Notifications and responses from the client. */
 static void non_request(tidemark_server_t *srv, tm_req *r, const tm_msg *m)
 {
-    if (m->kind == TM_MSG_NOTIFICATION)
-        tm_notification_trace(srv, r, m, r->session_id, r->protocol_version);
     if (m->kind != TM_MSG_NOTIFICATION)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "response_not_expected",
                               "Bad Request: this protocol version sends the client no requests "
@@ -890,6 +888,7 @@ static void non_request(tidemark_server_t *srv, tm_req *r, const tm_msg *m)
         return tm_reply_error(r, 400, TM_RPC_INVALID_REQUEST, "notification_not_supported",
                               "Bad Request: this notification is not part of protocol version "
                               "2026-07-28", json_pack("{s:s}", "method", m->method));
+    tm_notification_trace(srv, r, m, r->session_id, r->protocol_version);
     tm_req_reply(r, 202, NULL, NULL, 0); /* cancellation is the closed stream */
 }
 

@@ -16,17 +16,25 @@
 tm_otel *tm_server_otel(const tidemark_server_t *srv) { return srv->otel; }
 const tm_span *tm_call_span(const tidemark_call_t *c) { return c->span; }
 
-/* The SERVER span of a call, child of params._meta.traceparent, else of
- * the HTTP traceparent header. */
-void tm_call_trace_start(tidemark_call_t *c, tm_req *r)
+/* The SERVER span of a message (method, params, id: NULL for a
+ * notification), child of params._meta.traceparent, else of the HTTP
+ * traceparent header of r (may be NULL); NULL when tracing is off. */
+static tm_span *server_span(tidemark_server_t *srv, const tm_req *r, const char *method,
+                            const json_t *params, const json_t *id)
 {
-    if (!c->srv->otel)
-        return;
+    if (!srv->otel)
+        return NULL;
     tm_trace_ctx parent;
     const char *ts = NULL;
-    (void)tm_mcp_trace_from(c->params, r ? r->traceparent : NULL, &parent, &ts);
-    c->span = tm_mcp_span_start(c->srv->otel, TM_SPAN_SERVER, c->method, c->params, c->id,
-                                &parent, ts);
+    (void)tm_mcp_trace_from(params, r ? r->traceparent : NULL, &parent, &ts);
+    return tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, method, params, id, &parent, ts);
+}
+
+/* The SERVER span of a call. */
+void tm_call_trace_start(tidemark_call_t *c, tm_req *r)
+{
+    if (!(c->span = server_span(c->srv, r, c->method, c->params, c->id)))
+        return;
     if (c->sess) {
         tm_span_set_str(c->span, "mcp.session.id", c->sess->id);
         tm_span_set_str(c->span, "mcp.protocol.version", c->sess->version);
@@ -95,13 +103,7 @@ void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, cons
 {
     t->m = m;
     t->t0_us = tm_now_us();
-    t->span = NULL;
-    if (!srv->otel)
-        return;
-    tm_trace_ctx parent;
-    const char *ts = NULL;
-    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
-    t->span = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
+    t->span = server_span(srv, r, m->method, m->params, m->id);
     tm_span_set_str(t->span, "network.transport", "tcp");
 }
 
@@ -164,12 +166,7 @@ void tm_resume_refused_trace(tidemark_server_t *srv, tm_req *r, const char *reas
  * as the request's, under its context, marked tidemark.record=answered. */
 void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *verdict)
 {
-    if (!srv->otel)
-        return;
-    tm_trace_ctx parent;
-    const char *ts = NULL;
-    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
-    tm_span *s = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, m->id, &parent, ts);
+    tm_span *s = server_span(srv, r, m->method, m->params, m->id);
     tm_span_set_str(s, "tidemark.record", verdict);
     tm_span_end(s);
 }
@@ -179,12 +176,7 @@ void tm_record_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const c
 void tm_notification_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, const char *session,
                            const char *version)
 {
-    if (!srv->otel)
-        return;
-    tm_trace_ctx parent;
-    const char *ts = NULL;
-    (void)tm_mcp_trace_from(m->params, r->traceparent, &parent, &ts);
-    tm_span *s = tm_mcp_span_start(srv->otel, TM_SPAN_SERVER, m->method, m->params, NULL, &parent, ts);
+    tm_span *s = server_span(srv, r, m->method, m->params, NULL);
     tm_span_set_str(s, "mcp.session.id", session);
     tm_span_set_str(s, "mcp.protocol.version", version);
     tm_span_set_str(s, "network.transport", "tcp");
