@@ -458,11 +458,11 @@ typedef struct store_result {
 
 /* The store exposes its group-commit sizes only as a metric: read the running
  * sum and count of tidemark_commit_batch_size from the Prometheus text. */
-static int commit_batch_totals(double *sum, double *count)
+static int commit_batch_totals(tm_metrics *reg, double *sum, double *count)
 {
     tm_buf b;
     tm_buf_init(&b, 1u << 20);
-    int rc = tm_metrics_render(&b);
+    int rc = tm_metrics_render(reg, &b);
     const char *s = rc == 0 ? strstr(b.data, "\ntidemark_commit_batch_size_sum ") : NULL;
     const char *c = rc == 0 ? strstr(b.data, "\ntidemark_commit_batch_size_count ") : NULL;
     if (s && c) {
@@ -603,6 +603,7 @@ static int collect(tm_store *st, const char *sid, appender *as, unsigned nthread
  * over them, at most window in flight per stream. */
 typedef struct node_load {
     tm_store *st;
+    tm_metrics *reg; /* the store's (commit batch sizes) */
     char sid[64];
     appender *as;
     evslot *slots;
@@ -613,11 +614,12 @@ typedef struct node_load {
 /* Create the session and streams and warm each stream up (one durable
  * event), so the measured interval sees appends only. Call load_free()
  * whatever it returns, after tm_store_close(). */
-static int load_prepare(node_load *l, tm_store *st, unsigned nthreads, unsigned window, uint64_t n,
-                        const char *payload)
+static int load_prepare(node_load *l, tm_store *st, tm_metrics *reg, unsigned nthreads,
+                        unsigned window, uint64_t n, const char *payload)
 {
     memset(l, 0, sizeof *l);
     l->st = st;
+    l->reg = reg;
     /* Unique across the node processes sharing one Redis. */
     snprintf(l->sid, sizeof l->sid, "bench-%ld-%lld", (long)getpid(), (long long)tm_wall_ms());
     tm_session_rec rec = {.id = l->sid, .protocol_version = TIDEMARK_PROTOCOL_LATEST,
@@ -655,7 +657,7 @@ static int load_prepare(node_load *l, tm_store *st, unsigned nthreads, unsigned 
         fprintf(stderr, "tidemark-bench: warm-up append failed: %s\n", tidemark_strerror(rc));
         return rc;
     }
-    return commit_batch_totals(&l->bsum0, &l->bcnt0);
+    return commit_batch_totals(l->reg, &l->bsum0, &l->bcnt0);
 }
 
 /* Run the appenders and check the result. With cap_ms, they stop issuing
@@ -671,7 +673,7 @@ static int load_run(node_load *l, int64_t cap_ms, int64_t *t_start, int64_t *t_e
     int rc = run_appenders(l->as, l->nthreads, t_start, t_end);
     double bsum1 = 0, bcnt1 = 0;
     if (rc == 0)
-        rc = commit_batch_totals(&bsum1, &bcnt1);
+        rc = commit_batch_totals(l->reg, &bsum1, &bcnt1);
     if (rc)
         return rc;
     res->batch = bcnt1 > l->bcnt0 ? (bsum1 - l->bsum0) / (bcnt1 - l->bcnt0) : 0;
@@ -701,20 +703,23 @@ static int store_run(const char *path, tm_durability d, unsigned nthreads, unsig
     remove_db(path);
     char uri[PATH_MAX + 8];
     snprintf(uri, sizeof uri, "sqlite:%s", path);
-    tm_store_options opts = {.durability = d};
+    tm_metrics *reg = tm_metrics_new();
+    tm_store_options opts = {.durability = d, .metrics = reg};
     tm_store *st = NULL;
-    int rc = tm_store_open(uri, &opts, &st);
+    int rc = reg ? tm_store_open(uri, &opts, &st) : TIDEMARK_ENOMEM;
     if (rc) {
         fprintf(stderr, "tidemark-bench: cannot open store %s: %s\n", uri, tidemark_strerror(rc));
+        tm_metrics_free(reg);
         return rc;
     }
     node_load l;
     int64_t t0, t1;
-    rc = load_prepare(&l, st, nthreads, window, n, payload);
+    rc = load_prepare(&l, st, reg, nthreads, window, n, payload);
     if (rc == 0)
         rc = load_run(&l, cap_ms, &t0, &t1, res);
     tm_store_close(st); /* after every callback: close drains the writer */
     load_free(&l);
+    tm_metrics_free(reg);
     remove_db(path);
     return rc;
 }
@@ -1501,16 +1506,17 @@ static void node_main(const bench_opts *o, const char *uri, tm_durability d, con
                       int go_fd, int out_fd)
 {
     node_msg m = {.kind = NODE_READY};
-    tm_store_options opts = {.durability = d};
+    tm_metrics *reg = tm_metrics_new(); /* freed by the exit */
+    tm_store_options opts = {.durability = d, .metrics = reg};
     tm_store *st = NULL;
     node_load l;
     memset(&l, 0, sizeof l);
-    m.rc = tm_store_open(uri, &opts, &st);
+    m.rc = reg ? tm_store_open(uri, &opts, &st) : TIDEMARK_ENOMEM;
     if (m.rc)
         fprintf(stderr, "tidemark-bench: node %ld: cannot open %s: %s\n", (long)getpid(), uri,
                 tidemark_strerror(m.rc));
     else
-        m.rc = load_prepare(&l, st, o->threads, o->window, o->redis_events, payload);
+        m.rc = load_prepare(&l, st, reg, o->threads, o->window, o->redis_events, payload);
     int wrc = write_all(out_fd, &m, sizeof m);
     char go = 0;
     if (m.rc == 0 && wrc == 0) {

@@ -131,7 +131,8 @@ TIDEMARK_API char *tidemark_strdup(const char *s);
  * TIDEMARK_VERSION_NUMBER. */
 TIDEMARK_API const char *tidemark_version(int *number);
 
-/* The library's diagnostics go to stderr, one line each. Level: "error",
+/* The library's diagnostics go to stderr, one line each; level and format
+ * are the process's (every server and client in it). Level: "error",
  * "warn", "info" (default) or "debug"; format: "text" (default) or "json"
  * (one object per line: ts in ISO-8601 UTC, level, msg). Both thread-safe;
  * TIDEMARK_EINVAL for an unknown name. tidemark_log writes one line of the

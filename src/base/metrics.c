@@ -1,140 +1,186 @@
-/* metrics.c - atomics behind a fixed catalogue; see metrics.h. */
+/* metrics.c - a registry of atomics, rendered as Prometheus text; see metrics.h. */
 #include "metrics.h"
+#include "log.h"
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-typedef struct counter_def {
-    const char *name, *labels, *help;
-} counter_def;
+#define METRICS_MAX 128 /* series per registry: every layer's together */
 
-/* Counters that share a name differ by label; HELP/TYPE print once. */
-static const counter_def counters[TM_M_COUNTER_COUNT] = {
-    [TM_M_EVENTS_APPENDED] = {"tidemark_events_appended_total", "", "Events appended to the log."},
-    [TM_M_EVENTS_EMITTED] = {"tidemark_events_emitted_total", "", "Events written to SSE connections."},
-    [TM_M_EVENTS_REPLAYED] = {"tidemark_events_replayed_total", "", "Events sent by resumes (at or below the head at resume time)."},
-    [TM_M_RESUME_OK] = {"tidemark_resumes_total", "outcome=\"ok\"", "Resumes by outcome."},
-    [TM_M_RESUME_GAP] = {"tidemark_resumes_total", "outcome=\"gap\"", NULL},
-    [TM_M_RESUME_AHEAD] = {"tidemark_resumes_total", "outcome=\"ahead\"", NULL},
-    [TM_M_RESUME_EPOCH] = {"tidemark_resumes_total", "outcome=\"epoch\"", NULL},
-    [TM_M_RESUME_MALFORMED] = {"tidemark_resumes_total", "outcome=\"malformed\"", NULL},
-    [TM_M_RESUME_UNKNOWN_STREAM] = {"tidemark_resumes_total", "outcome=\"unknown_stream\"", NULL},
-    [TM_M_RESUME_CONFLICT] = {"tidemark_resumes_total", "outcome=\"conflict\"", NULL},
-    [TM_M_REQUESTS_DEDUPLICATED] = {"tidemark_requests_deduplicated_total", "", "Repeated requests answered from their record."},
-    [TM_M_REQUEST_LOOKUPS] = {"tidemark_request_lookups_total", "", "Store reads of a request record to tell a retry from a new request."},
-    [TM_M_OUTCOME_UNKNOWN] = {"tidemark_outcome_unknown_total", "", "Requests ended with outcome_unknown after a crash."},
-    [TM_M_REQUESTS_RECOVERED] = {"tidemark_requests_recovered_total", "", "Requests re-run after a crash (atomic or idempotent tools)."},
-    [TM_M_COMMITS] = {"tidemark_commits_total", "", "Group commits."},
-    [TM_M_COMMIT_FAILURES] = {"tidemark_commit_failures_total", "", "Group commits that failed."},
-    [TM_M_HTTP_REQUESTS] = {"tidemark_http_requests_total", "", "HTTP requests handled."},
-    [TM_M_CONN_REFUSED_TOTAL] = {"tidemark_connections_refused_total", "limit=\"total\"", "Connections answered 503 and closed at a limit."},
-    [TM_M_CONN_REFUSED_ADDRESS] = {"tidemark_connections_refused_total", "limit=\"address\"", NULL},
-    [TM_M_CONN_DEADLINE] = {"tidemark_connections_dropped_total", "reason=\"request_deadline\"", "Connections the server closed."},
-    [TM_M_CONN_IDLE] = {"tidemark_connections_dropped_total", "reason=\"idle\"", NULL},
-    [TM_M_HTTP_BAD_FRAMING] = {"tidemark_http_bad_framing_total", "", "Requests refused for ambiguous framing (a folded or malformed header field, a repeated Host, Content-Length or Transfer-Encoding, a Transfer-Encoding other than chunked, both)."},
-    [TM_M_CALLS_REFUSED] = {"tidemark_calls_refused_total", "", "Calls refused with 429: the session's queue of waiting calls was full."},
-    [TM_M_CHECKPOINT_STALLS] = {"tidemark_wal_checkpoint_stalls_total", "", "WAL checkpoints that could not complete for 5 s (counted every 10 s while it lasts)."},
-    [TM_M_STORE_LOSS] = {"tidemark_store_loss_detected_total", "", "Store opens that found fewer commits than the head file recorded."},
-    [TM_M_STORE_CORRUPT] = {"tidemark_store_corruption_total", "", "Damaged database files found, at open or at run time."},
-    [TM_M_STORE_RECOVERIES] = {"tidemark_store_write_recoveries_total", "", "Times a store accepted writes again after a failed write."},
-    [TM_M_OTEL_SPANS_EXPORTED] = {"tidemark_otel_spans_exported_total", "", "Trace spans the OTLP collector accepted."},
-    [TM_M_OTEL_SPANS_DROPPED] = {"tidemark_otel_spans_dropped_total", "", "Trace spans dropped: the export queue was full or an export failed."},
+typedef struct counts {
+    atomic_uint_fast64_t b[TM_HIST_BUCKETS + 1], sum, n;
+} counts;
+
+struct tm_counter {
+    atomic_uint_fast64_t v;
 };
-
-static const counter_def gauges[TM_G_GAUGE_COUNT] = {
-    [TM_G_SESSIONS_OPEN] = {"tidemark_sessions_open", "", "Sessions held in memory."},
-    [TM_G_STREAMS_OPEN] = {"tidemark_streams_open", "", "SSE connections attached to streams."},
-    [TM_G_CONNECTIONS_OPEN] = {"tidemark_connections_open", "", "Open HTTP connections."},
+struct tm_gauge {
+    atomic_int_fast64_t v;
 };
-
-#define NBUCKETS 16
-typedef struct hist_def {
-    const char *name, *help;
-    double scale; /* divide raw values (and bounds) by this on output */
-    uint64_t bounds[NBUCKETS];
-} hist_def;
-
-static const hist_def hists[TM_H_HISTOGRAM_COUNT] = {
-    [TM_H_COMMIT_BATCH] = {"tidemark_commit_batch_size", "Operations per group commit.", 1,
-                           {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}},
-    [TM_H_COMMIT_LATENCY_US] = {"tidemark_commit_latency_seconds", "Append queued to durable.", 1e6,
-                                {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
-                                 250000, 500000, 1000000, 2500000, 5000000}},
-    [TM_H_RESUME_LATENCY_US] = {"tidemark_resume_latency_seconds", "Resume request to replay queued.", 1e6,
-                                {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
-                                 250000, 500000, 1000000, 2500000, 5000000}},
-    [TM_H_COMMIT_TO_EMIT_US] = {"tidemark_commit_to_emit_seconds",
-                                "A live event's commit (the store's wake-up) to its SSE bytes framed.", 1e6,
-                                {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
-                                 250000, 500000, 1000000, 2500000, 5000000}},
-    [TM_H_RESUME_REPLAYED] = {"tidemark_resume_replayed_events", "Events a resume had to replay.", 1,
-                              {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144}},
+struct tm_hist {
+    uint64_t bounds[TM_HIST_BUCKETS]; /* written before the handle is returned */
+    counts c;
 };
-
-/* The MCP semantic conventions' durations (seconds on output), buckets as
- * they advise, below them 1 and 5 ms for calls that never leave memory. */
-#define OP_BOUNDS {1000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000, \
-                   5000000, 10000000, 30000000, 60000000, 120000000, 300000000}
-#define SESS_BOUNDS {100000, 1000000, 5000000, 10000000, 30000000, 60000000, 300000000, 600000000, \
-                     1800000000, 3600000000, 7200000000, 14400000000, 28800000000, 43200000000,    \
-                     86400000000, 172800000000}
-static const hist_def lhists[TM_LH_COUNT] = {
-    [TM_LH_SERVER_OPERATION] = {"mcp_server_operation_duration_seconds",
-                                "MCP request duration as observed on the receiver (mcp.server.operation.duration).",
-                                1e6, OP_BOUNDS},
-    [TM_LH_SERVER_SESSION] = {"mcp_server_session_duration_seconds",
-                              "MCP session duration as observed on the server (mcp.server.session.duration).",
-                              1e6, SESS_BOUNDS},
-    [TM_LH_CLIENT_OPERATION] = {"mcp_client_operation_duration_seconds",
-                                "MCP request duration as observed on the sender (mcp.client.operation.duration).",
-                                1e6, OP_BOUNDS},
-    [TM_LH_CLIENT_SESSION] = {"mcp_client_session_duration_seconds",
-                              "MCP session duration as observed on the client (mcp.client.session.duration).",
-                              1e6, SESS_BOUNDS},
-};
-
-static atomic_uint_fast64_t counter_v[TM_M_COUNTER_COUNT];
-static atomic_int_fast64_t gauge_v[TM_G_GAUGE_COUNT];
-static atomic_uint_fast64_t hist_b[TM_H_HISTOGRAM_COUNT][NBUCKETS + 1];
-static atomic_uint_fast64_t hist_sum[TM_H_HISTOGRAM_COUNT];
-static atomic_uint_fast64_t hist_n[TM_H_HISTOGRAM_COUNT];
-
-void tm_metric_inc(tm_counter c) { atomic_fetch_add(&counter_v[c], 1); }
-void tm_metric_add(tm_counter c, uint64_t n) { atomic_fetch_add(&counter_v[c], n); }
-uint64_t tm_metric_get(tm_counter c) { return atomic_load(&counter_v[c]); }
-void tm_gauge_add(tm_gauge g, int64_t d) { atomic_fetch_add(&gauge_v[g], d); }
-
-void tm_histogram_observe(tm_histogram h, uint64_t v)
-{
-    size_t i = 0;
-    while (i < NBUCKETS && v > hists[h].bounds[i])
-        i++;
-    atomic_fetch_add(&hist_b[h][i], 1);
-    atomic_fetch_add(&hist_sum[h], v);
-    atomic_fetch_add(&hist_n[h], 1);
-}
-
-
-/* ---- labelled histograms ------------------------------------------------ */
 
 /* A label set is found by the key of its values (each value, or \x1e
  * for none, ended by \x1f: no snprintf on the request path); its text,
  * escaped as the exposition format says, is made once, with the series. */
-#define LTEXT_MAX (2 * TM_LABELS_MAX + 128)
+#define LTEXT_MAX (2 * TM_LABELS_MAX + 256)
 typedef struct lseries {
-    char key[TM_LABELS_MAX];  /* written once before published */
+    char key[TM_LABELS_MAX]; /* written once before published */
     size_t keylen;
-    char labels[LTEXT_MAX];   /* k="v",...: written once before published */
-    atomic_uint_fast64_t b[NBUCKETS + 1], sum, n;
+    char labels[LTEXT_MAX]; /* k="v",...: written once before published */
+    counts c;
 } lseries;
 
-/* [TM_LHIST_SERIES] is the overflow series. Series [0, lcount) are
- * published (release store of lcount after key and labels are written). */
-static lseries lser[TM_LH_COUNT][TM_LHIST_SERIES + 1];
-static atomic_int lcount[TM_LH_COUNT];
-static pthread_mutex_t lmu = PTHREAD_MUTEX_INITIALIZER;
+/* s[TM_LHIST_SERIES] is the overflow series. Series [0, count) are
+ * published (release store of count after key and labels are written). */
+struct tm_lhist {
+    uint64_t bounds[TM_HIST_BUCKETS];
+    const char *names[TM_LHIST_LABELS];
+    size_t nnames;
+    atomic_int count;
+    pthread_mutex_t mu; /* makes series */
+    lseries s[TM_LHIST_SERIES + 1];
+};
+
+typedef enum kind { K_COUNTER, K_GAUGE, K_HIST, K_LHIST } kind;
+typedef struct entry {
+    kind k;
+    const char *name, *labels, *help;
+    double scale; /* K_HIST, K_LHIST */
+    void *obj;
+} entry;
+
+struct tm_metrics {
+    pthread_mutex_t mu; /* guards e[] and n; handles are updated without it */
+    size_t n;
+    entry e[METRICS_MAX];
+};
+
+static const char *const kind_name[] = {"counter", "gauge", "histogram", "histogram"};
+
+tm_metrics *tm_metrics_new(void)
+{
+    tm_metrics *m = calloc(1, sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void tm_metrics_free(tm_metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->e[i].k == K_LHIST)
+            pthread_mutex_destroy(&((tm_lhist *)m->e[i].obj)->mu);
+        free(m->e[i].obj);
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static void init_hist(void *obj, kind k, const tm_hist_def *d, const char *const *names, size_t n)
+{
+    if (k == K_HIST) {
+        memcpy(((tm_hist *)obj)->bounds, d->bounds, sizeof d->bounds);
+    } else if (k == K_LHIST) {
+        tm_lhist *h = obj;
+        memcpy(h->bounds, d->bounds, sizeof d->bounds);
+        memcpy(h->names, names, n * sizeof *names);
+        h->nnames = n;
+        pthread_mutex_init(&h->mu, NULL);
+    }
+}
+
+/* The object of (k, name, labels): found, or made with size bytes (a
+ * histogram's shape written before anyone else can see it). */
+static void *enter(tm_metrics *m, kind k, const char *name, const char *labels, const char *help,
+                   const tm_hist_def *d, const char *const *names, size_t nnames, size_t size)
+{
+    if (!m)
+        return NULL;
+    void *obj = NULL;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->n && !obj; i++)
+        if (m->e[i].k == k && strcmp(m->e[i].name, name) == 0 && strcmp(m->e[i].labels, labels) == 0)
+            obj = m->e[i].obj;
+    if (!obj && m->n < METRICS_MAX && (obj = calloc(1, size))) {
+        init_hist(obj, k, d, names, nnames);
+        m->e[m->n++] = (entry){.k = k, .name = name, .labels = labels, .help = help,
+                               .scale = d ? d->scale : 1, .obj = obj};
+    } else if (!obj) {
+        TM_ERROR("metrics: %s not registered (registry full or out of memory)", name);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return obj;
+}
+
+tm_counter *tm_metrics_counter(tm_metrics *m, const char *name, const char *labels, const char *help)
+{
+    return enter(m, K_COUNTER, name, labels ? labels : "", help, NULL, NULL, 0, sizeof(tm_counter));
+}
+
+tm_gauge *tm_metrics_gauge(tm_metrics *m, const char *name, const char *help)
+{
+    return enter(m, K_GAUGE, name, "", help, NULL, NULL, 0, sizeof(tm_gauge));
+}
+
+tm_hist *tm_metrics_hist(tm_metrics *m, const tm_hist_def *d)
+{
+    return enter(m, K_HIST, d->name, "", d->help, d, NULL, 0, sizeof(tm_hist));
+}
+
+tm_lhist *tm_metrics_lhist(tm_metrics *m, const tm_hist_def *d, const char *const *names, size_t n)
+{
+    if (n > TM_LHIST_LABELS)
+        return NULL;
+    return enter(m, K_LHIST, d->name, "", d->help, d, names, n, sizeof(tm_lhist));
+}
+
+void tm_counter_inc(tm_counter *c)
+{
+    if (c)
+        atomic_fetch_add_explicit(&c->v, 1, memory_order_relaxed);
+}
+
+void tm_counter_add(tm_counter *c, uint64_t n)
+{
+    if (c)
+        atomic_fetch_add_explicit(&c->v, n, memory_order_relaxed);
+}
+
+uint64_t tm_counter_get(const tm_counter *c)
+{
+    return c ? atomic_load((atomic_uint_fast64_t *)&c->v) : 0;
+}
+
+void tm_gauge_add(tm_gauge *g, int64_t d)
+{
+    if (g)
+        atomic_fetch_add_explicit(&g->v, d, memory_order_relaxed);
+}
+
+static void observe(counts *c, const uint64_t *bounds, uint64_t v)
+{
+    size_t i = 0;
+    while (i < TM_HIST_BUCKETS && v > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&c->b[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->sum, v, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->n, 1, memory_order_relaxed);
+}
+
+void tm_hist_observe(tm_hist *h, uint64_t v)
+{
+    if (h)
+        observe(&h->c, h->bounds, v);
+}
+
+/* ---- labelled histograms ------------------------------------------------ */
 
 /* Append name="value" (escaped as the text format says) to out[*n..max). */
 static int label(char *out, size_t *n, size_t max, const char *name, const char *v)
@@ -158,25 +204,22 @@ static int label(char *out, size_t *n, size_t max, const char *name, const char 
     return 0;
 }
 
-static int render_labels(const tm_mcp_labels *l, char out[LTEXT_MAX])
+static int render_labels(const tm_lhist *h, const char *const *v, char out[LTEXT_MAX])
 {
     size_t n = 0;
     out[0] = '\0';
-    return label(out, &n, LTEXT_MAX, "mcp_method_name", l->method) ||
-           label(out, &n, LTEXT_MAX, "gen_ai_tool_name", l->tool) ||
-           label(out, &n, LTEXT_MAX, "gen_ai_prompt_name", l->prompt) ||
-           label(out, &n, LTEXT_MAX, "error_type", l->error) ||
-           label(out, &n, LTEXT_MAX, "mcp_protocol_version", l->version) ||
-           label(out, &n, LTEXT_MAX, "network_transport", l->transport);
+    for (size_t i = 0; i < h->nnames; i++)
+        if (label(out, &n, LTEXT_MAX, h->names[i], v[i]))
+            return -1;
+    return 0;
 }
 
-/* The key of l's values; -1 when it does not fit or a value holds a
+/* The key of the values; -1 when it does not fit or a value holds a
  * separator (such a set goes to the overflow series). */
-static int values_key(const tm_mcp_labels *l, char out[TM_LABELS_MAX], size_t *len)
+static int values_key(const tm_lhist *h, const char *const *v, char out[TM_LABELS_MAX], size_t *len)
 {
-    const char *v[] = {l->method, l->tool, l->prompt, l->error, l->version, l->transport};
     size_t n = 0;
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    for (size_t i = 0; i < h->nnames; i++) {
         size_t k = v[i] ? strlen(v[i]) : 0;
         if (n + k + 2 >= TM_LABELS_MAX || (v[i] && (memchr(v[i], 0x1e, k) || memchr(v[i], 0x1f, k))))
             return -1;
@@ -191,122 +234,114 @@ static int values_key(const tm_mcp_labels *l, char out[TM_LABELS_MAX], size_t *l
     return 0;
 }
 
-static int series_find(tm_lhist h, const char *key, size_t len, int from, int to)
+static int series_find(const tm_lhist *h, const char *key, size_t len, int from, int to)
 {
     for (int i = from; i < to; i++)
-        if (lser[h][i].keylen == len && memcmp(lser[h][i].key, key, len) == 0)
+        if (h->s[i].keylen == len && memcmp(h->s[i].key, key, len) == 0)
             return i;
     return -1;
 }
 
-/* The series of a key: found without a lock, else made under lmu. */
-static lseries *series_of(tm_lhist h, const tm_mcp_labels *l, const char *key, size_t len)
+/* The series of a key: found without a lock, else made under h->mu. */
+static lseries *series_of(tm_lhist *h, const char *const *v, const char *key, size_t len)
 {
-    int n = atomic_load_explicit(&lcount[h], memory_order_acquire);
+    int n = atomic_load_explicit(&h->count, memory_order_acquire);
     int i = series_find(h, key, len, 0, n);
     if (i >= 0)
-        return &lser[h][i];
-    pthread_mutex_lock(&lmu);
-    int m = atomic_load_explicit(&lcount[h], memory_order_relaxed);
+        return &h->s[i];
+    pthread_mutex_lock(&h->mu);
+    int m = atomic_load_explicit(&h->count, memory_order_relaxed);
     i = series_find(h, key, len, n, m);
-    if (i < 0 && m < TM_LHIST_SERIES && render_labels(l, lser[h][m].labels) == 0) {
+    if (i < 0 && m < TM_LHIST_SERIES && render_labels(h, v, h->s[m].labels) == 0) {
         i = m;
-        memcpy(lser[h][i].key, key, len);
-        lser[h][i].keylen = len;
-        atomic_store_explicit(&lcount[h], m + 1, memory_order_release);
+        memcpy(h->s[i].key, key, len);
+        h->s[i].keylen = len;
+        atomic_store_explicit(&h->count, m + 1, memory_order_release);
     }
-    pthread_mutex_unlock(&lmu);
-    return &lser[h][i < 0 ? TM_LHIST_SERIES : i];
+    pthread_mutex_unlock(&h->mu);
+    return &h->s[i < 0 ? TM_LHIST_SERIES : i];
 }
 
-static void observe_into(const hist_def *d, atomic_uint_fast64_t *b, atomic_uint_fast64_t *sum,
-                         atomic_uint_fast64_t *n, uint64_t v)
+void tm_lhist_observe(tm_lhist *h, const char *const *values, uint64_t v)
 {
-    size_t i = 0;
-    while (i < NBUCKETS && v > d->bounds[i])
-        i++;
-    atomic_fetch_add(&b[i], 1);
-    atomic_fetch_add(sum, v);
-    atomic_fetch_add(n, 1);
-}
-
-void tm_lhist_observe(tm_lhist h, const tm_mcp_labels *l, uint64_t v)
-{
+    if (!h)
+        return;
     char key[TM_LABELS_MAX];
     size_t len;
-    lseries *s = values_key(l, key, &len) ? &lser[h][TM_LHIST_SERIES] : series_of(h, l, key, len);
-    observe_into(&lhists[h], s->b, &s->sum, &s->n, v);
+    lseries *s = values_key(h, values, key, &len) ? &h->s[TM_LHIST_SERIES]
+                                                   : series_of(h, values, key, len);
+    observe(&s->c, h->bounds, v);
 }
 
-/* One series: name_bucket{labels,le=...}, _sum, _count. */
-static int render_series(tm_buf *out, const hist_def *d, const char *labels,
-                         atomic_uint_fast64_t *b, atomic_uint_fast64_t *sum, atomic_uint_fast64_t *n)
+/* ---- rendering ---------------------------------------------------------- */
+
+/* One histogram series: name_bucket{labels,le=...}, _sum, _count. */
+static int render_counts(tm_buf *out, const entry *e, const uint64_t *bounds, const char *labels,
+                         counts *c)
 {
     const char *sep = labels[0] ? "," : "";
     uint64_t cum = 0;
     int rc = 0;
-    for (int i = 0; i < NBUCKETS && !rc; i++) {
-        cum += atomic_load(&b[i]);
-        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", d->name, labels, sep,
-                           (double)d->bounds[i] / d->scale, (unsigned long long)cum);
+    for (int i = 0; i < TM_HIST_BUCKETS && !rc; i++) {
+        cum += atomic_load(&c->b[i]);
+        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", e->name, labels, sep,
+                           (double)bounds[i] / e->scale, (unsigned long long)cum);
     }
-    cum += atomic_load(&b[NBUCKETS]);
+    cum += atomic_load(&c->b[TM_HIST_BUCKETS]);
+    const char *o = labels[0] ? "{" : "", *x = labels[0] ? "}" : "";
     if (!rc)
-        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n%s_sum{%s} %g\n%s_count{%s} %llu\n",
-                           d->name, labels, sep, (unsigned long long)cum, d->name, labels,
-                           (double)atomic_load(sum) / d->scale, d->name, labels,
-                           (unsigned long long)atomic_load(n));
+        rc = tm_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n%s_sum%s%s%s %g\n%s_count%s%s%s %llu\n",
+                           e->name, labels, sep, (unsigned long long)cum, e->name, o, labels, x,
+                           (double)atomic_load(&c->sum) / e->scale, e->name, o, labels, x,
+                           (unsigned long long)atomic_load(&c->n));
     return rc;
 }
 
-static int render_lhists(tm_buf *out)
+static int render_entry(tm_buf *out, const entry *e)
 {
-    int rc = 0;
-    for (int h = 0; h < TM_LH_COUNT && !rc; h++) {
-        const hist_def *d = &lhists[h];
-        rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", d->name, d->help, d->name);
-        int n = atomic_load_explicit(&lcount[h], memory_order_acquire);
+    const char *o = e->labels[0] ? "{" : "", *x = e->labels[0] ? "}" : "";
+    switch (e->k) {
+    case K_COUNTER:
+        return tm_buf_printf(out, "%s%s%s%s %llu\n", e->name, o, e->labels, x,
+                             (unsigned long long)atomic_load(&((tm_counter *)e->obj)->v));
+    case K_GAUGE:
+        return tm_buf_printf(out, "%s%s%s%s %lld\n", e->name, o, e->labels, x,
+                             (long long)atomic_load(&((tm_gauge *)e->obj)->v));
+    case K_HIST:
+        return render_counts(out, e, ((tm_hist *)e->obj)->bounds, "", &((tm_hist *)e->obj)->c);
+    case K_LHIST: {
+        tm_lhist *h = e->obj;
+        int rc = 0, n = atomic_load_explicit(&h->count, memory_order_acquire);
         for (int i = 0; i < n && !rc; i++)
-            rc = render_series(out, d, lser[h][i].labels, lser[h][i].b, &lser[h][i].sum, &lser[h][i].n);
-        lseries *o = &lser[h][TM_LHIST_SERIES];
-        if (!rc && atomic_load(&o->n))
-            rc = render_series(out, d, "overflow=\"true\"", o->b, &o->sum, &o->n);
+            rc = render_counts(out, e, h->bounds, h->s[i].labels, &h->s[i].c);
+        if (!rc && atomic_load(&h->s[TM_LHIST_SERIES].c.n))
+            rc = render_counts(out, e, h->bounds, "overflow=\"true\"", &h->s[TM_LHIST_SERIES].c);
+        return rc;
     }
-    return rc;
+    }
+    return 0;
 }
 
-int tm_metrics_render(tm_buf *out)
+int tm_metrics_render(tm_metrics *m, tm_buf *out)
 {
+    if (!m)
+        return 0;
+    pthread_mutex_lock(&m->mu);
+    size_t n = m->n;
+    pthread_mutex_unlock(&m->mu); /* entries below n never change */
     int rc = 0;
-    for (int i = 0; i < TM_M_COUNTER_COUNT && !rc; i++) {
-        const counter_def *d = &counters[i];
-        if (d->help && (rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", d->name,
-                                           d->help, d->name)))
-            break;
-        rc = d->labels[0]
-                 ? tm_buf_printf(out, "%s{%s} %llu\n", d->name, d->labels,
-                                 (unsigned long long)atomic_load(&counter_v[i]))
-                 : tm_buf_printf(out, "%s %llu\n", d->name, (unsigned long long)atomic_load(&counter_v[i]));
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t first = 0;
+        while (strcmp(m->e[first].name, m->e[i].name) != 0)
+            first++;
+        if (first < i)
+            continue; /* printed with the first series of its name */
+        const entry *e = &m->e[i];
+        rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", e->name, e->help ? e->help : "",
+                           e->name, kind_name[e->k]);
+        for (size_t j = i; j < n && !rc; j++)
+            if (strcmp(m->e[j].name, e->name) == 0)
+                rc = render_entry(out, &m->e[j]);
     }
-    for (int i = 0; i < TM_G_GAUGE_COUNT && !rc; i++)
-        rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", gauges[i].name,
-                           gauges[i].help, gauges[i].name, gauges[i].name,
-                           (long long)atomic_load(&gauge_v[i]));
-    for (int h = 0; h < TM_H_HISTOGRAM_COUNT && !rc; h++) {
-        const hist_def *d = &hists[h];
-        rc = tm_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", d->name, d->help, d->name);
-        uint64_t cum = 0;
-        for (int b = 0; b < NBUCKETS && !rc; b++) {
-            cum += atomic_load(&hist_b[h][b]);
-            rc = tm_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", d->name, (double)d->bounds[b] / d->scale,
-                               (unsigned long long)cum);
-        }
-        cum += atomic_load(&hist_b[h][NBUCKETS]);
-        if (!rc)
-            rc = tm_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %g\n%s_count %llu\n", d->name,
-                               (unsigned long long)cum, d->name,
-                               (double)atomic_load(&hist_sum[h]) / d->scale, d->name,
-                               (unsigned long long)atomic_load(&hist_n[h]));
-    }
-    return rc ? rc : render_lhists(out);
+    return rc;
 }

@@ -155,7 +155,7 @@ int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
         return rc;
     }
     config_settle(&c->cfg);
-    c->otel = tm_otel_from_env(c->name); /* the object's own tracer, from OTEL_* */
+    c->otel = tm_otel_from_env(c->name, NULL); /* its own tracer; counts once tm_client_count_on */
     *out = c;
     return 0;
 }

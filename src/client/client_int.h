@@ -47,6 +47,7 @@
 #include "../base/map.h"
 #include "../base/pool.h"
 #include "../log/event_id.h"
+#include "../mcp/mcp_metrics.h"
 #include "../otel/otel.h"
 #include "../transport/http_client.h"
 #include "../transport/sse_parser.h"
@@ -197,6 +198,7 @@ struct tidemark_client {
     char *auth_token;        /* the bearer token sent (c->mu); never logged */
     struct tm_oauth *oauth;  /* authorization (oauth.c) */
     tm_otel *otel;           /* traces (NULL: off), from the environment at new */
+    tm_mcp_durations m;      /* NULL handles unless tm_client_count_on gave a registry */
     int64_t session_us;      /* c->mu: when the session of c->session was made (monotonic) */
 };
 

@@ -5,6 +5,7 @@
  */
 #include "client_int.h"
 #include "../base/clock.h"
+#include "client_metrics.h"
 #include "../base/metrics.h"
 #include "../base/log.h"
 #include "../mcp/jsonrpc.h"
@@ -299,12 +300,24 @@ tm_span *tm_client_span(tidemark_client_t *c, tm_span_kind kind, const char *met
     return sp;
 }
 
+void tm_client_count_on(tidemark_client_t *c, tm_metrics *m)
+{
+    if (!m)
+        return;
+    tm_mcp_durations d;
+    tm_mcp_durations_client(m, &d);
+    pthread_mutex_lock(&c->mu);
+    c->m = d;
+    pthread_mutex_unlock(&c->mu);
+    tm_otel_count_on(c->otel, m);
+}
+
 void tm_client_session_ended_locked(tidemark_client_t *c)
 {
     if (!c->session || !c->session_us)
         return;
     tm_mcp_labels l = {.version = c->proto, .transport = "tcp"};
-    tm_lhist_observe(TM_LH_CLIENT_SESSION, &l, (uint64_t)(tm_now_us() - c->session_us));
+    tm_mcp_observe(c->m.session, &l, (uint64_t)(tm_now_us() - c->session_us));
     c->session_us = 0;
 }
 
@@ -325,7 +338,7 @@ static void observe_request(tidemark_client_t *c, const char *method, json_t *pa
     tm_mcp_labels l = {.method = method, .tool = strcmp(method, "tools/call") ? NULL : name,
                        .prompt = strcmp(method, "prompts/get") ? NULL : name, .error = err,
                        .version = c->proto, .transport = "tcp"};
-    tm_lhist_observe(TM_LH_CLIENT_OPERATION, &l, (uint64_t)(tm_now_us() - t0));
+    tm_mcp_observe(c->m.operation, &l, (uint64_t)(tm_now_us() - t0));
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -18,6 +18,8 @@
 #include "gateway/gateway_int.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "client/client_metrics.h"
+#include "server/server_metrics.h"
 #include "tidemark/tidemark.h"
 
 #include <errno.h>
@@ -121,6 +123,8 @@ int tm_gw_remote_start(child *ch, const char *url, json_t *params, int timeout_m
     cfg.on_notification = on_notification;
     cfg.ud = ch;
     int rc = tidemark_client_new(&cfg, &ch->hc);
+    if (!rc) /* its durations and spans on the gateway's /metrics */
+        tm_client_count_on(ch->hc, tm_server_registry(ch->g->srv));
     json_t *err = NULL;
     if (!rc && (rc = tidemark_client_connect(ch->hc, &err)) != 0) {
         const char *why = json_string_value(json_object_get(err, "message"));

@@ -7,9 +7,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const tm_hist_def batch_def = {
+    "tidemark_commit_batch_size", "Operations per group commit.", 1,
+    {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}};
+static const tm_hist_def latency_def = {
+    "tidemark_commit_latency_seconds", "Append queued to durable.", 1e6,
+    {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+     2500000, 5000000}};
+
+static void register_metrics(tm_store_metrics *m, tm_metrics *r)
+{
+    m->appended = tm_metrics_counter(r, "tidemark_events_appended_total", "", "Events appended to the log.");
+    m->commits = tm_metrics_counter(r, "tidemark_commits_total", "", "Group commits.");
+    m->commit_failures = tm_metrics_counter(r, "tidemark_commit_failures_total", "",
+                                            "Group commits that failed.");
+    m->recoveries = tm_metrics_counter(r, "tidemark_store_write_recoveries_total", "",
+                                       "Times a store accepted writes again after a failed write.");
+    m->corrupt = tm_metrics_counter(r, "tidemark_store_corruption_total", "",
+                                    "Damaged database files found, at open or at run time.");
+    m->checkpoint_stalls = tm_metrics_counter(
+        r, "tidemark_wal_checkpoint_stalls_total", "",
+        "WAL checkpoints that could not complete for 5 s (counted every 10 s while it lasts).");
+    m->loss = tm_metrics_counter(r, "tidemark_store_loss_detected_total", "",
+                                 "Store opens that found fewer commits than the head file recorded.");
+    m->commit_batch = tm_metrics_hist(r, &batch_def);
+    m->commit_latency_us = tm_metrics_hist(r, &latency_def);
+}
+
 int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops, const tm_store_options *opt)
 {
     st->ops = ops;
+    register_metrics(&st->m, opt ? opt->metrics : NULL);
     st->listener = opt ? opt->listener : NULL;
     st->listener_ud = opt ? opt->listener_ud : NULL;
     st->bus = opt ? opt->bus : NULL;
@@ -173,7 +201,7 @@ int tm_store_append_ex(tm_store *st, const tm_append_req *req)
 {
     int rc = st->ops->append_ex(st, req);
     if (rc == 0)
-        tm_metric_inc(TM_M_EVENTS_APPENDED);
+        tm_counter_inc(st->m.appended);
     return rc;
 }
 

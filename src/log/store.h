@@ -14,6 +14,7 @@
  */
 #ifndef TM_STORE_H
 #define TM_STORE_H
+#include "../base/metrics.h"
 #include "event_id.h"
 #include <jansson.h>
 #include <stddef.h>
@@ -84,6 +85,8 @@ typedef struct tm_store_options {
                                  (and its standby), then fails as not acknowledged (0 = 5000) */
     int64_t ready_wait_ms;    /* Redis: how long to wait for a server that is still
                                  loading its dataset, at open and on reconnect (0 = 60000) */
+    tm_metrics *metrics;      /* the store registers its metrics here (NULL: none);
+                                 it must outlive the store */
     /* Told of durable events and bus messages from the moment the store's
      * threads run (set here, they are never read before they are written;
      * tm_store_set_listener after open is for single-threaded tests). */
@@ -198,8 +201,17 @@ struct tm_store_ops {
 };
 
 /* Common header of every backend object. */
+/* The store's metrics (tidemark_events_appended_total, commits, damage
+ * found, ...), registered by tm_store_init_base on the options' registry. */
+typedef struct tm_store_metrics {
+    tm_counter *appended, *commits, *commit_failures, *recoveries, *corrupt, *checkpoint_stalls,
+        *loss;
+    tm_hist *commit_batch, *commit_latency_us;
+} tm_store_metrics;
+
 struct tm_store {
     const struct tm_store_ops *ops;
+    tm_store_metrics m;
     char epoch[TM_EPOCH_LEN + 1];
     tm_commit_listener listener;
     void *listener_ud;

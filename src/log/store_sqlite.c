@@ -294,7 +294,7 @@ static int note_rc(sqstore *q, int rc)
         TM_ERROR("sqlite: database %s is damaged (%s): the store refuses every further write; "
                  "stop the server and restore the database from a backup",
                  q->path, sqlite3_errstr(rc));
-        tm_metric_inc(TM_M_STORE_CORRUPT);
+        tm_counter_inc(q->base.m.corrupt);
     }
     return tm_sqlite_err(rc);
 }
@@ -2343,7 +2343,7 @@ static int ckpt_tick(sqstore *q, sqlite3 *db, ckpt_state *k)
         k->stalled_since = now;
     if (now - k->stalled_since >= CKPT_STALL_MS && now - k->reported_ms >= 2 * CKPT_STALL_MS) {
         k->reported_ms = now;
-        tm_metric_inc(TM_M_CHECKPOINT_STALLS);
+        tm_counter_inc(q->base.m.checkpoint_stalls);
         TM_WARN("sqlite: WAL checkpoint of %s incomplete for %lld ms (%s; %d of %d frames; WAL %lld "
                 "bytes): a reader holds an old snapshot, or the disk fails", q->path,
                 (long long)(now - k->stalled_since), sqlite3_errstr(rc), done, log, wal);
@@ -2747,7 +2747,7 @@ static int check_head(sqstore *q, int existed, const tm_head_rec *h)
     }
     if (q->commits >= h->commits)
         return 0;
-    tm_metric_inc(TM_M_STORE_LOSS);
+    tm_counter_inc(q->base.m.loss);
     TM_ERROR("sqlite: database %s holds %llu commits, but %s.head recorded %llu as durable "
              "(epoch %s): acknowledged writes are missing (a damaged WAL, or an older copy put "
              "back)%s", q->path, (unsigned long long)q->commits, q->path, h->commits, h->epoch,

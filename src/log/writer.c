@@ -195,7 +195,14 @@ static void settle_barrier(tm_writer *w, tm_wop *b, int rc)
     }
 }
 
-static void tell_callbacks(tm_wop *ops, size_t n)
+/* The store's metrics (none for a writer without a store). */
+static const tm_store_metrics *metrics_of(const tm_writer *w)
+{
+    static const tm_store_metrics none;
+    return w->cfg.store ? &w->cfg.store->m : &none;
+}
+
+static void tell_callbacks(const tm_writer *w, tm_wop *ops, size_t n)
 {
     int64_t now_us = tm_now_us();
     tm_store_callback_batch_set(n);
@@ -204,7 +211,7 @@ static void tell_callbacks(tm_wop *ops, size_t n)
             continue;
         int st = o->q.status;
         if (st == 0)
-            tm_histogram_observe(TM_H_COMMIT_LATENCY_US, (uint64_t)(now_us - o->enq_us));
+            tm_hist_observe(metrics_of(w)->commit_latency_us, (uint64_t)(now_us - o->enq_us));
         if (o->cb)
             o->cb(o->cb_ud, st, st ? 0 : o->seq);
     }
@@ -237,9 +244,9 @@ static void finish(tm_writer *w, tm_wop *ops, tm_wop *barriers, size_t n, int rc
         size_t nops = 0;
         for (tm_wop *o = ops; o; o = (tm_wop *)o->q.next)
             nops++;
-        tell_callbacks(ops, nops);
-        tm_metric_inc(failed ? TM_M_COMMIT_FAILURES : TM_M_COMMITS);
-        tm_histogram_observe(TM_H_COMMIT_BATCH, n);
+        tell_callbacks(w, ops, nops);
+        tm_counter_inc(failed ? metrics_of(w)->commit_failures : metrics_of(w)->commits);
+        tm_hist_observe(metrics_of(w)->commit_batch, n);
         notify_wakes(w);
         if (w->hooks.after)
             w->hooks.after(w->cfg.be, ops);
@@ -346,7 +353,7 @@ static void probe_writes(tm_writer *w)
     }
     w->hooks.refuse(w->cfg.be, 0);
     atomic_store(&w->refusing, 0);
-    tm_metric_inc(TM_M_STORE_RECOVERIES);
+    tm_counter_inc(metrics_of(w)->recoveries);
     TM_WARN("%s: writes succeed again after %lld ms: the store accepts writes", w->name,
             (long long)(tm_now_ms() - w->failed_since_ms));
 }

@@ -185,7 +185,7 @@ static int post(CURL *h, const tm_otel *o, const void *body, size_t len)
 static void drop_all(tm_otel *o, tm_span *batch, int n)
 {
     atomic_fetch_add(&o->dropped, (uint64_t)n);
-    tm_metric_add(TM_M_OTEL_SPANS_DROPPED, (uint64_t)n);
+    tm_counter_add(atomic_load(&o->m_dropped), (uint64_t)n);
     while (batch) {
         tm_span *next = batch->next;
         tm_span_free(batch);
@@ -209,7 +209,7 @@ static int export_batch(tm_otel *o, CURL *h, tm_span *batch, int n)
         drop_all(o, batch, n);
         return 0;
     }
-    tm_metric_add(TM_M_OTEL_SPANS_EXPORTED, (uint64_t)n);
+    tm_counter_add(atomic_load(&o->m_exported), (uint64_t)n);
     while (batch) {
         tm_span *next = batch->next;
         tm_span_free(batch);

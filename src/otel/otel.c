@@ -9,8 +9,30 @@
 #include <string.h>
 #include <time.h>
 
-tm_otel *tm_otel_from_env(const char *service)
+static tm_counter *exported_on(tm_metrics *m)
 {
+    return tm_metrics_counter(m, "tidemark_otel_spans_exported_total", "",
+                              "Trace spans the OTLP collector accepted.");
+}
+
+static tm_counter *dropped_on(tm_metrics *m)
+{
+    return tm_metrics_counter(m, "tidemark_otel_spans_dropped_total", "",
+                              "Trace spans dropped: the export queue was full or an export failed.");
+}
+
+void tm_otel_count_on(tm_otel *o, tm_metrics *m)
+{
+    if (!o || !m)
+        return;
+    atomic_store(&o->m_exported, exported_on(m));
+    atomic_store(&o->m_dropped, dropped_on(m));
+}
+
+tm_otel *tm_otel_from_env(const char *service, tm_metrics *metrics)
+{
+    exported_on(metrics); /* the families are there (at 0) with tracing off too */
+    dropped_on(metrics);
     tm_otel_cfg cfg;
     int on = 0;
     if (tm_otel_cfg_read(&cfg, service, &on) != 0 || !on)
@@ -22,6 +44,7 @@ tm_otel *tm_otel_from_env(const char *service)
         return NULL;
     }
     o->cfg = cfg;
+    tm_otel_count_on(o, metrics);
     curl_global_init(CURL_GLOBAL_DEFAULT); /* before the thread: counted, undone in free */
     if (tm_cond_init_monotonic(&o->cv) != 0 ||
         pthread_create(&o->thread, NULL, tm_otel_exporter_main, o) != 0) {
@@ -197,7 +220,7 @@ void tm_span_end(tm_span *s)
     pthread_mutex_unlock(&o->mu);
     if (!room) {
         atomic_fetch_add(&o->dropped, 1);
-        tm_metric_inc(TM_M_OTEL_SPANS_DROPPED);
+        tm_counter_inc(atomic_load(&o->m_dropped));
         tm_span_free(s);
     }
 }

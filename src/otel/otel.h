@@ -19,6 +19,7 @@
  */
 #ifndef TM_OTEL_H
 #define TM_OTEL_H
+#include "../base/metrics.h"
 #include "trace.h"
 #include <jansson.h>
 #include <stdint.h>
@@ -34,8 +35,14 @@ typedef enum tm_span_kind {
 
 /* A tracer from the environment, or NULL (off). service is the
  * service.name used when neither OTEL_SERVICE_NAME nor
- * OTEL_RESOURCE_ATTRIBUTES names one. Starts the exporter thread. */
-tm_otel *tm_otel_from_env(const char *service);
+ * OTEL_RESOURCE_ATTRIBUTES names one. Spans exported and dropped are
+ * counted on metrics (NULL: not counted; it must outlive the tracer),
+ * where the two counters are registered even when tracing is off.
+ * Starts the exporter thread. */
+tm_otel *tm_otel_from_env(const char *service, tm_metrics *metrics);
+/* Count spans exported and dropped on m from now on (a registry that
+ * outlives o; NULL: no change). */
+void tm_otel_count_on(tm_otel *o, tm_metrics *m);
 /* Export what is queued (bounded by the export timeout), stop the thread. */
 void tm_otel_free(tm_otel *o);
 /* Spans dropped at a full queue or a failed export. */

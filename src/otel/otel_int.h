@@ -62,6 +62,8 @@ struct tm_otel {
     int stopping;           /* mu */
     pthread_t thread;
     atomic_uint_fast64_t dropped;
+    /* on the owner's registry (NULL: not counted); set at most before spans */
+    _Atomic(tm_counter *) m_exported, m_dropped;
 };
 
 /* config.c: the environment read once; 0 and *on = 0 when tracing is off. */

@@ -79,7 +79,7 @@ json_t *tm_dispatch_initialize(tidemark_server_t *srv, const tm_msg *m, const ch
     pthread_mutex_lock(&srv->mu);
     rc = tm_map_put(srv->sessions, s->id, tm_sess_ref(s));
     if (rc == 0)
-        tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
+        tm_gauge_add(srv->m.sessions_open, 1);
     pthread_mutex_unlock(&srv->mu);
     if (rc) {
         tm_sess_unref(s);

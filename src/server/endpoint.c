@@ -269,11 +269,11 @@ static void delete_cont(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx,
     if (!sess)
         return;
     tm_sess_close(sess);
-    tm_sess_observe_end(sess);
+    tm_sess_observe_end(srv, sess);
     pthread_mutex_lock(&srv->mu);
     if (tm_map_get(srv->sessions, sess->id) == sess) {
         tm_map_del(srv->sessions, sess->id);
-        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+        tm_gauge_add(srv->m.sessions_open, -1);
         tm_sess_unref(sess);
     }
     pthread_mutex_unlock(&srv->mu);

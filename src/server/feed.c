@@ -104,9 +104,9 @@ static int frame_event(void *ud, const tm_event *ev)
     if (tm_sse_frame(f->out, NULL, id, ev->data, ev->len) != 0)
         return 1;
     f->delivered = ev->seq;
-    tm_metric_inc(ev->seq <= f->replay_until ? TM_M_EVENTS_REPLAYED : TM_M_EVENTS_EMITTED);
+    tm_counter_inc(ev->seq <= f->replay_until ? f->srv->m.replayed : f->srv->m.emitted);
     if (ev->seq > f->replay_until && f->woken_us) { /* commit -> emit */
-        tm_histogram_observe(TM_H_COMMIT_TO_EMIT_US, (uint64_t)(tm_now_us() - f->woken_us));
+        tm_hist_observe(f->srv->m.commit_to_emit_us, (uint64_t)(tm_now_us() - f->woken_us));
         f->woken_us = 0;
     }
     return 0;

@@ -22,14 +22,14 @@
 
 static void count_outcome(tidemark_server_t *srv, const tm_resume_decision *d)
 {
-    static const tm_counter by_outcome[] = {
-        [TM_RESUME_OK] = TM_M_RESUME_OK, [TM_RESUME_MALFORMED] = TM_M_RESUME_MALFORMED,
-        [TM_RESUME_UNKNOWN_STREAM] = TM_M_RESUME_UNKNOWN_STREAM, [TM_RESUME_AHEAD] = TM_M_RESUME_AHEAD,
-        [TM_RESUME_GAP] = TM_M_RESUME_GAP, [TM_RESUME_EPOCH] = TM_M_RESUME_EPOCH};
+    static const int by_outcome[] = {
+        [TM_RESUME_OK] = TM_RESUMED_OK, [TM_RESUME_MALFORMED] = TM_RESUMED_MALFORMED,
+        [TM_RESUME_UNKNOWN_STREAM] = TM_RESUMED_UNKNOWN_STREAM, [TM_RESUME_AHEAD] = TM_RESUMED_AHEAD,
+        [TM_RESUME_GAP] = TM_RESUMED_GAP, [TM_RESUME_EPOCH] = TM_RESUMED_EPOCH};
     /* Resumes that go ahead are counted once attached (a 409 is no resume). */
     if (d->outcome != TM_RESUME_OK &&
         !(d->outcome == TM_RESUME_GAP && srv->cfg.on_gap == TIDEMARK_ON_GAP_EVENT))
-        tm_metric_inc(by_outcome[d->outcome]);
+        tm_counter_inc(srv->m.resumes[by_outcome[d->outcome]]);
 }
 
 static int id_verify(void *ud, const char *session, const tm_event_id *id)
@@ -174,17 +174,17 @@ static void get_cont(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, vo
         tm_req_add_header(r, "Mcp-Session-Id", sess->id);
         int rc = tm_feed_attach(srv, r, &o);
         if (rc == TIDEMARK_EBUSY) {
-            tm_metric_inc(TM_M_RESUME_CONFLICT);
+            tm_counter_inc(srv->m.resumes[TM_RESUMED_CONFLICT]);
             tm_reply_error(r, 409, TM_RPC_INVALID_REQUEST, "stream_attached",
                            "Conflict: the stream is already attached to a live connection", NULL);
         } else if (rc) {
             tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", tidemark_strerror(rc),
                            NULL);
         } else if (cursor) {
-            tm_metric_inc(d.outcome == TM_RESUME_GAP ? TM_M_RESUME_GAP : TM_M_RESUME_OK);
-            tm_histogram_observe(TM_H_RESUME_REPLAYED, d.head > d.after_seq ? d.head - d.after_seq : 0);
+            tm_counter_inc(srv->m.resumes[d.outcome == TM_RESUME_GAP ? TM_RESUMED_GAP : TM_RESUMED_OK]);
+            tm_hist_observe(srv->m.resume_replayed, d.head > d.after_seq ? d.head - d.after_seq : 0);
             tm_resume_trace(srv, r, sess->id, &d, t0);
-            tm_histogram_observe(TM_H_RESUME_LATENCY_US, (uint64_t)(tm_now_us() - t0));
+            tm_hist_observe(srv->m.resume_latency_us, (uint64_t)(tm_now_us() - t0));
         } else if (tm_sess_set_attr(srv, sess, "get", "true") == 0 && /* notifications may go to "g" */
                    strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0) {
             /* priming: without it the client just has no cursor yet */

@@ -129,7 +129,7 @@ static void metrics(tidemark_server_t *srv, tm_http_req *r)
 {
     tm_buf b;
     tm_buf_init(&b, 1u << 20);
-    tm_metrics_render(&b);
+    tm_metrics_render(srv->metrics, &b);
     auth_metrics(srv, &b);
     store_metrics(srv, &b);
     tm_http_reply(r, 200, "text/plain; version=0.0.4", b.data, b.len);
@@ -340,7 +340,7 @@ static void on_http(void *ud, tm_http_req *r)
     tidemark_server_t *srv = ud;
     const char *method = tm_http_req_method(r);
     const char *path = tm_http_req_path(r);
-    tm_metric_inc(TM_M_HTTP_REQUESTS);
+    tm_counter_inc(srv->m.http_requests);
     const char *framing = tm_http_req_framing_error(r);
     if (framing)
         return http_error(r, 400, TM_RPC_INVALID_REQUEST, framing,
@@ -414,7 +414,8 @@ static int http_open(tidemark_server_t *srv, tm_http **h)
         error_body(TM_RPC_INVALID_REQUEST,
                    "Bad Request: a chunk size no body can have (request smuggling)",
                    "invalid_chunk_size", NULL);
-    tm_http_config hc = {.host = srv->host, .port = srv->cfg.port, .max_body = srv->cfg.max_body,
+    tm_http_config hc = {.metrics = srv->metrics, .host = srv->host, .port = srv->cfg.port,
+                         .max_body = srv->cfg.max_body,
                          .io_threads = srv->cfg.io_threads, .keepalive_ms = srv->cfg.keepalive_ms,
                          .max_connections = srv->cfg.max_connections,
                          .max_per_address = srv->cfg.max_connections_per_address,

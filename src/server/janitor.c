@@ -23,11 +23,11 @@ static void expired(void *ud, const char *id)
     pthread_mutex_lock(&srv->mu);
     tm_sess *s = tm_map_del(srv->sessions, id);
     if (s)
-        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+        tm_gauge_add(srv->m.sessions_open, -1);
     pthread_mutex_unlock(&srv->mu);
     if (s) {
         tm_sess_close(s);
-        tm_sess_observe_end(s);
+        tm_sess_observe_end(srv, s);
         tm_sess_unref(s);
     }
     tm_feed_end_session(srv, id);

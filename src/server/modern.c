@@ -400,7 +400,7 @@ static void hold(tidemark_server_t *srv, tm_sess *s)
     pthread_mutex_lock(&srv->mu);
     if (!tm_map_get(srv->sessions, s->id)) {
         if (tm_map_put(srv->sessions, s->id, tm_sess_ref(s)) == 0)
-            tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
+            tm_gauge_add(srv->m.sessions_open, 1);
         else
             tm_sess_unref(s);
     }
@@ -413,7 +413,7 @@ static void release(tidemark_server_t *srv, tm_sess *s)
     pthread_mutex_lock(&srv->mu);
     if (tm_map_get(srv->sessions, s->id) == s) {
         held = tm_map_del(srv->sessions, s->id);
-        tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+        tm_gauge_add(srv->m.sessions_open, -1);
     }
     pthread_mutex_unlock(&srv->mu);
     if (held)

@@ -445,7 +445,7 @@ static int post_answered_early(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
     /* Admission before anything is recorded: a refused call never ran,
      * so the client may send it again under the same id. */
     if (pm->nhandler && tm_sched_would_refuse(srv->sched, sess->id, (unsigned)pm->nhandler)) {
-        tm_metric_inc(TM_M_CALLS_REFUSED);
+        tm_counter_inc(srv->m.calls_refused);
         tm_req_add_header(r, "Retry-After", "1");
         tm_reply_error(r, 429, TM_RPC_SERVER_ERROR, "too_many_requests",
                        "Too Many Requests: this session has too many calls waiting",

@@ -79,18 +79,18 @@ static tm_rec_verdict verdict_of(const tm_request_rec *rec, const json_t *raw, j
     return rec->state == TM_REQ_COMPLETED && rec->response ? TM_REC_ANSWERED : TM_REC_RUNNING;
 }
 
-static void counted(const tm_rec_look *look)
+static void counted(tidemark_server_t *srv, const tm_rec_look *look)
 {
-    if (look->verdict == TM_REC_ANSWERED || look->verdict == TM_REC_RUNNING)
-        tm_metric_inc(TM_M_REQUESTS_DEDUPLICATED);
+    if (srv && (look->verdict == TM_REC_ANSWERED || look->verdict == TM_REC_RUNNING))
+        tm_counter_inc(srv->m.deduplicated);
 }
 
-tm_rec_verdict tm_record_judge(const tm_request_rec *rec, const json_t *raw)
+tm_rec_verdict tm_record_judge(tidemark_server_t *srv, const tm_request_rec *rec, const json_t *raw)
 {
     json_t *orig = NULL;
     tm_rec_look look = {.verdict = rec ? verdict_of(rec, raw, &orig) : TM_REC_NEW};
     json_decref(orig);
-    counted(&look);
+    counted(srv, &look);
     return look.verdict;
 }
 
@@ -155,7 +155,7 @@ static void look_recorded(tidemark_server_t *srv, tm_sess *sess, const char *key
     } else if (fresh || tm_sess_surely_unrecorded(sess, key)) {
         return;
     } else {
-        tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+        tm_counter_inc(srv->m.lookups);
         if (tm_store_request_get(srv->store, sess->id, key, &rec) != 0)
             return;
     }
@@ -189,7 +189,7 @@ void tm_record_look(tidemark_server_t *srv, tm_sess *sess, const tm_msg *m, tm_r
         else if (claim == 1)
             tm_record_unclaim(srv, sess->id, key);
     }
-    counted(look);
+    counted(srv, look);
 }
 
 void tm_record_look_store(tidemark_server_t *srv, const char *sid, const char *key,
@@ -197,12 +197,12 @@ void tm_record_look_store(tidemark_server_t *srv, const char *sid, const char *k
 {
     tm_request_rec rec;
     memset(look, 0, sizeof *look);
-    tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+    tm_counter_inc(srv->m.lookups);
     if (tm_store_request_get(srv->store, sid, key, &rec) != 0)
         return;
     judge_into(&rec, m, look);
     tm_request_rec_clear(&rec);
-    counted(look);
+    counted(srv, look);
 }
 
 /* ---- waiting for a record's commit -------------------------------------------- */
@@ -336,7 +336,7 @@ static tm_rec_verdict wait_record(tidemark_server_t *srv, const char *sid, const
     waiter_add(w, &x); /* before the first read: no commit after it goes unseen */
     for (;;) {
         tm_request_rec rec;
-        tm_metric_inc(TM_M_REQUEST_LOOKUPS);
+        tm_counter_inc(srv->m.lookups);
         int rc = tm_store_request_get(srv->store, sid, key, &rec);
         if (rc == TIDEMARK_ENOTFOUND && absent && await_commit(srv, w, &x, deadline))
             continue;
@@ -351,7 +351,7 @@ static tm_rec_verdict wait_record(tidemark_server_t *srv, const char *sid, const
     if (look.verdict != TM_REC_ANSWERED && look.verdict != TM_REC_REUSED)
         look.verdict = TM_REC_RUNNING;
     if (!counted_before && look.verdict == TM_REC_ANSWERED)
-        counted(&look);
+        counted(srv, &look);
     *answer = look.answer;
     return look.verdict;
 }

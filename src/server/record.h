@@ -63,8 +63,9 @@ typedef struct tm_rec_look {
 int tm_record_same(const json_t *first, const json_t *now);
 /* The verdict of rec (NULL: no record) on raw: NEW, ANSWERED, RUNNING or
  * REUSED. A record whose message does not parse proves nothing: REUSED.
- * ANSWERED and RUNNING count as deduplicated. */
-tm_rec_verdict tm_record_judge(const tm_request_rec *rec, const json_t *raw);
+ * ANSWERED and RUNNING count as deduplicated on srv (NULL: not counted). */
+tm_rec_verdict tm_record_judge(tidemark_server_t *srv, const tm_request_rec *rec,
+                               const json_t *raw);
 /* The recorded response with its id set to id (new ref); NULL if unreadable. */
 json_t *tm_record_answer(const tm_request_rec *rec, json_t *id);
 /* The refusal of m, whose identity names another request (new ref):

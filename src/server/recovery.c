@@ -155,7 +155,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
             if (tm_map_put(sess->calls, c->reqkey, c) == 0)
                 c->registered = 1;
             pthread_mutex_unlock(&sess->mu);
-            tm_metric_inc(TM_M_REQUESTS_RECOVERED);
+            tm_counter_inc(srv->m.recovered);
             TM_INFO("recovery: re-running %s (%s) on %s/%s", r->tool, r->key, TM_SID(sess->id), j->stream);
             if (tm_call_submit(srv, c) == 0)
                 continue;
@@ -170,7 +170,7 @@ static void recover_stream(tidemark_server_t *srv, pending *p, size_t from, size
                                         "Outcome unknown: the server stopped while this request "
                                         "ran, and the tool is neither atomic nor idempotent",
                                         "outcome_unknown", x);
-        tm_metric_inc(TM_M_OUTCOME_UNKNOWN);
+        tm_counter_inc(srv->m.outcome_unknown);
         TM_INFO("recovery: %s (%s) on %s/%s -> outcome_unknown", r->tool, r->key, TM_SID(sess->id), j->stream);
         tm_job_complete(j, resp, c);
     }

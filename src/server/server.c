@@ -193,6 +193,8 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     s->tls_client_ca = tm_strdup(s->cfg.tls_client_ca_file);
     s->cfg.cache_scope = strcmp(s->cfg.cache_scope, "public") == 0 ? "public" : "private";
     s->reg = tm_registry_new();
+    s->metrics = tm_metrics_new();
+    tm_server_metrics_register(&s->m, s->metrics);
     s->sessions = tm_map_new();
     s->failed = tm_map_new();
     s->live_feeds = tm_map_new();
@@ -204,7 +206,7 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     pthread_mutex_init(&s->jan_mu, NULL);
     tm_cond_init_monotonic(&s->jan_cv);
     if (tm_record_waits_new(s) != 0 || !s->host || !s->path || !s->store_uri || !s->name ||
-        !s->version || !s->reg || !s->sessions || !s->failed || !s->live_feeds ||
+        !s->version || !s->reg || !s->metrics || !s->sessions || !s->failed || !s->live_feeds ||
         (s->cfg.metrics_token && !s->metrics_token) ||
         (s->cfg.tls_cert_file && !s->tls_cert) || (s->cfg.tls_key_file && !s->tls_key) ||
         (s->cfg.tls_client_ca_file && !s->tls_client_ca)) {
@@ -225,7 +227,7 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
         return rc;
     }
     forget_borrowed(&s->cfg);
-    s->otel = tm_otel_from_env(s->name); /* the object's own tracer, from OTEL_* */
+    s->otel = tm_otel_from_env(s->name, s->metrics); /* the object's own tracer, from OTEL_* */
     *out = s;
     return 0;
 }
@@ -329,6 +331,7 @@ int tm_server_start(tidemark_server_t *srv, int with_http)
     so.listener_ud = srv;
     so.bus = tm_sess_on_bus;
     so.bus_ud = srv;
+    so.metrics = srv->metrics;
     int rc = tm_store_open(srv->store_uri, &so, &srv->store);
     if (rc) {
         TM_ERROR("cannot open store %s: %s", srv->store_uri, tidemark_strerror(rc));
@@ -457,7 +460,7 @@ static void server_stop_locked(tidemark_server_t *srv)
     tm_modern_reap(srv, 1); /* what was still to be deleted is left to the session TTL */
     pthread_mutex_lock(&srv->mu);
     tm_map_each(srv->sessions, unref_each, NULL);
-    tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)tm_map_count(srv->sessions));
+    tm_gauge_add(srv->m.sessions_open, -(int64_t)tm_map_count(srv->sessions));
     tm_map_free(srv->sessions);
     srv->sessions = tm_map_new();
     pthread_mutex_unlock(&srv->mu);
@@ -504,5 +507,6 @@ void tidemark_server_free(tidemark_server_t *srv)
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->jan_mu);
     pthread_cond_destroy(&srv->jan_cv);
+    tm_metrics_free(srv->metrics); /* after every layer that counts on it */
     free(srv);
 }

@@ -9,6 +9,7 @@
 #include "sched.h"
 #include "../log/store.h"
 #include "../otel/otel.h"
+#include "server_metrics.h"
 #include "request.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -197,6 +198,8 @@ struct tidemark_server {
     char *tls_cert, *tls_key, *tls_client_ca; /* owned copies of the TLS files' paths */
     struct tm_sess_bound *bound; /* sessions counted per address and in all (session.c) */
     tm_otel *otel;            /* traces (NULL: off), from the environment at new */
+    tm_metrics *metrics;      /* every layer's series; freed last */
+    tm_server_metrics m;      /* the server layer's handles on it */
     pthread_mutex_t task_mu;  /* guards task_policies and task_runs (task_run.c) */
     struct tm_task_policy *task_policies; /* tools' task policies */
     struct tm_task_run *task_runs;        /* tasks running in this server */
@@ -220,6 +223,7 @@ void tm_notification_trace(tidemark_server_t *srv, tm_req *r, const tm_msg *m, c
                            const char *version);
 /* A request that is no call (initialize): its SERVER span and duration. */
 typedef struct tm_msg_trace {
+    tidemark_server_t *srv;
     const tm_msg *m;
     tm_span *span;
     int64_t t0_us;
@@ -227,7 +231,7 @@ typedef struct tm_msg_trace {
 void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, const tm_msg *m);
 void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *sess);
 /* A session's end (DELETE, expiry): mcp.server.session.duration. */
-void tm_sess_observe_end(const tm_sess *s);
+void tm_sess_observe_end(tidemark_server_t *srv, const tm_sess *s);
 
 /* What the request path learned about one MCP request before it went on:
  * its principal, and the request's session and cursor (the tm_req's own

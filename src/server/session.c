@@ -32,10 +32,10 @@ typedef struct tm_waiter {
     json_t *value;
 } tm_waiter;
 
-void tm_sess_observe_end(const tm_sess *s)
+void tm_sess_observe_end(tidemark_server_t *srv, const tm_sess *s)
 {
     tm_mcp_labels l = {.version = s->version, .transport = "tcp"};
-    tm_lhist_observe(TM_LH_SERVER_SESSION, &l, (uint64_t)(tm_now_us() - s->born_us));
+    tm_mcp_observe(srv->m.mcp.session, &l, (uint64_t)(tm_now_us() - s->born_us));
 }
 
 tm_sess *tm_sess_new(const char *id, const char *version, json_t *client)
@@ -181,7 +181,7 @@ static int shared_check(tidemark_server_t *srv, tm_sess *s, const char *key, tm_
         pthread_mutex_lock(&s->mu);
         pf->gone = s->calls_gone;
         pthread_mutex_unlock(&s->mu);
-        tm_metric_inc(TM_M_REQUEST_LOOKUPS); /* with the session's read */
+        tm_counter_inc(srv->m.lookups); /* with the session's read */
         rc = tm_store_session_request_get(srv->store, s->id, key, &chk, &pf->rec, &pf->rc);
     } else {
         rc = tm_store_session_get(srv->store, s->id, &chk);
@@ -212,7 +212,7 @@ tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const cha
         pthread_mutex_lock(&srv->mu);
         tm_sess *m = tm_map_get(srv->sessions, id);
         if (m == s && tm_map_del(srv->sessions, id) == s) {
-            tm_gauge_add(TM_G_SESSIONS_OPEN, -1);
+            tm_gauge_add(srv->m.sessions_open, -1);
             tm_sess_unref(s); /* the map's reference */
         }
         pthread_mutex_unlock(&srv->mu);
@@ -243,7 +243,7 @@ tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const cha
         tm_sess_ref(s);
         tm_sess_unref(n);
     } else if (tm_map_put(srv->sessions, n->id, n) == 0) {
-        tm_gauge_add(TM_G_SESSIONS_OPEN, 1);
+        tm_gauge_add(srv->m.sessions_open, 1);
         s = tm_sess_ref(n);
     } else {
         tm_sess_unref(n);
@@ -695,7 +695,7 @@ void tm_sess_evict_idle(tidemark_server_t *srv)
         gone++;
     }
     if (gone)
-        tm_gauge_add(TM_G_SESSIONS_OPEN, -(int64_t)gone);
+        tm_gauge_add(srv->m.sessions_open, -(int64_t)gone);
     pthread_mutex_unlock(&srv->mu);
     free(l.v);
     if (gone)

@@ -390,12 +390,12 @@ int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r)
     } else if (wait) {
         rc = 0; /* nothing runs until tasks/update brings the answers */
     } else if (known && (e.hints & (TIDEMARK_TOOL_ATOMIC | TIDEMARK_TOOL_IDEMPOTENT))) {
-        tm_metric_inc(TM_M_REQUESTS_RECOVERED);
+        tm_counter_inc(srv->m.recovered);
         TM_INFO("recovery: re-running task %s (%s)", TM_SID(r->session), r->tool);
         rc = tm_task_start(srv, r->session, r->message, 1);
     } else {
         json_t *x = json_pack("{s:s}", "tool", r->tool ? r->tool : "");
-        tm_metric_inc(TM_M_OUTCOME_UNKNOWN);
+        tm_counter_inc(srv->m.outcome_unknown);
         TM_INFO("recovery: task %s (%s) -> outcome_unknown", TM_SID(r->session), r->tool);
         rc = tm_task_finish(srv, r->session,
                             tm_jsonrpc_error(id, TM_RPC_OUTCOME_UNKNOWN,

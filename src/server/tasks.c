@@ -293,7 +293,7 @@ static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id,
         return e;
     json_decref(e);
     json_t *out;
-    if (tm_record_judge(&v.rec, m->raw) == TM_REC_REUSED) /* record.h: one rule */
+    if (tm_record_judge(srv, &v.rec, m->raw) == TM_REC_REUSED) /* record.h: one rule */
         out = tm_jsonrpc_error(m->id, TM_RPC_INVALID_PARAMS,
                                "This idempotency key was used for another request",
                                "idempotency_key_reused", NULL);

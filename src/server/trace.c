@@ -51,7 +51,7 @@ static void observe_call(tidemark_call_t *c, const json_t *response)
     tm_mcp_labels l = {.method = c->method, .tool = tool ? name : NULL, .prompt = prompt ? name : NULL,
                        .error = tm_mcp_error_type(response, buf),
                        .version = c->sess ? c->sess->version : NULL, .transport = "tcp"};
-    tm_lhist_observe(TM_LH_SERVER_OPERATION, &l, (uint64_t)(tm_now_us() - c->t0_us));
+    tm_mcp_observe(c->srv->m.mcp.operation, &l, (uint64_t)(tm_now_us() - c->t0_us));
     c->t0_us = 0;
 }
 
@@ -101,6 +101,7 @@ void tm_call_commit_end(tidemark_call_t *c, int status, uint64_t seq)
 
 void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, const tm_msg *m)
 {
+    t->srv = srv;
     t->m = m;
     t->t0_us = tm_now_us();
     t->span = server_span(srv, r, m->method, m->params, m->id);
@@ -112,7 +113,7 @@ void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *se
     char buf[24];
     tm_mcp_labels l = {.method = t->m->method, .error = tm_mcp_error_type(response, buf),
                        .version = sess ? sess->version : NULL, .transport = "tcp"};
-    tm_lhist_observe(TM_LH_SERVER_OPERATION, &l, (uint64_t)(tm_now_us() - t->t0_us));
+    tm_mcp_observe(t->srv->m.mcp.operation, &l, (uint64_t)(tm_now_us() - t->t0_us));
     if (!t->span)
         return;
     if (sess) {

@@ -77,6 +77,11 @@ struct tm_http {
     /* TLS: the PEM files' contents (NULL: plain HTTP; ca NULL: no client
      * certificates asked for) */
     char *tls_cert, *tls_key, *tls_ca;
+    struct {
+        tm_gauge *conns_open, *streams_open;
+        tm_counter *refused_total, *refused_address, *dropped_deadline, *dropped_idle,
+            *bad_framing;
+    } m;
 };
 
 /* The most a deferred stream answer gathers to go out whole, with its
@@ -200,7 +205,7 @@ static void sconn_free(void *cls)
     pthread_mutex_lock(&h->hub_mu);
     if (s->attached && tm_map_get(h->hub, s->key) == s) {
         tm_map_del(h->hub, s->key);
-        tm_gauge_add(TM_G_STREAMS_OPEN, -1);
+        tm_gauge_add(h->m.streams_open, -1);
     }
     pthread_mutex_unlock(&h->hub_mu);
     sconn_destroy(s);
@@ -409,9 +414,9 @@ static void conn_started(tm_http *h, struct MHD_Connection *c, void **socket_con
     if (over_total || over_addr)
         tc->state = C_REFUSED;
     pthread_mutex_unlock(&h->conn_mu);
-    tm_gauge_add(TM_G_CONNECTIONS_OPEN, 1);
+    tm_gauge_add(h->m.conns_open, 1);
     if (over_total || over_addr) {
-        tm_metric_inc(over_total ? TM_M_CONN_REFUSED_TOTAL : TM_M_CONN_REFUSED_ADDRESS);
+        tm_counter_inc(over_total ? h->m.refused_total : h->m.refused_address);
         refuse(h, tc);
     }
     *socket_context = tc;
@@ -438,7 +443,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     h->nconns--;
     addr_count_add(h, tc->addr, -1);
     pthread_mutex_unlock(&h->conn_mu);
-    tm_gauge_add(TM_G_CONNECTIONS_OPEN, -1);
+    tm_gauge_add(h->m.conns_open, -1);
     *socket_context = NULL;
     free(tc);
 }
@@ -459,18 +464,17 @@ static void reap(tm_http *h)
     pthread_mutex_lock(&h->conn_mu);
     for (tconn *tc = h->conns; tc; tc = tc->next) {
         int64_t age = now - tc->since_ms;
-        int why = -1;
+        tm_counter *why = NULL; /* NULL too for a refused connection's end */
         if (tc->state == C_RECEIVING && age > (int64_t)h->cfg.request_deadline_ms)
-            why = TM_M_CONN_DEADLINE;
+            why = h->m.dropped_deadline;
         else if (tc->state == C_IDLE && age > (int64_t)h->cfg.idle_timeout_ms)
-            why = TM_M_CONN_IDLE;
+            why = h->m.dropped_idle;
         else if (!(tc->state == C_REFUSED && age > REFUSED_LINGER_MS))
             continue;
         if (tc->fd >= 0)
             shutdown(tc->fd, SHUT_RDWR);
         tc->state = C_DROPPED;
-        if (why >= 0)
-            tm_metric_inc((tm_counter)why);
+        tm_counter_inc(why);
     }
     pthread_mutex_unlock(&h->conn_mu);
 }
@@ -761,12 +765,12 @@ static int hub_attach(tm_http *h, sconn *s)
         sconn_resume_locked(old);
         pthread_mutex_unlock(&old->mu);
         tm_map_del(h->hub, s->key);
-        tm_gauge_add(TM_G_STREAMS_OPEN, -1);
+        tm_gauge_add(h->m.streams_open, -1);
     }
     int rc = tm_map_put(h->hub, s->key, s);
     if (rc == 0) {
         s->attached = 1;
-        tm_gauge_add(TM_G_STREAMS_OPEN, 1);
+        tm_gauge_add(h->m.streams_open, 1);
     }
     pthread_mutex_unlock(&h->hub_mu);
     return rc;
@@ -1169,7 +1173,7 @@ static enum MHD_Result on_headers(tm_http *h, struct MHD_Connection *c, const ch
     if (framing_of(h, c, &r->framing) != 0)
         return MHD_NO;
     if (r->framing) { /* the handler answers it; the connection then closes (decorate) */
-        tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
+        tm_counter_inc(h->m.bad_framing);
         return handle(h, r, c);
     }
     r->chunked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != NULL;
@@ -1200,7 +1204,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_YES;
         const char *why = chunk_verdict(h, r, c, method, upload);
         if (why && strcmp(why, "invalid_chunk_size") == 0) {
-            tm_metric_inc(TM_M_HTTP_BAD_FRAMING);
+            tm_counter_inc(h->m.bad_framing);
             return refuse_raw(h, r, c, "400 Bad Request", h->bad_chunk_body);
         }
         /* r->body.len <= max_body always: a body that would pass it ends here */
@@ -1253,6 +1257,24 @@ static void http_free(tm_http *h)
     free(h);
 }
 
+static void register_metrics(tm_http *h, tm_metrics *r)
+{
+    h->m.conns_open = tm_metrics_gauge(r, "tidemark_connections_open", "Open HTTP connections.");
+    h->m.streams_open = tm_metrics_gauge(r, "tidemark_streams_open", "SSE connections attached to streams.");
+    h->m.refused_total = tm_metrics_counter(r, "tidemark_connections_refused_total", "limit=\"total\"",
+                                            "Connections answered 503 and closed at a limit.");
+    h->m.refused_address = tm_metrics_counter(r, "tidemark_connections_refused_total",
+                                              "limit=\"address\"", NULL);
+    h->m.dropped_deadline = tm_metrics_counter(r, "tidemark_connections_dropped_total",
+                                               "reason=\"request_deadline\"",
+                                               "Connections the server closed.");
+    h->m.dropped_idle = tm_metrics_counter(r, "tidemark_connections_dropped_total", "reason=\"idle\"", NULL);
+    h->m.bad_framing = tm_metrics_counter(
+        r, "tidemark_http_bad_framing_total", "",
+        "Requests refused for ambiguous framing (a folded or malformed header field, a repeated "
+        "Host, Content-Length or Transfer-Encoding, a Transfer-Encoding other than chunked, both).");
+}
+
 static tm_http *http_new(const tm_http_config *cfg)
 {
     tm_http *h = calloc(1, sizeof *h);
@@ -1260,6 +1282,7 @@ static tm_http *http_new(const tm_http_config *cfg)
         return NULL;
     h->listen_fd = -1;
     h->cfg = *cfg;
+    register_metrics(h, cfg->metrics);
     unsigned *v[] = {&h->cfg.keepalive_ms, &h->cfg.io_threads, &h->cfg.max_connections,
                      &h->cfg.max_per_address, &h->cfg.request_deadline_ms,
                      &h->cfg.idle_timeout_ms, &h->cfg.max_header_bytes};

@@ -10,6 +10,7 @@
 #ifndef TM_HTTP_SERVER_H
 #define TM_HTTP_SERVER_H
 #include "../base/buf.h"
+#include "../base/metrics.h"
 #include "source.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +59,9 @@ typedef struct tm_http_config {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;
+    /* Connections and streams open, refused, dropped, bad framing are
+     * registered here (NULL: none); it must outlive the server. */
+    tm_metrics *metrics;
 } tm_http_config;
 
 #define TM_HTTP_MAX_HEADER_BYTES 8192 /* max_header_bytes' default */

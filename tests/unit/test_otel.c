@@ -76,17 +76,17 @@ static void test_off_unless_configured(void **st)
 {
     (void)st;
     clear_env();
-    assert_null(tm_otel_from_env("t"));
+    assert_null(tm_otel_from_env("t", NULL));
     assert_null(tm_span_start(NULL, TM_SPAN_SERVER, "x", NULL, NULL));
     tm_span_end(NULL); /* a NULL span is nothing to do */
     setenv("OTEL_EXPORTER_OTLP_ENDPOINT", DEAD, 1);
     setenv("OTEL_SDK_DISABLED", "true", 1);
-    assert_null(tm_otel_from_env("t"));
+    assert_null(tm_otel_from_env("t", NULL));
     unsetenv("OTEL_SDK_DISABLED");
     setenv("OTEL_TRACES_EXPORTER", "none", 1);
-    assert_null(tm_otel_from_env("t"));
+    assert_null(tm_otel_from_env("t", NULL));
     unsetenv("OTEL_TRACES_EXPORTER");
-    tm_otel *o = tm_otel_from_env("t");
+    tm_otel *o = tm_otel_from_env("t", NULL);
     assert_non_null(o);
     tm_otel_free(o);
     clear_env();
@@ -100,7 +100,7 @@ static void test_samplers(void **st)
     tm_trace_ctx sampled, unsampled;
     assert_int_equal(parse(TP, &sampled), 0);
     assert_int_equal(parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", &unsampled), 0);
-    tm_otel *o = tm_otel_from_env("t"); /* parentbased_always_on */
+    tm_otel *o = tm_otel_from_env("t", NULL); /* parentbased_always_on */
     tm_span *a = tm_span_start(o, TM_SPAN_SERVER, "a", &unsampled, NULL);
     tm_span *b = tm_span_start(o, TM_SPAN_SERVER, "b", &sampled, "k=v");
     tm_span *r = tm_span_start(o, TM_SPAN_SERVER, "r", NULL, NULL);
@@ -115,14 +115,14 @@ static void test_samplers(void **st)
     tm_span_end(r);
     tm_otel_free(o);
     setenv("OTEL_TRACES_SAMPLER", "always_off", 1);
-    o = tm_otel_from_env("t");
+    o = tm_otel_from_env("t", NULL);
     b = tm_span_start(o, TM_SPAN_SERVER, "b", &sampled, NULL);
     assert_int_equal(tm_span_ctx(b)->flags, 0); /* not parent-based: off */
     tm_span_end(b);
     tm_otel_free(o);
     setenv("OTEL_TRACES_SAMPLER", "traceidratio", 1);
     setenv("OTEL_TRACES_SAMPLER_ARG", "0", 1);
-    o = tm_otel_from_env("t");
+    o = tm_otel_from_env("t", NULL);
     r = tm_span_start(o, TM_SPAN_SERVER, "r", NULL, NULL);
     assert_int_equal(tm_span_ctx(r)->flags, 0);
     tm_span_end(r);
@@ -135,7 +135,7 @@ static void test_meta_roundtrip(void **st)
     (void)st;
     clear_env();
     setenv("OTEL_EXPORTER_OTLP_ENDPOINT", DEAD, 1);
-    tm_otel *o = tm_otel_from_env("t");
+    tm_otel *o = tm_otel_from_env("t", NULL);
     json_t *in = json_pack("{s:s,s:{s:s,s:s}}", "name", "echo", "_meta", "traceparent", TP,
                            "tracestate", "a=1");
     tm_trace_ctx parent;
@@ -172,9 +172,11 @@ static void test_queue_bound(void **st)
     setenv("OTEL_EXPORTER_OTLP_ENDPOINT", DEAD, 1);
     setenv("OTEL_BSP_MAX_QUEUE_SIZE", "2", 1);
     setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000", 1);
-    tm_otel *o = tm_otel_from_env("t");
+    tm_metrics *reg = tm_metrics_new();
+    tm_otel *o = tm_otel_from_env("t", reg);
     assert_non_null(o);
-    uint64_t before = tm_metric_get(TM_M_OTEL_SPANS_DROPPED);
+    tm_counter *dropped = tm_metrics_counter(reg, "tidemark_otel_spans_dropped_total", "", NULL);
+    tm_counter *exported = tm_metrics_counter(reg, "tidemark_otel_spans_exported_total", "", NULL);
     int64_t t0 = tm_now_ms();
     for (int i = 0; i < 1000; i++)
         tm_span_end(tm_span_start(o, TM_SPAN_SERVER, "s", NULL, NULL));
@@ -183,8 +185,9 @@ static void test_queue_bound(void **st)
      * exporter fails a batch in about 0.1 ms, the loop ends one in ~1 us). */
     assert_true(tm_otel_dropped(o) >= 500);
     tm_otel_free(o); /* what was queued fails to export: dropped too */
-    assert_int_equal(tm_metric_get(TM_M_OTEL_SPANS_DROPPED) - before, 1000);
-    assert_int_equal(tm_metric_get(TM_M_OTEL_SPANS_EXPORTED), 0);
+    assert_int_equal(tm_counter_get(dropped), 1000);
+    assert_int_equal(tm_counter_get(exported), 0);
+    tm_metrics_free(reg);
     clear_env();
 }
 

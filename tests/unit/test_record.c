@@ -87,17 +87,17 @@ static void test_judge(void **state)
     json_t *retry = js(CALL("{\"name\":\"t\",\"arguments\":{\"a\":1}}"));
     json_t *other = js(CALL("{\"name\":\"t\",\"arguments\":{\"a\":2}}"));
     tm_request_rec rec = {.message = (char *)msg, .state = TM_REQ_STARTED, .stream = "r1"};
-    assert_int_equal(tm_record_judge(NULL, retry), TM_REC_NEW);
-    assert_int_equal(tm_record_judge(&rec, retry), TM_REC_RUNNING);
-    assert_int_equal(tm_record_judge(&rec, other), TM_REC_REUSED);
+    assert_int_equal(tm_record_judge(NULL, NULL, retry), TM_REC_NEW);
+    assert_int_equal(tm_record_judge(NULL, &rec, retry), TM_REC_RUNNING);
+    assert_int_equal(tm_record_judge(NULL, &rec, other), TM_REC_REUSED);
     const char resp[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"x\":1}}";
     rec.state = TM_REQ_COMPLETED;
     rec.response = (char *)resp;
     rec.response_len = sizeof resp - 1;
-    assert_int_equal(tm_record_judge(&rec, retry), TM_REC_ANSWERED);
-    assert_int_equal(tm_record_judge(&rec, other), TM_REC_REUSED);
+    assert_int_equal(tm_record_judge(NULL, &rec, retry), TM_REC_ANSWERED);
+    assert_int_equal(tm_record_judge(NULL, &rec, other), TM_REC_REUSED);
     rec.message = (char *)"{not json";
-    assert_int_equal(tm_record_judge(&rec, retry), TM_REC_REUSED); /* proves nothing */
+    assert_int_equal(tm_record_judge(NULL, &rec, retry), TM_REC_REUSED); /* proves nothing */
     /* the stored response under the re-issue's id */
     json_t *id = json_string("new");
     json_t *a = tm_record_answer(&rec, id);
