@@ -7,7 +7,7 @@
  */
 #include "client_int.h"
 #include "../base/log.h"
-#include "../log/txn.h"
+#include "../shared/txn.h"
 #include "../mcp/jsonrpc.h"
 #include <inttypes.h>
 #include <stdio.h>

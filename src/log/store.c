@@ -1,6 +1,6 @@
 /* store.c - backend-independent store entry points. */
 #include "store.h"
-#include "sqlite_util.h"
+#include "../shared/sqlite_util.h"
 #include "../base/metrics.h"
 #include "../base/random.h"
 #include "tidemark/tidemark.h"

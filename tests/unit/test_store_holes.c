@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "log/sqlite_util.h"
+#include "shared/sqlite_util.h"
 #include "log/store.h"
 #include "tidemark/tidemark.h"
 #include <fcntl.h>

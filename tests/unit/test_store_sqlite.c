@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "log/sqlite_util.h"
+#include "shared/sqlite_util.h"
 #include "log/store.h"
-#include "log/txn.h"
+#include "shared/txn.h"
 #include "tidemark/tidemark.h"
 #include <sqlite3.h>
 #include <stdio.h>
