@@ -34,8 +34,6 @@
 #define IDEM_KEY TM_META_IDEM_KEY
 #define REISSUE_WAIT_MS 30000
 
-static pthread_mutex_t keyed_mu = PTHREAD_MUTEX_INITIALIZER; /* keyed starts on this node */
-
 static const char *hdr(void *ud, const char *name)
 {
     return tm_req_header(ud, name);
@@ -198,15 +196,13 @@ typedef struct tm_pooled {
     struct tm_pooled *next;
 } tm_pooled;
 
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-
 static int pool_has(tidemark_server_t *srv, const char *id)
 {
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&srv->pool_mu);
     tm_pooled *p = srv->pooled;
     while (p && strcmp(p->id, id) != 0)
         p = p->next;
-    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&srv->pool_mu);
     return p != NULL;
 }
 
@@ -216,7 +212,7 @@ static int64_t pool_age_ms(const tidemark_server_t *srv)
     return ttl > 0 && ttl < POOL_AGE_MS ? ttl : POOL_AGE_MS;
 }
 
-/* Unlink p (under pool_mu); its id into gone for a delete after the lock. */
+/* Unlink p (under srv->pool_mu); its id into gone for a delete after the lock. */
 static void pool_unlink(tidemark_server_t *srv, tm_pooled *p, char gone[TM_SESSION_ID_LEN + 1])
 {
     for (tm_pooled **pp = &srv->pooled; *pp; pp = &(*pp)->next)
@@ -242,7 +238,7 @@ static int pool_take(tidemark_server_t *srv, const char *principal, const json_t
     char gone[TM_SESSION_ID_LEN + 1] = "";
     int64_t now = tm_now_ms();
     int rc = 0;
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&srv->pool_mu);
     tm_pooled *p = srv->pooled;
     while (p && (p->retiring || strcmp(p->principal, principal) != 0))
         p = p->next;
@@ -270,7 +266,7 @@ static int pool_take(tidemark_server_t *srv, const char *principal, const json_t
         p->inflight++;
         snprintf(sid, TM_SESSION_ID_LEN + 1, "%s", p->id);
     }
-    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&srv->pool_mu);
     pool_delete(srv, gone);
     return p ? 0 : rc ? rc : TIDEMARK_ENOMEM;
 }
@@ -278,14 +274,14 @@ static int pool_take(tidemark_server_t *srv, const char *principal, const json_t
 void tm_modern_pool_done(tidemark_server_t *srv, const char *id)
 {
     char gone[TM_SESSION_ID_LEN + 1] = "";
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&srv->pool_mu);
     tm_pooled *p = srv->pooled;
     while (p && strcmp(p->id, id) != 0)
         p = p->next;
     if (p && p->inflight > 0 && --p->inflight == 0 &&
         (p->retiring || tm_now_ms() - p->born >= pool_age_ms(srv)))
         pool_unlink(srv, p, gone);
-    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&srv->pool_mu);
     pool_delete(srv, gone);
 }
 
@@ -293,14 +289,14 @@ void tm_modern_pool_touch(tidemark_server_t *srv, int64_t now_ms)
 {
     typedef char sid_t[TM_SESSION_ID_LEN + 1];
     size_t n = 0, cap = 0;
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&srv->pool_mu);
     for (tm_pooled *p = srv->pooled; p; p = p->next)
         cap += p->inflight > 0;
     sid_t *ids = cap ? malloc(cap * sizeof *ids) : NULL;
     for (tm_pooled *p = srv->pooled; ids && p; p = p->next)
         if (p->inflight)
             snprintf(ids[n++], sizeof *ids, "%s", p->id);
-    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&srv->pool_mu);
     for (size_t i = 0; i < n; i++)
         if (tm_store_session_touch(srv->store, ids[i], now_ms) != 0)
             TM_DEBUG("a pooled session's touch failed: it may expire early");
@@ -309,13 +305,13 @@ void tm_modern_pool_touch(tidemark_server_t *srv, int64_t now_ms)
 
 static void pool_free(tidemark_server_t *srv)
 {
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&srv->pool_mu);
     while (srv->pooled) {
         tm_pooled *p = srv->pooled;
         srv->pooled = p->next;
         free(p);
     }
-    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&srv->pool_mu);
 }
 
 /* ---- the ends of a call's stream ------------------------------------------ */
@@ -694,14 +690,14 @@ static void modern_call(tidemark_server_t *srv, tm_req *r, post_msgs *pm,
     int keyed = json_object_get(meta_of(m), IDEM_KEY) != NULL;
     json_t *client = client_of(m, principal); /* the store's record and the context's */
     if (keyed) /* the replay check and the record's start, as one on this node */
-        pthread_mutex_lock(&keyed_mu);
+        pthread_mutex_lock(&srv->keyed_mu);
     int pooled = 0;
     int answered = client && call_session(srv, r, m, principal, client, sid, &ephemeral, &pooled);
     tm_sess *sess = client && !answered ? context_new(sid, m, client) : NULL;
     json_decref(client);
     if (!sess) {
         if (keyed)
-            pthread_mutex_unlock(&keyed_mu);
+            pthread_mutex_unlock(&srv->keyed_mu);
         if (!answered)
             tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
         return;
@@ -710,7 +706,7 @@ static void modern_call(tidemark_server_t *srv, tm_req *r, post_msgs *pm,
     tm_post_submit(srv, r, sess, pm,
                    TM_POST_MODERN | (ephemeral ? TM_POST_EPHEMERAL : 0) | (pooled ? TM_POST_POOLED : 0));
     if (keyed)
-        pthread_mutex_unlock(&keyed_mu);
+        pthread_mutex_unlock(&srv->keyed_mu);
 }
 
 /* ---- subscriptions/listen -------------------------------------------------- */

@@ -201,6 +201,8 @@ int tidemark_server_new_sized(const tidemark_server_config_t *cfg, size_t size,
     pthread_mutex_init(&s->fail_mu, NULL);
     pthread_mutex_init(&s->task_mu, NULL);
     pthread_mutex_init(&s->live_mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_mutex_init(&s->keyed_mu, NULL);
     pthread_mutex_init(&s->life_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->jan_mu, NULL);
@@ -503,6 +505,8 @@ void tidemark_server_free(tidemark_server_t *srv)
     pthread_mutex_destroy(&srv->fail_mu);
     pthread_mutex_destroy(&srv->task_mu);
     pthread_mutex_destroy(&srv->live_mu);
+    pthread_mutex_destroy(&srv->pool_mu);
+    pthread_mutex_destroy(&srv->keyed_mu);
     pthread_mutex_destroy(&srv->life_mu);
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->jan_mu);

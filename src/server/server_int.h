@@ -191,7 +191,11 @@ struct tidemark_server {
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
     struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
     struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
-    struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern.c) */
+    struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern.c),
+                                 under pool_mu */
+    pthread_mutex_t pool_mu;
+    pthread_mutex_t keyed_mu; /* a keyed modern call's replay check and record start,
+                                 as one on this node (modern.c) */
     struct tm_auth *auth;     /* authorization (NULL: off; every principal anonymous) */
     struct tm_rec_waits *rec_waits; /* retries waiting for a record's commit (record.c) */
     char *metrics_token;      /* cfg.metrics_token, owned */
