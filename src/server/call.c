@@ -60,7 +60,7 @@ int tidemark_call_client_params(const tidemark_call_t *c, json_t **params)
  * A quiet 2025 call gets its stream here, the first time it needs one. */
 static const char *call_stream(tidemark_call_t *c)
 {
-    if (c->job && c->job->deferred && tm_job_open_deferred(c->job, c) != 0)
+    if (c->job && c->job->deferred && c->job->open_deferred(c->job, c) != 0)
         return NULL;
     return c->job && c->job->sse ? c->job->stream : NULL;
 }

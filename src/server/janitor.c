@@ -6,6 +6,7 @@
  */
 #include "server_int.h"
 #include "feed.h"
+#include "tasks.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
@@ -150,6 +151,7 @@ static void *recoverer_main(void *arg)
             TM_DEBUG("periodic recovery: %s", tidemark_strerror(rc));
         tm_recover_failed(srv);
         tm_modern_reap(srv, 0);
+        tm_tasks_tick(srv); /* tasks.h: cancellations asked on other nodes */
         pthread_mutex_lock(&srv->jan_mu);
     }
     pthread_mutex_unlock(&srv->jan_mu);

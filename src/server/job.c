@@ -353,7 +353,7 @@ static void punt(tidemark_call_t *c)
     c->punt = 0;
     c->inline_run = 0;
     /* A quiet call runs there as a recorded one: its stream first. */
-    int rc = c->job->deferred ? tm_job_open_deferred(c->job, c) : 0;
+    int rc = c->job->deferred ? c->job->open_deferred(c->job, c) : 0;
     if (rc == 0 && tm_sched_submit(c->srv->sched, c->sess->id, c->addr, run_call, c) == 0)
         return;
     call_unregister(c);

@@ -56,16 +56,6 @@ static void run_initialize(void *arg)
 
 /* ---- POST ------------------------------------------------------------------ */
 
-int tm_invalid_code(const tm_msg *m)
-{
-    return m->code ? m->code : TM_RPC_INVALID_REQUEST;
-}
-
-int tm_is_call(const tm_msg *m)
-{
-    return m->kind == TM_MSG_REQUEST && strcmp(m->method, "tools/call") == 0;
-}
-
 static void handle_notification(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const tm_msg *m)
 {
     tm_notification_trace(srv, r, m, sess->id, sess->version);
@@ -290,21 +280,6 @@ static int batch_records(tidemark_server_t *srv, tm_sess *sess, post_msgs *pm)
         pm->nhandler -= tm_runs_handler(m->method) != 0;
     }
     return 0;
-}
-
-void post_msgs_free(post_msgs *pm)
-{
-    json_decref(pm->root);
-    free(pm->m);
-    for (size_t i = 0; pm->answered && i < pm->n; i++)
-        json_decref(pm->answered[i]);
-    free(pm->answered);
-    for (size_t i = 0; pm->claimed && i < pm->n; i++) {
-        if (pm->claimed[i]) /* no call took it: nothing of it runs */
-            tm_record_unclaim_name(pm->srv, pm->claimed[i]);
-        free(pm->claimed[i]);
-    }
-    free(pm->claimed);
 }
 
 /* Content-Type and Accept (a body over the limit never gets here: the
@@ -653,16 +628,6 @@ static void submit_requests(tm_job *j, tm_req *r, post_msgs *pm, uint64_t mark)
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 
-unsigned tm_call_tool_hints(tidemark_server_t *srv, const tm_msg *m)
-{
-    const char *name = json_string_value(json_object_get(m->params, "name"));
-    tm_reg_entry e;
-    if (!name || tm_registry_get(srv->reg, TM_REG_TOOL, name, &e) != 0)
-        return 0;
-    json_decref(e.desc);
-    return e.hints;
-}
-
 /* The hints of a POST's one tools/call (0 for anything else). */
 static unsigned lone_call_hints(tidemark_server_t *srv, const post_msgs *pm)
 {
@@ -689,7 +654,7 @@ static int runs_inline(tidemark_server_t *srv, unsigned hints)
  * before anything of the call: the POST is answered with that stream. On a
  * store failure the POST was answered with it and the call's output goes
  * nowhere. */
-int tm_job_open_deferred(tm_job *j, tidemark_call_t *c)
+static int open_deferred(tm_job *j, tidemark_call_t *c)
 {
     post_msgs *pm = j->deferred;
     j->deferred = NULL;
@@ -758,6 +723,7 @@ static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
     if ((flags & TM_POST_QUIET) && j->inline_run && tm_tool_quiet(hints)) {
         j->sse = 0;
         j->deferred = pm; /* read only while its call runs here */
+        j->open_deferred = open_deferred;
     }
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;

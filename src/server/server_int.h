@@ -94,7 +94,10 @@ typedef struct tm_job {
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
     char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     struct post_msgs *deferred; /* a 2025 quiet call running inline: its stream and record
-                                   are opened only if it turns out to need them (post.c) */
+                                   are opened only if it turns out to need them, by: */
+    int (*open_deferred)(struct tm_job *j, struct tidemark_call *c); /* set with deferred (post.c):
+                               0, or TIDEMARK_EIO: the POST was answered with the store's
+                               error and the call's output goes nowhere */
     json_t *final;           /* modern, lazy: the call's response */
     char *final_bytes;       /* ... as appended (the answer is these bytes), unless: */
     size_t final_len;
@@ -191,7 +194,7 @@ struct tidemark_server {
     tm_map *failed;           /* calls whose response write failed (recovery.c) */
     struct tm_sealer *sealer; /* request state and derived ids (2026-07-28) */
     struct tm_doomed *doomed; /* modern store sessions to delete soon (under fail_mu) */
-    struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern.c),
+    struct tm_pooled *pooled; /* store sessions key-less modern calls share (modern_answer.c),
                                  under pool_mu */
     pthread_mutex_t pool_mu;
     pthread_mutex_t keyed_mu; /* a keyed modern call's replay check and record start,
@@ -440,10 +443,6 @@ void post_msgs_free(post_msgs *pm);
 #define TM_POST_QUIET 16u    /* 2025: JSON unless the call's one tool needs its stream (post.c) */
 /* Whether job j has the TM_POST_* flag f. */
 static inline int tm_job_is(const tm_job *j, unsigned f) { return (j->flags & f) != 0; }
-/* post.c: a quiet call's stream, record and priming event, opened when it
- * first needs them (call.c, job.c). 0, or TIDEMARK_EIO: the POST was
- * answered with the store's error and the call's output goes nowhere. */
-int tm_job_open_deferred(tm_job *j, tidemark_call_t *c);
 void tm_post_submit(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs *pm,
                     unsigned flags);
 /* modern.c: the checks of a POST of the 2026-07-28 era that look nothing
@@ -455,14 +454,14 @@ int tm_modern_post(tidemark_server_t *srv, tm_req *r, post_msgs *pm);
 void tm_modern_route(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, post_msgs *pm);
 /* modern.c: GET or DELETE carrying the 2026-07-28 header: answered 405, 1. */
 int tm_modern_refuse_method(tm_req *r);
-/* modern.c: complete a modern result: resultType, serverInfo in _meta, the
+/* modern_answer.c: complete a modern result: resultType, serverInfo in _meta, the
  * caching hints of cacheable methods. resp is a response (in place). */
 void tm_modern_decorate(tidemark_server_t *srv, const char *method, json_t *resp);
-/* modern.c: the HTTP status of a modern response. */
+/* modern_answer.c: the HTTP status of a modern response. */
 unsigned tm_modern_status(const json_t *resp);
-/* modern.c: a modern call's first notification: attach its POST to the stream. */
+/* modern_answer.c: a modern call's first notification: attach its POST to the stream. */
 void tm_modern_attach(tm_job *j);
-/* modern.c: a modern call's job ended before it was attached: answer the
+/* modern_answer.c: a modern call's job ended before it was attached: answer the
  * POST with resp (borrowed) once durable, delete an ephemeral session. */
 void tm_modern_answer(tm_job *j, const json_t *resp);
 /* A job in a pooled store session ended (tm_job_free). */
@@ -480,12 +479,29 @@ void tm_modern_answer_durable(tidemark_server_t *srv, tm_sess *sess, tm_req *r,
  * for that one's result, else the store error; nothing runs. */
 void tm_modern_setup_failed(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
                             const tm_msg *m, int ephemeral, int rc);
-/* modern.c: delete the store session id a little later (its last commit's
+/* modern_answer.c: delete the store session id a little later (its last commit's
  * bookkeeping done first); tm_modern_reap deletes those due (all: every
  * one, at stop), from the recoverer thread. */
 void tm_modern_doom(tidemark_server_t *srv, const char *id);
 void tm_modern_reap(tidemark_server_t *srv, int all);
-/* modern.c: a list_changed / resource update for a listener session
+/* modern_answer.c: a new store session id (0, or TIDEMARK_EIO); a store
+ * session made for a call or listener (marked modern: a 2025 request naming
+ * it gets 404), queued or waited for; the principal's pooled session for a
+ * key-less call (OUT sid; 0, or the store's error). */
+int tm_modern_sid_new(char id[TM_SESSION_ID_LEN + 1]);
+int tm_modern_session_store(tidemark_server_t *srv, const char *id, const json_t *client,
+                            int queued);
+int tm_modern_pool_take(tidemark_server_t *srv, const char *principal, const json_t *client,
+                        char sid[TM_SESSION_ID_LEN + 1]);
+/* modern_answer.c: a call's or listener's session kept in srv->sessions
+ * while it runs (the janitor never expires it under it), let go at its end;
+ * its stream attached to r (the session released and, for a listener or an
+ * answered ephemeral call, doomed when the connection ends). */
+void tm_modern_hold(tidemark_server_t *srv, tm_sess *s);
+void tm_modern_release(tidemark_server_t *srv, tm_sess *s);
+int tm_modern_attach_stream(tidemark_server_t *srv, tm_req *r, tm_sess *sess, const char *stream,
+                            int ephemeral, int listener);
+/* modern_answer.c: a list_changed / resource update for a listener session
  * (attrs parsed): 1 and *msg (new) when it listens to it. */
 int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t *params,
                            json_t **msg);

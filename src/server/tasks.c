@@ -629,17 +629,6 @@ json_t *tm_tasks_listen_ids(tidemark_server_t *srv, const tm_msg *m, const char 
     return NULL;
 }
 
-int tm_tasks_listened(const json_t *f, const json_t *params)
-{
-    const char *id = json_string_value(json_object_get(params, "taskId"));
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(f, "taskIds"), i, v)
-        if (id && json_is_string(v) && strcmp(json_string_value(v), id) == 0)
-            return 1;
-    return 0;
-}
-
 typedef struct notify_ctx {
     tidemark_server_t *srv;
     json_t *params;

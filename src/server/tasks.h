@@ -42,8 +42,6 @@ int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r);
  * the ids of this principal's tasks it will hear of (new ref, maybe empty). */
 json_t *tm_tasks_listen_ids(tidemark_server_t *srv, const tm_msg *m, const char *principal,
                             const json_t *f, json_t **ids);
-/* Whether a listener's filter f takes notifications/tasks for params. */
-int tm_tasks_listened(const json_t *f, const json_t *params);
 /* Send notifications/tasks (the task as tasks/get shows it) to every
  * listener of task id, on any node sharing the store. */
 int tm_task_notify(tidemark_server_t *srv, const char *id);
