@@ -156,6 +156,7 @@ int tidemark_client_new_sized(const tidemark_client_config_t *cfg, size_t size,
     }
     config_settle(&c->cfg);
     c->otel = tm_otel_from_env(c->name, NULL); /* its own tracer; counts once tm_client_count_on */
+    c->list = tidemark_client_list;
     *out = c;
     return 0;
 }
@@ -261,43 +262,6 @@ void tidemark_client_stop(tidemark_client_t *c)
     for (rq *r = c->live; r; r = r->live_next)
         pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&c->mu);
-}
-
-/* A notification's params: params itself (a new reference), or, when it
- * is traced, a copy carrying the span's traceparent (the caller's stay
- * untouched). *ok is 0 when memory is short. */
-static json_t *notify_params(const tm_span *sp, json_t *params, int *ok)
-{
-    *ok = 1;
-    if (!sp)
-        return json_incref(params);
-    json_t *p = params ? json_deep_copy(params) : json_object();
-    if (!p || tm_mcp_inject(sp, p) != 0) {
-        json_decref(p);
-        *ok = 0;
-        return NULL;
-    }
-    return p;
-}
-
-int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params)
-{
-    if (!c || !method)
-        return TIDEMARK_EINVAL;
-    rq *r = tm_rq_new(c, 0);
-    if (!r)
-        return TIDEMARK_ENOMEM;
-    tm_span *sp = tm_client_span(c, TM_SPAN_CLIENT, method, params, NULL);
-    int ok;
-    json_t *p = notify_params(sp, params, &ok);
-    r->msg = ok ? tm_jsonrpc_notification(method, p) : NULL;
-    int rc = r->msg ? tm_start_post(c, r) : TIDEMARK_ENOMEM;
-    if (rc)
-        tm_rq_fail(r, rc, "transport_error", "cannot send the notification", NULL);
-    rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
-    tm_mcp_span_finish(sp, rc, r->result);
-    tm_rq_free(r);
-    return rc;
 }
 
 int tidemark_client_state(tidemark_client_t *c, json_t **state)

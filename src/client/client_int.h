@@ -3,8 +3,12 @@
  * installed. The public API is include/tidemark/client.h.
  *
  *   client.c     the API's lifecycle: config, new, free, stop, state, end
- *   session.c    initialize, reuse of a saved session, listen
- *   request.c    a request from start to outcome: the drive loop, list
+ *   session.c    initialize, reuse of a saved session, notifications,
+ *                listen and subscriptions/listen
+ *   request.c    the request API: request, call_tool, list
+ *   drive.c      a request from start to outcome: the drive loop
+ *   rq.c         a request's record in memory, pending map, next id
+ *   observe.c    the client's spans and durations
  *   exchange.c   HTTP exchanges: the I/O thread's callbacks (they only
  *                queue), and the driver's reading of what they queued
  *   reconnect.c  after a cut: budget, delay, resume or re-send or refuse
@@ -16,6 +20,7 @@
  *   era.c        which era the server speaks (server/discover first)
  *   modern.c     the 2026-07-28 era: its _meta, headers, the -32022 retry
  *   mrtr.c       InputRequiredResult rounds answered by the application
+ *   cache.c      the 2026-07-28 era's cached reads
  *   tasks.c      a call answered with a task: recorded, polled, applied once
  *   oauth.c      authorization: a 401 or insufficient_scope answered
  *   oauth_http.c the authorization flow's HTTP and text helpers
@@ -198,14 +203,29 @@ struct tidemark_client {
     char *auth_token;        /* the bearer token sent (c->mu); never logged */
     struct tm_oauth *oauth;  /* authorization (oauth.c) */
     tm_otel *otel;           /* traces (NULL: off), from the environment at new */
+    /* The request API's tidemark_client_list, set at new: reconnect.c asks
+     * the tools' annotations through it from inside a request's drive loop
+     * (a request within a request), without drive and reconnect depending
+     * on the API above them. */
+    int (*list)(tidemark_client_t *c, const char *method, const char *field, json_t **items);
     tm_mcp_durations m;      /* NULL handles unless tm_client_count_on gave a registry */
     int64_t session_us;      /* c->mu: when the session of c->session was made (monotonic) */
 };
 
-/* request.c: mcp.client.session.duration of the session ending now (c->mu held). */
+/* observe.c: mcp.client.session.duration of the session ending now (c->mu held). */
 void tm_client_session_ended_locked(tidemark_client_t *c);
+/* observe.c: mcp.client.operation.duration of a request ended with rc. */
+void tm_client_observe_request(tidemark_client_t *c, const char *method, json_t *params, int rc,
+                               const json_t *res, int64_t t0);
+/* A span of this client's tracer for method (NULL when tracing is off):
+ * kind CLIENT for what it sends, SERVER for a server's request it answers;
+ * the child of params._meta.traceparent when there is one (a gateway's
+ * span passed on, the server's span of the call that asks); id may be NULL
+ * (a notification). The session and the protocol version as they are now. */
+tm_span *tm_client_span(tidemark_client_t *c, tm_span_kind kind, const char *method,
+                        const json_t *params, const json_t *id);
 
-/* request.c */
+/* rq.c */
 /* A typed error object {code, message, data:{reason, ...}} into *out (data
  * is taken; out may be NULL). */
 void tm_client_error(json_t **out, int code, const char *reason, const char *message,
@@ -220,12 +240,19 @@ void tm_rq_fail(rq *r, int rc, const char *reason, const char *message, json_t *
 void tm_rq_fail_final(rq *r, int rc, const char *reason, const char *message, json_t *data);
 TM_MUST_CHECK int tm_pending_add(tidemark_client_t *c, rq *r);
 void tm_pending_del(tidemark_client_t *c, rq *r);
+/* The next request id of the state (survives restarts). */
+TM_MUST_CHECK int tm_next_id(tidemark_client_t *c, int64_t *id, json_t **err);
+/* A new response on r's exchange: a new connection says again what is durable. */
+void tm_held_clear(rq *r);
+
+/* drive.c */
 /* Drive r (started, or waiting to reconnect) to its outcome, on the
  * calling thread: read what its exchanges bring, reconnect after cuts,
  * all within the deadline. Returns r->rc. */
 int tm_drive(tidemark_client_t *c, rq *r, int64_t deadline);
-/* The next request id of the state (survives restarts). */
-TM_MUST_CHECK int tm_next_id(tidemark_client_t *c, int64_t *id, json_t **err);
+/* One request round: sent, driven, settled. */
+int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
+                    tidemark_progress_fn progress, void *progress_ud, json_t **result);
 
 /* exchange.c */
 TM_MUST_CHECK int tm_start_post(tidemark_client_t *c, rq *r);
@@ -246,12 +273,12 @@ void tm_reconnect(tidemark_client_t *c, rq *r, int64_t deadline);
 
 /* events.c */
 extern const tm_sse_callbacks tm_client_sse_callbacks;
-/* A new response on r's exchange: a new connection says again what is durable. */
-void tm_held_clear(rq *r);
 
 /* messages.c */
 /* A message or a batch of them arrived on r's exchange (r's driver). */
 void tm_deliver(tidemark_client_t *c, rq *r, json_t *msg);
+/* The task id of a CreateTaskResult ("" when it has none), else NULL. */
+const char *tm_task_created(json_t *result);
 
 /* modern.c: the 2026-07-28 era */
 /* Recognised modern JSON-RPC error codes (a server that sends one speaks modern). */
@@ -289,33 +316,19 @@ int tm_modern_tool_known(tidemark_client_t *c, const char *tool);
 /* A new JSON-RPC id for r (a modern re-issue: same key, new id). */
 TM_MUST_CHECK int tm_modern_new_id(tidemark_client_t *c, rq *r);
 
-/* mrtr.c: InputRequiredResult rounds, the cache of cacheable results */
+/* mrtr.c: InputRequiredResult rounds */
 /* After a request's result: while it is an InputRequiredResult, answer
  * its input requests and send the request again (new id). *result is
  * replaced by the final one (or a typed error). Returns the final rc. */
 int tm_mrtr_rounds(tidemark_client_t *c, const char *method, json_t *params, int rc,
                    tidemark_progress_fn progress, void *progress_ud, json_t **result);
-/* A fresh cached result for method+params (new reference) or NULL. */
+/* cache.c: a fresh cached result for method+params (new reference) or NULL. */
 json_t *tm_cache_get(tidemark_client_t *c, const char *method, json_t *params);
 void tm_cache_put(tidemark_client_t *c, const char *method, json_t *params, json_t *result);
 /* Something changed on the server (a list_changed or updated notification). */
 void tm_cache_clear(tidemark_client_t *c);
-/* The acknowledgement of r's listen stream: what it did not agree to is logged. */
-void tm_listen_acknowledged(rq *r, json_t *params);
-/* A span of this client's tracer for method (NULL when tracing is off):
- * kind CLIENT for what it sends, SERVER for a server's request it answers;
- * the child of params._meta.traceparent when there is one (a gateway's
- * span passed on, the server's span of the call that asks); id may be NULL
- * (a notification). The session and the protocol version as they are now. */
-tm_span *tm_client_span(tidemark_client_t *c, tm_span_kind kind, const char *method,
-                        const json_t *params, const json_t *id);
-/* One request round: sent, driven, settled (request.c). */
-int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
-                    tidemark_progress_fn progress, void *progress_ud, json_t **result);
 
 /* tasks.c: a call answered with a task (io.modelcontextprotocol/tasks) */
-/* The task id of a CreateTaskResult ("" when it has none), else NULL. */
-const char *tm_task_created(json_t *result);
 /* After r's drive: when r's result is a CreateTaskResult, record the task
  * on r's outstanding row, poll it to its end and apply its outcome once
  * (r->result and the return value become the call's). Else r->rc. */

@@ -307,18 +307,6 @@ static int process_event(rq *r, const inev *e)
 
 /* ---- emit-early: holding back what is not durable yet ---------------------------------- */
 
-void tm_held_clear(rq *r)
-{
-    for (held *h = r->held_head, *n; h; h = n) {
-        n = h->next;
-        free(h->id);
-        json_decref(h->msg);
-        free(h);
-    }
-    r->held_head = r->held_tail = NULL;
-    r->held_bytes = 0;
-}
-
 /* Dispatch the held events the durable head now covers, in order. */
 static int release_held(rq *r)
 {

@@ -150,11 +150,28 @@ static void response(tidemark_client_t *c, rq *r, const tm_msg *m)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* A subscriptions/listen acknowledged: what the server did not agree to
+ * listen for is said (a warning), not fatal. */
+static void listen_acknowledged(rq *r, json_t *params)
+{
+    json_t *asked = json_object_get(json_object_get(r->msg, "params"), "notifications");
+    json_t *got = json_object_get(params, "notifications");
+    const char *k;
+    json_t *v;
+    json_object_foreach(asked, k, v) {
+        json_t *g = json_object_get(got, k);
+        int short_of = json_is_array(v) ? json_array_size(g) < json_array_size(v)
+                                        : json_is_true(v) && !json_is_true(g);
+        if (short_of)
+            TM_WARN("client: the server did not agree to listen for %s", k);
+    }
+}
+
 /* A notification: progress of r to its callback, every one to on_notification. */
 static void notification(tidemark_client_t *c, rq *r, json_t *msg, const tm_msg *m)
 {
     if (r->sub && strcmp(m->method, "notifications/subscriptions/acknowledged") == 0)
-        tm_listen_acknowledged(r, m->params); /* what it left out is said, not fatal */
+        listen_acknowledged(r, m->params); /* what it left out is said, not fatal */
     if (strstr(m->method, "list_changed") || strcmp(m->method, "notifications/resources/updated") == 0)
         tm_cache_clear(c); /* what was cached may no longer be so */
     if (strcmp(m->method, "notifications/progress") == 0 && r->progress) {
@@ -196,4 +213,13 @@ void tm_deliver(tidemark_client_t *c, rq *r, json_t *msg)
     size_t i;
     json_t *m;
     json_array_foreach(msg, i, m) handle_message(c, r, m);
+}
+
+const char *tm_task_created(json_t *result)
+{
+    const char *t = json_string_value(json_object_get(result, "resultType"));
+    if (!t || strcmp(t, "task") != 0)
+        return NULL;
+    const char *id = json_string_value(json_object_get(result, "taskId"));
+    return id ? id : "";
 }

@@ -41,6 +41,25 @@ static json_t *with_tasks(json_t *caps)
     return own;
 }
 
+json_t *tm_client_capabilities(tidemark_client_t *c)
+{
+    if (c->caps)
+        return json_incref(c->caps);
+    json_t *caps = json_object();
+    if (caps && c->cfg.on_request &&
+        (json_object_set_new(caps, "sampling", json_object()) != 0 ||
+         json_object_set_new(caps, "elicitation", json_pack("{s:{}}", "form")) != 0)) {
+        json_decref(caps);
+        return NULL;
+    }
+    if (caps && c->roots &&
+        json_object_set_new(caps, "roots", json_pack("{s:b}", "listChanged", 0)) != 0) {
+        json_decref(caps);
+        return NULL;
+    }
+    return caps;
+}
+
 int tm_modern_meta(tidemark_client_t *c, rq *r)
 {
     if (!json_object_get(r->msg, "id"))

@@ -3,11 +3,10 @@
  * InputRequiredResult rounds (the server's questions answered with the
  * application's callbacks, the request sent again under a new id with
  * inputResponses and the opaque requestState, at most max_input_rounds
- * times), the in-memory cache of cacheable results (ttlMs), and the
- * subscriptions/listen stream.
+ * times). The cache of cacheable results is cache.c's, the
+ * subscriptions/listen stream session.c's.
  */
 #include "client_int.h"
-#include "../base/clock.h"
 #include "../base/log.h"
 #include "../mcp/jsonrpc.h"
 #include <inttypes.h>
@@ -117,136 +116,4 @@ int tm_mrtr_rounds(tidemark_client_t *c, const char *method, json_t *params, int
         json_decref(p);
     }
     return rc;
-}
-
-/* ---- the cache ------------------------------------------------------------------------------ */
-
-static int cacheable(const char *method)
-{
-    static const char *const m[] = {"server/discover", "tools/list", "prompts/list",
-                                    "resources/list", "resources/templates/list",
-                                    "resources/read", NULL};
-    for (int i = 0; m[i]; i++)
-        if (!strcmp(method, m[i]))
-            return 1;
-    return 0;
-}
-
-/* method and params without their _meta, as one string (malloc'd). */
-static char *cache_key(const char *method, json_t *params)
-{
-    json_t *p = params ? json_deep_copy(params) : json_object();
-    if (!p)
-        return NULL;
-    (void)json_object_del(p, "_meta"); /* -1 only when it was not there */
-    char *t = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(p);
-    size_t n = strlen(method) + (t ? strlen(t) : 0) + 2;
-    char *k = t ? malloc(n) : NULL;
-    if (k)
-        snprintf(k, n, "%s %s", method, t);
-    free(t);
-    return k;
-}
-
-json_t *tm_cache_get(tidemark_client_t *c, const char *method, json_t *params)
-{
-    if (c->cfg.no_cache || !cacheable(method))
-        return NULL;
-    char *k = cache_key(method, params);
-    if (!k)
-        return NULL;
-    json_t *hit = NULL;
-    pthread_mutex_lock(&c->mu);
-    json_t *e = json_object_get(c->cache, k);
-    if (e && json_integer_value(json_object_get(e, "until")) > tm_now_ms())
-        hit = json_deep_copy(json_object_get(e, "result"));
-    else if (e)
-        (void)json_object_del(c->cache, k); /* expired: it was there */
-    pthread_mutex_unlock(&c->mu);
-    free(k);
-    return hit;
-}
-
-void tm_cache_put(tidemark_client_t *c, const char *method, json_t *params, json_t *result)
-{
-    json_t *ttl = json_object_get(result, "ttlMs");
-    if (c->cfg.no_cache || !cacheable(method) || !json_is_integer(ttl) ||
-        json_integer_value(ttl) <= 0)
-        return;
-    char *k = cache_key(method, params);
-    json_t *e = json_pack("{s:I,s:O,s:O?}", "until",
-                          (json_int_t)(tm_now_ms() + json_integer_value(ttl)), "result", result,
-                          "scope", json_object_get(result, "cacheScope"));
-    pthread_mutex_lock(&c->mu);
-    if (!c->cache)
-        c->cache = json_object();
-    int rc = k && e && c->cache ? json_object_set(c->cache, k, e) : TIDEMARK_ENOMEM;
-    pthread_mutex_unlock(&c->mu);
-    if (rc)
-        TM_DEBUG("client: a %s result could not be cached", method);
-    json_decref(e);
-    free(k);
-}
-
-void tm_cache_clear(tidemark_client_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->cache)
-        (void)json_object_clear(c->cache); /* fails only for a non-object */
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* ---- subscriptions/listen ----------------------------------------------------------------- */
-
-void tm_listen_acknowledged(rq *r, json_t *params)
-{
-    json_t *asked = json_object_get(json_object_get(r->msg, "params"), "notifications");
-    json_t *got = json_object_get(params, "notifications");
-    const char *k;
-    json_t *v;
-    json_object_foreach(asked, k, v) {
-        json_t *g = json_object_get(got, k);
-        int short_of = json_is_array(v) ? json_array_size(g) < json_array_size(v)
-                                        : json_is_true(v) && !json_is_true(g);
-        if (short_of)
-            TM_WARN("client: the server did not agree to listen for %s", k);
-    }
-}
-
-static json_t *listen_params(json_t *filter)
-{
-    if (filter)
-        return json_pack("{s:O}", "notifications", filter);
-    return json_pack("{s:{s:b,s:b,s:b}}", "notifications", "toolsListChanged", 1,
-                     "promptsListChanged", 1, "resourcesListChanged", 1);
-}
-
-int tidemark_client_subscribe(tidemark_client_t *c, json_t *filter, int stop_after_ms)
-{
-    if (!c)
-        return TIDEMARK_EINVAL;
-    pthread_mutex_lock(&c->mu);
-    int modern = c->modern;
-    pthread_mutex_unlock(&c->mu);
-    if (!modern)
-        return tidemark_client_listen(c, stop_after_ms);
-    int64_t id;
-    int rc = tm_next_id(c, &id, NULL);
-    rq *r = rc ? NULL : tm_rq_new(c, id);
-    if (!r)
-        return rc ? rc : TIDEMARK_ENOMEM;
-    r->sub = 1;
-    r->msg = tm_jsonrpc_request(json_integer(id), "subscriptions/listen", listen_params(filter));
-    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
-    if (rc) {
-        tm_rq_free(r);
-        return rc;
-    }
-    if ((rc = tm_start_post(c, r)) != 0)
-        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
-    rc = tm_drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
-    tm_pending_del(c, r);
-    tm_rq_free(r);
-    return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
 }

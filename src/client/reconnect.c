@@ -66,7 +66,7 @@ static long reconnect_delay(tidemark_client_t *c, rq *r)
 static int learn_tools(tidemark_client_t *c)
 {
     json_t *tools = NULL;
-    int rc = tidemark_client_list(c, "tools/list", "tools", &tools);
+    int rc = c->list(c, "tools/list", "tools", &tools);
     if (rc) {
         json_decref(tools);
         return rc == TIDEMARK_EPEER ? 1 : -1;

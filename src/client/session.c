@@ -1,7 +1,10 @@
 /*
  * session.c - the session: initialize, reusing the one a state file holds,
- * a new one after the server lost it, and the standalone GET stream
- * (tidemark_client_listen, and the listener thread of open_standalone).
+ * a new one after the server lost it, notifications the client sends
+ * (tidemark_client_notify), and the streams it listens on: the standalone
+ * GET stream (tidemark_client_listen, and the listener thread of
+ * open_standalone) or, in the 2026-07-28 era, subscriptions/listen
+ * (tidemark_client_subscribe).
  */
 #include "client_int.h"
 #include "../base/clock.h"
@@ -11,25 +14,6 @@
 #include <string.h>
 
 /* The capabilities offered: the configured ones, or those the callbacks imply. */
-json_t *tm_client_capabilities(tidemark_client_t *c)
-{
-    if (c->caps)
-        return json_incref(c->caps);
-    json_t *caps = json_object();
-    if (caps && c->cfg.on_request &&
-        (json_object_set_new(caps, "sampling", json_object()) != 0 ||
-         json_object_set_new(caps, "elicitation", json_pack("{s:{}}", "form")) != 0)) {
-        json_decref(caps);
-        return NULL;
-    }
-    if (caps && c->roots &&
-        json_object_set_new(caps, "roots", json_pack("{s:b}", "listChanged", 0)) != 0) {
-        json_decref(caps);
-        return NULL;
-    }
-    return caps;
-}
-
 /* The initialize request of a new session, in the CLIENT span *sp (made
  * here; NULL when tracing is off), sent and driven. OUT r. */
 static int initialize_request(tidemark_client_t *c, rq **out, tm_span **sp, json_t **err)
@@ -254,4 +238,78 @@ int tidemark_client_listen(tidemark_client_t *c, int stop_after_ms)
     rc = tm_drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
     tm_rq_free(r);
     return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
+}
+
+static json_t *listen_params(json_t *filter)
+{
+    if (filter)
+        return json_pack("{s:O}", "notifications", filter);
+    return json_pack("{s:{s:b,s:b,s:b}}", "notifications", "toolsListChanged", 1,
+                     "promptsListChanged", 1, "resourcesListChanged", 1);
+}
+
+int tidemark_client_subscribe(tidemark_client_t *c, json_t *filter, int stop_after_ms)
+{
+    if (!c)
+        return TIDEMARK_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int modern = c->modern;
+    pthread_mutex_unlock(&c->mu);
+    if (!modern)
+        return tidemark_client_listen(c, stop_after_ms);
+    int64_t id;
+    int rc = tm_next_id(c, &id, NULL);
+    rq *r = rc ? NULL : tm_rq_new(c, id);
+    if (!r)
+        return rc ? rc : TIDEMARK_ENOMEM;
+    r->sub = 1;
+    r->msg = tm_jsonrpc_request(json_integer(id), "subscriptions/listen", listen_params(filter));
+    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
+    if (rc) {
+        tm_rq_free(r);
+        return rc;
+    }
+    if ((rc = tm_start_post(c, r)) != 0)
+        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    rc = tm_drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
+    tm_pending_del(c, r);
+    tm_rq_free(r);
+    return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
+}
+
+/* A notification's params: params itself (a new reference), or, when it
+ * is traced, a copy carrying the span's traceparent (the caller's stay
+ * untouched). *ok is 0 when memory is short. */
+static json_t *notify_params(const tm_span *sp, json_t *params, int *ok)
+{
+    *ok = 1;
+    if (!sp)
+        return json_incref(params);
+    json_t *p = params ? json_deep_copy(params) : json_object();
+    if (!p || tm_mcp_inject(sp, p) != 0) {
+        json_decref(p);
+        *ok = 0;
+        return NULL;
+    }
+    return p;
+}
+
+int tidemark_client_notify(tidemark_client_t *c, const char *method, json_t *params)
+{
+    if (!c || !method)
+        return TIDEMARK_EINVAL;
+    rq *r = tm_rq_new(c, 0);
+    if (!r)
+        return TIDEMARK_ENOMEM;
+    tm_span *sp = tm_client_span(c, TM_SPAN_CLIENT, method, params, NULL);
+    int ok;
+    json_t *p = notify_params(sp, params, &ok);
+    r->msg = ok ? tm_jsonrpc_notification(method, p) : NULL;
+    int rc = r->msg ? tm_start_post(c, r) : TIDEMARK_ENOMEM;
+    if (rc)
+        tm_rq_fail(r, rc, "transport_error", "cannot send the notification", NULL);
+    rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
+    tm_mcp_span_finish(sp, rc, r->result);
+    tm_rq_free(r);
+    return rc;
 }

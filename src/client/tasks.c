@@ -37,15 +37,6 @@ static int terminal(json_t *task)
            status_is(task, "cancelled");
 }
 
-const char *tm_task_created(json_t *result)
-{
-    const char *t = json_string_value(json_object_get(result, "resultType"));
-    if (!t || strcmp(t, "task") != 0)
-        return NULL;
-    const char *id = json_string_value(json_object_get(result, "taskId"));
-    return id ? id : "";
-}
-
 /* A task id this client can keep and send back: 1..256 printable bytes. */
 static int id_ok(const char *id)
 {

@@ -1,49 +1,11 @@
-/* store.c - backend-independent store entry points. */
+/* store.c - backend-independent store entry points: open by URI, and each
+ * operation handed to the backend (store_base.c has what backends share). */
 #include "store.h"
 #include "../shared/sqlite_util.h"
 #include "../base/metrics.h"
-#include "../base/random.h"
 #include "tidemark/tidemark.h"
 #include <stdlib.h>
 #include <string.h>
-
-static const tm_hist_def batch_def = {
-    "tidemark_commit_batch_size", "Operations per group commit.", 1,
-    {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}};
-static const tm_hist_def latency_def = {
-    "tidemark_commit_latency_seconds", "Append queued to durable.", 1e6,
-    {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
-     2500000, 5000000}};
-
-static void register_metrics(tm_store_metrics *m, tm_metrics *r)
-{
-    m->appended = tm_metrics_counter(r, "tidemark_events_appended_total", "", "Events appended to the log.");
-    m->commits = tm_metrics_counter(r, "tidemark_commits_total", "", "Group commits.");
-    m->commit_failures = tm_metrics_counter(r, "tidemark_commit_failures_total", "",
-                                            "Group commits that failed.");
-    m->recoveries = tm_metrics_counter(r, "tidemark_store_write_recoveries_total", "",
-                                       "Times a store accepted writes again after a failed write.");
-    m->corrupt = tm_metrics_counter(r, "tidemark_store_corruption_total", "",
-                                    "Damaged database files found, at open or at run time.");
-    m->checkpoint_stalls = tm_metrics_counter(
-        r, "tidemark_wal_checkpoint_stalls_total", "",
-        "WAL checkpoints that could not complete for 5 s (counted every 10 s while it lasts).");
-    m->loss = tm_metrics_counter(r, "tidemark_store_loss_detected_total", "",
-                                 "Store opens that found fewer commits than the head file recorded.");
-    m->commit_batch = tm_metrics_hist(r, &batch_def);
-    m->commit_latency_us = tm_metrics_hist(r, &latency_def);
-}
-
-int tm_store_init_base(tm_store *st, const struct tm_store_ops *ops, const tm_store_options *opt)
-{
-    st->ops = ops;
-    register_metrics(&st->m, opt ? opt->metrics : NULL);
-    st->listener = opt ? opt->listener : NULL;
-    st->listener_ud = opt ? opt->listener_ud : NULL;
-    st->bus = opt ? opt->bus : NULL;
-    st->bus_ud = opt ? opt->bus_ud : NULL;
-    return tm_random_hex(st->epoch, TM_EPOCH_LEN / 2);
-}
 
 int tm_store_open(const char *uri, const tm_store_options *opt, tm_store **out)
 {
@@ -65,12 +27,6 @@ void tm_store_set_listener(tm_store *st, tm_commit_listener fn, void *ud)
 {
     st->listener = fn;
     st->listener_ud = ud;
-}
-
-void tm_store_notify_bus(tm_store *st, const char *channel, const void *data, size_t len)
-{
-    if (st->bus)
-        st->bus(st->bus_ud, channel, data, len);
 }
 
 int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t len)
@@ -99,12 +55,6 @@ void tm_store_close(tm_store *st)
 }
 
 const char *tm_store_epoch(const tm_store *st) { return st->epoch; }
-
-void tm_store_notify_commit(tm_store *st, const char *session, const char *stream, uint64_t seq)
-{
-    if (st->listener)
-        st->listener(st->listener_ud, session, stream, seq);
-}
 
 int tm_store_session_create(tm_store *st, const tm_session_rec *rec)
 {
@@ -164,16 +114,6 @@ int tm_store_session_delete_queued(tm_store *st, const char *id)
                                           : st->ops->session_delete(st, id);
 }
 
-void tm_session_rec_clear(tm_session_rec *rec)
-{
-    free(rec->id);
-    free(rec->protocol_version);
-    free(rec->client);
-    free(rec->attrs);
-    json_decref(rec->attrs_obj);
-    memset(rec, 0, sizeof *rec);
-}
-
 json_t *tm_session_rec_attrs(const tm_session_rec *rec)
 {
     if (rec->attrs_obj)
@@ -218,17 +158,6 @@ int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
 int tm_store_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
 {
     return st->ops->requests_unfinished(st, fn, ud);
-}
-
-void tm_request_rec_clear(tm_request_rec *r)
-{
-    free(r->session);
-    free(r->key);
-    free(r->tool);
-    free(r->stream);
-    free(r->message);
-    free(r->response);
-    memset(r, 0, sizeof *r);
 }
 
 int tm_store_exec_schema(tm_store *st, const char *sql)
@@ -346,19 +275,6 @@ int tm_store_sync_since(tm_store *st, uint64_t mark)
     return st->ops->sync_since ? st->ops->sync_since(st, mark) : st->ops->sync(st);
 }
 
-uint64_t tm_retain_first_by_count(const tm_store_options *opt, uint64_t first, uint64_t head)
-{
-    uint64_t keep = opt->retain_events;
-    if (!keep || head < first || head - first + 1 <= keep)
-        return first;
-    return head - keep + 1;
-}
-
-int64_t tm_retain_cutoff_ms(const tm_store_options *opt, int64_t now_ms)
-{
-    return opt->retain_ms > 0 ? now_ms - opt->retain_ms : INT64_MIN;
-}
-
 int tm_store_kv_get(tm_store *st, const char *key, void *out, size_t cap, size_t *len)
 {
     return st->ops->kv_get ? st->ops->kv_get(st, key, out, cap, len) : TIDEMARK_ENOTSUP;
@@ -376,8 +292,3 @@ const char *tm_store_unavailable_reason(tm_store *st)
 
 int tm_store_writable(tm_store *st) { return st->ops->writable ? st->ops->writable(st) : 0; }
 int tm_store_in_doubt(tm_store *st) { return st->ops->in_doubt ? st->ops->in_doubt(st) : 0; }
-
-/* The batch whose append callbacks this thread is running. */
-static _Thread_local size_t tl_batch;
-size_t tm_store_callback_batch(void) { return tl_batch; }
-void tm_store_callback_batch_set(size_t n) { tl_batch = n; }

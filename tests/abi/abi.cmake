@@ -7,6 +7,8 @@
 #  abi_symbols  the exported symbols are exactly src/tidemark.sym (nm -D)
 #  abi_diff     the ABI against the last release tag (abidiff); skipped (77)
 #               while there is none
+#  layers       the layers' arrows point down and no cycle of calls inside a
+#               layer runs through more than 3 files (nm over the objects)
 find_program(PAHOLE_EXECUTABLE pahole)
 find_program(ABIDIFF_EXECUTABLE abidiff)
 find_program(NM_EXECUTABLE nm)
@@ -39,3 +41,7 @@ set_tests_properties(abi_symbols PROPERTIES LABELS "abi;nosan" TIMEOUT 60)
 add_test(NAME abi_diff
   COMMAND ${TM_ABI}/abidiff.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR} $<TARGET_FILE:tidemark>)
 set_tests_properties(abi_diff PROPERTIES LABELS "abi;nosan" SKIP_RETURN_CODE 77 TIMEOUT 900)
+
+add_test(NAME layers
+  COMMAND ${NODE_EXECUTABLE} ${TM_ABI}/layers.mjs "$<TARGET_OBJECTS:tidemark_obj>")
+set_tests_properties(layers PROPERTIES LABELS "abi;nosan" TIMEOUT 120)
