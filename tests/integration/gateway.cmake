@@ -20,7 +20,7 @@
 #    and health endpoints on the gateway;
 #  - gateway_exactly: ledger_append exactly once through gateway kill -9 and
 #    child kills; a call not safe ends outcome_unknown.
-if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
+if(NODE_EXECUTABLE)
   add_test(NAME gateway_sdk_everything
     COMMAND ${WITH_SERVER} $<TARGET_FILE:tidemark-gateway> --store memory
             --stdio "${NODE_EXECUTABLE} ${TM_EVERYTHING_JS} stdio" --

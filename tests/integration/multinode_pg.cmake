@@ -38,7 +38,7 @@ if(NODE_EXECUTABLE)
   set_tests_properties(gateway_exactly_pg PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77
                        ENVIRONMENT "TM_STORE=pg" LABELS "nosan;pg;gateway")
 endif()
-if(NODE_EXECUTABLE AND EXISTS ${TM_EVERYTHING_JS})
+if(NODE_EXECUTABLE)
   add_test(NAME gateway_cluster_pg
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway_cluster.mjs
             $<TARGET_FILE:tidemark-gateway> $<TARGET_FILE:tidemark-client> ${NODE_EXECUTABLE}
