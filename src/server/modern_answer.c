@@ -440,25 +440,15 @@ void tm_modern_answer(tm_job *j, const json_t *resp)
     tm_modern_release(j->srv, j->sess);
 }
 
-static int subscribed(const json_t *f, const json_t *params)
+/* Whether the listener's filter f lists, in its array named list, the
+ * string params carries as field (a resource's uri, a task's id). */
+static int listed(const json_t *f, const char *list, const json_t *params, const char *field)
 {
-    const char *uri = json_string_value(json_object_get(params, "uri"));
-    size_t i;
-    json_t *u;
-    json_array_foreach(json_object_get(f, "resourceSubscriptions"), i, u)
-        if (uri && json_is_string(u) && strcmp(json_string_value(u), uri) == 0)
-            return 1;
-    return 0;
-}
-
-/* Whether a listener's filter f takes notifications/tasks for params. */
-static int tasks_listened(const json_t *f, const json_t *params)
-{
-    const char *id = json_string_value(json_object_get(params, "taskId"));
+    const char *want = json_string_value(json_object_get(params, field));
     size_t i;
     json_t *v;
-    json_array_foreach(json_object_get(f, "taskIds"), i, v)
-        if (id && json_is_string(v) && strcmp(json_string_value(v), id) == 0)
+    json_array_foreach(json_object_get(f, list), i, v)
+        if (want && json_is_string(v) && strcmp(json_string_value(v), want) == 0)
             return 1;
     return 0;
 }
@@ -477,9 +467,9 @@ int tm_modern_listener_msg(const json_t *attrs, const char *method, const json_t
                            : NULL;
     int want = flag ? json_is_true(json_object_get(f, flag)) : 0;
     if (strcmp(method, "notifications/resources/updated") == 0)
-        want = subscribed(f, params);
+        want = listed(f, "resourceSubscriptions", params, "uri");
     if (strcmp(method, "notifications/tasks") == 0)
-        want = tasks_listened(f, params);
+        want = listed(f, "taskIds", params, "taskId");
     if (!want)
         return 0;
     json_t *p = params ? json_deep_copy(params) : json_object();
