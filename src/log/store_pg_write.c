@@ -1001,6 +1001,8 @@ int tm_pg_stream_open(tm_store *st, const char *session, const char *name, char 
     int rc = next_stream_number(p, session, &n);
     if (rc)
         return rc;
+    /* The number is taken (a new block committed), the stream not yet. */
+    TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "pg_stream_reserved");
     char nm[TM_STREAM_MAX];
     snprintf(nm, sizeof nm, "r%" PRIu64, n);
     pop *o = tm_pg_op_new(OP_OPEN);

@@ -1,7 +1,7 @@
 /*
  * task_run.c - running a task's handler (tasks.h): on a worker, like a
  * recorded 2026-07-28 call with no HTTP request waiting for it. Its final
- * response is appended to the task session's stream "r1" and completes the
+ * response is appended to the stream its record names and completes the
  * record "t" in the same transaction as the tool's atomic effect; a round
  * that ends asking for input leaves the record started and writes the
  * attribute "ir" instead. Also the cancellations seen by the recoverer, and
@@ -134,7 +134,7 @@ static json_t *message_with_answers(const char *message, const json_t *attrs)
     return msg;
 }
 
-static tm_job *job_for(tidemark_server_t *srv, tm_sess *sess, json_t *msg)
+static tm_job *job_for(tidemark_server_t *srv, tm_sess *sess, const char *stream, json_t *msg)
 {
     tm_job *j = tm_job_alloc();
     if (!j)
@@ -143,7 +143,7 @@ static tm_job *job_for(tidemark_server_t *srv, tm_sess *sess, json_t *msg)
     j->sess = sess;
     j->sse = 1;
     j->flags = TM_POST_MODERN;
-    snprintf(j->stream, sizeof j->stream, "r1");
+    snprintf(j->stream, sizeof j->stream, "%s", stream);
     j->root = msg;
     j->responses = json_array();
     pthread_mutex_init(&j->mu, NULL);
@@ -242,14 +242,15 @@ static void run_task(void *arg)
     free(a);
 }
 
-int tm_task_start(tidemark_server_t *srv, const char *id, const char *message, int recovering)
+int tm_task_start(tidemark_server_t *srv, const char *id, const char *stream, const char *message,
+                  int recovering)
 {
     json_t *attrs = attrs_of(srv, id);
     json_t *msg = attrs ? message_with_answers(message, attrs) : NULL;
     json_int_t round = json_integer_value(json_object_get(json_object_get(attrs, "ir"), "n"));
     json_decref(attrs);
     tm_sess *sess = msg ? tm_sess_find(srv, id) : NULL;
-    tm_job *j = sess ? job_for(srv, sess, msg) : NULL;
+    tm_job *j = sess && stream ? job_for(srv, sess, stream, msg) : NULL;
     if (!j) {
         if (sess)
             tm_sess_unref(sess);
@@ -274,12 +275,12 @@ int tm_task_start(tidemark_server_t *srv, const char *id, const char *message, i
     return rc;
 }
 
-int tm_task_finish(tidemark_server_t *srv, const char *id, json_t *response)
+int tm_task_finish(tidemark_server_t *srv, const char *id, const char *stream, json_t *response)
 {
     size_t len = 0;
     char *bytes = tm_jsonrpc_dump(response, &len);
     json_decref(response);
-    tm_append_req r = {.session = id, .stream = "r1", .data = bytes, .len = len,
+    tm_append_req r = {.session = id, .stream = stream, .data = bytes, .len = len,
                        .flags = TM_APPEND_FINAL, .request_key = TM_TASK_RECORD};
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
     free(bytes);
@@ -323,19 +324,20 @@ int tm_tasks_recover(tidemark_server_t *srv, const tm_request_rec *r)
         json_decref(e.desc);
     int rc = 0;
     if (cancel) {
-        rc = tm_task_finish(srv, r->session, tm_jsonrpc_error(id, TM_RPC_REQUEST_CANCELLED,
+        rc = tm_task_finish(srv, r->session, r->stream,
+                            tm_jsonrpc_error(id, TM_RPC_REQUEST_CANCELLED,
                                                               "Task cancelled", "cancelled", NULL));
     } else if (wait) {
         rc = 0; /* nothing runs until tasks/update brings the answers */
     } else if (known && (e.hints & (TIDEMARK_TOOL_ATOMIC | TIDEMARK_TOOL_IDEMPOTENT))) {
         tm_counter_inc(srv->m.recovered);
         TM_INFO("recovery: re-running task %s (%s)", TM_SID(r->session), r->tool);
-        rc = tm_task_start(srv, r->session, r->message, 1);
+        rc = tm_task_start(srv, r->session, r->stream, r->message, 1);
     } else {
         json_t *x = json_pack("{s:s}", "tool", r->tool ? r->tool : "");
         tm_counter_inc(srv->m.outcome_unknown);
         TM_INFO("recovery: task %s (%s) -> outcome_unknown", TM_SID(r->session), r->tool);
-        rc = tm_task_finish(srv, r->session,
+        rc = tm_task_finish(srv, r->session, r->stream,
                             tm_jsonrpc_error(id, TM_RPC_OUTCOME_UNKNOWN,
                                              "Outcome unknown: the server stopped while this task "
                                              "ran, and the tool is neither atomic nor idempotent",

@@ -194,12 +194,14 @@ static int64_t ttl_for(tidemark_server_t *srv, int64_t ttl)
 }
 
 /* The task's "task" attribute, a stream and its record "t" in the task's
- * store session: every write durable before the caller answers. Run again
- * on a creation a crash cut short (task_finish_creation): the attribute is
- * written again, a new stream opened, and a record already there is
- * TIDEMARK_EEXIST. */
+ * store session: every write durable before the caller answers. OUT stream:
+ * the stream's name, which the record holds and the response goes to (the
+ * store names it: "r1" on a first try, another name on a creation a crash
+ * cut short). Run again on such a creation (finish_creation): the
+ * attribute is written again, a new stream opened, and a record already
+ * there is TIDEMARK_EEXIST. */
 static int task_rest(tidemark_server_t *srv, const tm_msg *m, const char *id, int64_t ttl,
-                     const char *principal)
+                     const char *principal, char stream[TM_STREAM_MAX])
 {
     int64_t now = tm_wall_ms();
     json_t *t = json_pack("{s:I,s:I,s:I,s:s}", "c", (json_int_t)now, "ttl", (json_int_t)ttl,
@@ -208,9 +210,10 @@ static int task_rest(tidemark_server_t *srv, const tm_msg *m, const char *id, in
     json_decref(t);
     int rc = ttxt ? tm_store_session_set_attr(srv->store, id, "task", ttxt) : TIDEMARK_ENOMEM;
     free(ttxt);
-    char stream[TM_STREAM_MAX];
     if (rc == 0)
         rc = tm_store_stream_open(srv->store, id, NULL, stream);
+    if (rc == 0) /* the stream, no record: what finish_creation completes */
+        TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "task_stream_opened");
     char *message = rc == 0 ? tm_jsonrpc_dump(m->raw, NULL) : NULL;
     const char *tool = json_string_value(json_object_get(m->params, "name"));
     tm_request_rec r = {.session = (char *)id, .key = TM_TASK_RECORD,
@@ -225,7 +228,7 @@ static int task_rest(tidemark_server_t *srv, const tm_msg *m, const char *id, in
  * several: a crash between them leaves a session without its record, which
  * the re-issue under the key finishes (reissued). */
 static int task_store(tidemark_server_t *srv, const tm_msg *m, const char *id, int64_t ttl,
-                      const char *principal)
+                      const char *principal, char stream[TM_STREAM_MAX])
 {
     json_t *client = json_pack("{s:O,s:s}", "capabilities", json_object_get(meta_of(m), TM_META_CAPS),
                                TM_CLIENT_PRINCIPAL, principal);
@@ -241,25 +244,26 @@ static int task_store(tidemark_server_t *srv, const tm_msg *m, const char *id, i
     free(ctxt);
     if (rc == 0)
         TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "task_session_created");
-    return rc ? rc : task_rest(srv, m, id, ttl, principal);
+    return rc ? rc : task_rest(srv, m, id, ttl, principal, stream);
 }
 
 static json_t *start_and_answer(tidemark_server_t *srv, const tm_msg *m, const char *id,
-                                const char *principal);
+                                const char *principal, const char *stream);
 
 /* A creation under this key that a crash cut short (its session, no
  * record): finished now, as the one the client was never answered for. */
 static json_t *finish_creation(tidemark_server_t *srv, const tm_msg *m, const char *id,
                                int64_t ttl, const char *principal)
 {
-    int rc = task_rest(srv, m, id, ttl, principal);
+    char stream[TM_STREAM_MAX];
+    int rc = task_rest(srv, m, id, ttl, principal, stream);
     if (rc == TIDEMARK_EEXIST)
         return NULL; /* finished meanwhile by its own creator: read it again */
     if (rc)
         return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The task could not be recorded",
                                 rc == TIDEMARK_EIO ? "store_unavailable" : "store_failed", NULL);
     TM_INFO("task %s: its creation was cut short; finished on its re-issue", TM_SID(id));
-    return start_and_answer(srv, m, id, principal);
+    return start_and_answer(srv, m, id, principal, stream);
 }
 
 /* The task under this key exists: answer with it (the same taskId). */
@@ -309,7 +313,7 @@ static json_t *reissued(tidemark_server_t *srv, const tm_msg *m, const char *id,
 static json_t *create(tidemark_server_t *srv, const tm_msg *m, int64_t ttl_ms,
                       const char *principal)
 {
-    char id[TM_SESSION_ID_LEN + 1];
+    char id[TM_SESSION_ID_LEN + 1], stream[TM_STREAM_MAX];
     json_t *k = json_object_get(meta_of(m), IDEM_KEY);
     char kk[TM_IDEM_KEY_MAX_BYTES + 8];
     int rc;
@@ -322,21 +326,21 @@ static json_t *create(tidemark_server_t *srv, const tm_msg *m, int64_t ttl_ms,
         rc = tm_random_hex(id, TM_SESSION_ID_LEN / 2); /* 128 bits from the CSPRNG */
     }
     if (rc == 0)
-        rc = task_store(srv, m, id, ttl_for(srv, ttl_ms), principal);
+        rc = task_store(srv, m, id, ttl_for(srv, ttl_ms), principal, stream);
     if (rc == TIDEMARK_EEXIST && json_is_string(k))
         return reissued(srv, m, id, ttl_for(srv, ttl_ms), principal);
     if (rc)
         return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The task could not be recorded",
                                 rc == TIDEMARK_EIO ? "store_unavailable" : "store_failed", NULL);
-    return start_and_answer(srv, m, id, principal);
+    return start_and_answer(srv, m, id, principal, stream);
 }
 
 /* A recorded task started here and answered: CreateTaskResult. */
 static json_t *start_and_answer(tidemark_server_t *srv, const tm_msg *m, const char *id,
-                                const char *principal)
+                                const char *principal, const char *stream)
 {
     char *message = tm_jsonrpc_dump(m->raw, NULL);
-    int rc = message ? tm_task_start(srv, id, message, 0) : TIDEMARK_ENOMEM;
+    int rc = message ? tm_task_start(srv, id, stream, message, 0) : TIDEMARK_ENOMEM;
     free(message);
     if (rc) /* recorded: the next recovery pass (or restart) runs it */
         TM_WARN("task %s: not started now: %s", TM_SID(id), tidemark_strerror(rc));
@@ -422,7 +426,7 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
         json_int_t n = json_integer_value(json_object_get(json_object_get(v.attrs, "ir"), "n"));
         rc = claim_round(srv, id, n);
         if (rc == 0)
-            rc = tm_task_start(srv, id, v.rec.message, 0);
+            rc = tm_task_start(srv, id, v.rec.stream, v.rec.message, 0);
         else if (rc == TIDEMARK_EEXIST) /* another node's update completed the round */
             rc = 0;
     }
@@ -449,7 +453,7 @@ static json_t *task_cancel(tidemark_server_t *srv, const tm_msg *m, const char *
         int here = rc == 0 && tm_task_cancel_local(srv, id);
         if (rc == 0 && !here && json_object_size(q) > 0) {
             json_t *msg = json_loads(v.rec.message ? v.rec.message : "", JSON_ALLOW_NUL, NULL);
-            rc = tm_task_finish(srv, id,
+            rc = tm_task_finish(srv, id, v.rec.stream,
                                 tm_jsonrpc_error(json_object_get(msg, "id"),
                                                  TM_RPC_REQUEST_CANCELLED, "Task cancelled",
                                                  "cancelled", NULL));

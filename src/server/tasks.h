@@ -7,7 +7,7 @@
  *  - attribute "task": {c: created ms, ttl: ms, poll: ms, p: principal};
  *  - the request record "t" (started when the task is created, completed
  *    with the call's final response, with the tool's atomic effect riding in
- *    the same transaction) on the session's stream "r1";
+ *    the same transaction) on the stream its record names;
  *  - attribute "ir": {n: round, u: ms, q: inputRequests} when the handler
  *    asked for input; "in.<key>" the client's answers (tasks/update);
  *  - attribute "cancel" once tasks/cancel came.
@@ -48,13 +48,15 @@ int tm_task_notify(tidemark_server_t *srv, const char *id);
 
 /* task_run.c, for tasks.c */
 /* Run round n of task id on this node (a worker): the handler, with every
- * answer so far; its final response completes the record. */
-int tm_task_start(tidemark_server_t *srv, const char *id, const char *message, int recovering);
+ * answer so far; its final response goes to stream (the one its record
+ * names) and completes the record. */
+int tm_task_start(tidemark_server_t *srv, const char *id, const char *stream, const char *message,
+                  int recovering);
 /* Set the cancel flag of task id if it runs here. 1 when it does. */
 int tm_task_cancel_local(tidemark_server_t *srv, const char *id);
-/* End task id's record with response (stolen) now (cancelled while waiting
- * for input, outcome_unknown). */
-int tm_task_finish(tidemark_server_t *srv, const char *id, json_t *response);
+/* End task id's record with response (stolen) on stream, the one its record
+ * names, now (cancelled while waiting for input, outcome_unknown). */
+int tm_task_finish(tidemark_server_t *srv, const char *id, const char *stream, json_t *response);
 /* The policy of tool name: *task (TIDEMARK_TASK_*) and *ttl_ms. */
 int tm_tasks_policy_of(tidemark_server_t *srv, const char *name, unsigned *task, int64_t *ttl_ms);
 

@@ -45,4 +45,14 @@ if(NODE_EXECUTABLE)
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_cut_creation.mjs
             $<TARGET_FILE:tidemark-server-crashpoints>)
   set_tests_properties(tasks_cut_creation PROPERTIES TIMEOUT 60 LABELS "tasks;modern")
+  # ... cut after its stream was opened too: the response goes to that stream.
+  add_test(NAME tasks_cut_creation_stream
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_cut_creation.mjs
+            $<TARGET_FILE:tidemark-server-crashpoints> task_stream_opened)
+  set_tests_properties(tasks_cut_creation_stream PROPERTIES TIMEOUT 60 LABELS "tasks;modern")
+  add_test(NAME tasks_cut_creation_pg
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks_cut_creation.mjs
+            $<TARGET_FILE:tidemark-server-crashpoints> pg_stream_reserved pg)
+  set_tests_properties(tasks_cut_creation_pg PROPERTIES TIMEOUT 120 LABELS "tasks;modern;pg"
+                       SKIP_RETURN_CODE 77)
 endif()

@@ -1,17 +1,28 @@
-// tasks_cut_creation.mjs (CTest tasks_cut_creation): a task creation cut
-// by a crash between its writes (the store session made, its record not) is
-// finished by the re-issue under its idempotency key: the same taskId, the
-// task runs to completed, the ledger entry exists once. Before the fix the
-// re-issue answered -32602 task_not_found for ever and the call was lost.
-//   node tasks_cut_creation.mjs TIDEMARK_SERVER_CRASHPOINTS
+// tasks_cut_creation.mjs (CTest tasks_cut_creation, _stream): a task
+// creation cut by a crash between its writes (the store session made, its
+// record not: crash point task_session_created; or its stream opened too:
+// task_stream_opened; on PostgreSQL, the stream's number taken but the
+// stream not made: pg_stream_reserved) is finished by the re-issue under its
+// idempotency key: the same taskId, the task runs to completed, the ledger
+// entry exists once. Before the first fix the re-issue answered -32602
+// task_not_found for ever; before the second (pg_stream_reserved) the task's
+// response went to "r1", which never existed, not to the stream the re-issue
+// opened and the record names: the task never completed and recovery
+// re-ran it every half second.
+// STORE: sqlite (default) or pg (a throw-away PostgreSQL cluster, one node;
+// exits 77 when PostgreSQL is not installed).
+//   node tasks_cut_creation.mjs TIDEMARK_SERVER_CRASHPOINTS [CRASH_POINT] [STORE]
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checker, startServer, stopServer, until } from "./mcp_http.mjs";
 import { modern, modernLedgerCount, KEY } from "./modern_http.mjs";
 import { freePort } from "./multinode_env.mjs";
+import { pgCluster } from "./pg_env.mjs";
+import { skipUnlessStoreTools } from "./store_env.mjs";
 
-const [bin] = process.argv.slice(2);
+const [bin, point = "task_session_created", store = "sqlite"] = process.argv.slice(2);
+if (store === "pg") skipUnlessStoreTools({ store: "pg", withLb: false });
 const t = checker();
 const dir = mkdtempSync(join(tmpdir(), "tm-cut-creation-"));
 const CAPS = { extensions: { "io.modelcontextprotocol/tasks": {} } };
@@ -22,15 +33,16 @@ const create = (url, id) => modern(url, id, "tools/call", { name: "ledger_append
 const get = async (url, taskId) => (await modern(url, "g" + Math.random(), "tasks/get", { taskId },
   { capabilities: CAPS, headers: { "mcp-name": taskId } })).response?.result;
 
-let s = null;
+let s = null, pg = null;
 try {
   const port = await freePort();
-  const flags = ["--store", "sqlite:" + join(dir, "t.db"), "--listen", `127.0.0.1:${port}`];
-  s = await startServer(bin, flags, { env: { TIDEMARK_SERVER_CRASH: "task_session_created:1" } });
+  if (store === "pg") pg = await pgCluster(false, "start", join(dir, "pg"), "0");
+  const flags = ["--store", pg ?? "sqlite:" + join(dir, "t.db"), "--listen", `127.0.0.1:${port}`];
+  s = await startServer(bin, flags, { env: { TIDEMARK_SERVER_CRASH: `${point}:1` } });
   const first = await create(s.url, "c1");
   const died = await until("the server dies at the crash point", async () =>
     s.proc.exitCode !== null || s.proc.signalCode !== null, 10000).catch(() => false);
-  t.check("the creation is cut after its session, before its record (crash point)",
+  t.check(`the creation is cut before its record (crash point ${point})`,
     died && !first.response?.result?.taskId, JSON.stringify(first.response ?? String(first.error)));
   s = await startServer(bin, flags);
   const again = (await create(s.url, "c2")).response?.result;
@@ -48,6 +60,7 @@ try {
   t.check("no exception", false, e.stack);
 } finally {
   await stopServer(s);
+  if (pg) await pgCluster(false, "stop", join(dir, "pg"));
   rmSync(dir, { recursive: true, force: true });
 }
 t.done();
