@@ -30,7 +30,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "shared/event_id.h"
+#include "common/event_id.h"
 #include "log/store.h"
 #include "transport/sse_parser.h"
 #include "tidemark/tidemark.h"

@@ -51,7 +51,7 @@
 #include "../base/crash.h"
 #include "../base/map.h"
 #include "../base/pool.h"
-#include "../shared/event_id.h"
+#include "../common/event_id.h"
 #include "../mcp/mcp_metrics.h"
 #include "../otel/otel.h"
 #include "../transport/http_client.h"

@@ -1,6 +1,6 @@
 /* cstate.c - durable client state in SQLite; see cstate.h. */
 #include "cstate.h"
-#include "../shared/sqlite_util.h"
+#include "../common/sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/log.h"
 #include "tidemark/tidemark.h"

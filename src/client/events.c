@@ -7,7 +7,7 @@
  */
 #include "client_int.h"
 #include "../base/log.h"
-#include "../shared/txn.h"
+#include "../common/txn.h"
 #include "../mcp/jsonrpc.h"
 #include <inttypes.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include "client_int.h"
 #include "../base/clock.h"
 #include "../base/log.h"
-#include "../shared/txn.h"
+#include "../common/txn.h"
 #include "../mcp/jsonrpc.h"
 #include <errno.h>
 #include <inttypes.h>

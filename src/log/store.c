@@ -1,7 +1,7 @@
 /* store.c - backend-independent store entry points: open by URI, and each
  * operation handed to the backend (store_base.c has what backends share). */
 #include "store.h"
-#include "../shared/sqlite_util.h"
+#include "../common/sqlite_util.h"
 #include "../base/metrics.h"
 #include "tidemark/tidemark.h"
 #include <stdlib.h>

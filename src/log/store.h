@@ -15,7 +15,7 @@
 #ifndef TM_STORE_H
 #define TM_STORE_H
 #include "../base/metrics.h"
-#include "../shared/event_id.h"
+#include "../common/event_id.h"
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include "store.h"
 #include "../base/lock.h"
 #include "../base/str.h"
-#include "../shared/sqlite_util.h"
+#include "../common/sqlite_util.h"
 #include "../base/clock.h"
 #include "../base/map.h"
 #include "tidemark/tidemark.h"

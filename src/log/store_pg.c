@@ -42,7 +42,7 @@
 #include "store.h"
 #include "store_pg_int.h"
 #include "store_pg_schema.h"
-#include "../shared/txn.h"
+#include "../common/txn.h"
 #include "writer.h"
 #include "../base/buf.h"
 #include "../base/clock.h"

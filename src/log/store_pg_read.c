@@ -6,7 +6,7 @@
  * connection: one snapshot, so bounds and events agree.
  */
 #include "store_pg_int.h"
-#include "../shared/sqlite_util.h"
+#include "../common/sqlite_util.h"
 #include "store_pg_schema.h"
 #include "../base/lock.h"
 #include "../base/buf.h"

@@ -5,7 +5,7 @@
  * means). Hooks run on the writer thread, the only user of p->wc.
  */
 #include "store_pg_int.h"
-#include "../shared/txn.h"
+#include "../common/txn.h"
 #include "../base/lock.h"
 #include "../base/buf.h"
 #include "../base/clock.h"

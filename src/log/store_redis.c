@@ -85,7 +85,7 @@
  */
 #include "store.h"
 #include "writer.h"
-#include "../shared/sqlite_util.h"
+#include "../common/sqlite_util.h"
 #include "../base/lock.h"
 #include "../base/clock.h"
 #include "../base/crash.h"

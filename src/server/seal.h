@@ -76,7 +76,7 @@ int tm_unseal(tm_sealer *s, const char *principal, const char *method, int64_t n
 int tm_seal_derive_id(tm_sealer *s, const char *a, size_t alen, const char *b, size_t blen,
                       char out[33]);
 
-/* The mac of an event id (src/shared/event_id.h): HMAC-SHA256 under a subkey
+/* The mac of an event id (src/common/event_id.h): HMAC-SHA256 under a subkey
  * of the shared key over the session and the id's epoch, stream and seq
  * (each length-prefixed), its first 9 bytes in base64url: 12 characters,
  * 72 bits. The same on every node sharing the store; unguessable without

@@ -10,11 +10,11 @@ import { execFileSync } from "node:child_process";
 const MAX_CYCLE = 3;
 const below = {
   base: [],
-  shared: ["base"], mcp: ["base"], otel: ["base"], transport: ["base"], auth: ["base"],
-  log: ["base", "shared"],
-  server: ["base", "shared", "mcp", "otel", "transport", "auth", "log"],
-  client: ["base", "shared", "mcp", "otel", "transport"],
-  gateway: ["base", "shared", "mcp", "otel", "transport", "auth", "log", "server", "client"],
+  common: ["base"], mcp: ["base"], otel: ["base"], transport: ["base"], auth: ["base"],
+  log: ["base", "common"],
+  server: ["base", "common", "mcp", "otel", "transport", "auth", "log"],
+  client: ["base", "common", "mcp", "otel", "transport"],
+  gateway: ["base", "common", "mcp", "otel", "transport", "auth", "log", "server", "client"],
 };
 
 const objects = process.argv.slice(2).flatMap((a) => a.split(";")).filter((o) => o.endsWith(".o"));

@@ -1,5 +1,5 @@
 /*
- * fuzz_event_id.c - event ids and Last-Event-ID text (src/shared/event_id.c):
+ * fuzz_event_id.c - event ids and Last-Event-ID text (src/common/event_id.c):
  * tm_event_id_parse, tm_event_id_format, tm_stream_name_valid,
  * tm_epoch_valid, tm_epoch_for_session.
  *
@@ -20,7 +20,7 @@
  *    same arguments.
  */
 #include "fuzz_util.h"
-#include "shared/event_id.h"
+#include "common/event_id.h"
 #include "tidemark/tidemark.h"
 
 #include <inttypes.h>

@@ -27,7 +27,7 @@
  * ever for an id whose mac verifies.
  */
 #include "fuzz_util.h"
-#include "shared/event_id.h"
+#include "common/event_id.h"
 #include "log/resume.h"
 #include "log/store.h"
 #include "server/seal.h"

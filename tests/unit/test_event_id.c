@@ -1,11 +1,11 @@
-/* test_event_id.c - unit tests for src/shared/event_id.{h,c} (docs/design.md, "The contract", item 2). */
+/* test_event_id.c - unit tests for src/common/event_id.{h,c} (docs/design.md, "The contract", item 2). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "shared/event_id.h"
+#include "common/event_id.h"
 #include "server/seal.h"
 #include "tidemark/tidemark.h"
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "shared/sqlite_util.h"
+#include "common/sqlite_util.h"
 #include "log/store.h"
 #include "tidemark/tidemark.h"
 #include <fcntl.h>

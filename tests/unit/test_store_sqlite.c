@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "shared/sqlite_util.h"
+#include "common/sqlite_util.h"
 #include "log/store.h"
-#include "shared/txn.h"
+#include "common/txn.h"
 #include "tidemark/tidemark.h"
 #include <sqlite3.h>
 #include <stdio.h>
