@@ -712,6 +712,7 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
 {
     pgstore *p = be;
     pop *batch = (pop *)wbatch;
+    TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS"); /* a slow store: nothing of the batch sent yet */
     p->deadline = tm_now_ms() + p->timeout_ms;
     for (int attempt = 0;; attempt++) {
         if (writer_ready(p, n) != 0)

@@ -472,10 +472,15 @@ static int job_request_key(const tm_job *j, const tm_msg *m, char key[TM_REQ_KEY
     return 0;
 }
 
-/* Whether a 2025 call's record begin is waited for (begin_records). */
-static int begin_waits(tidemark_server_t *srv, const tm_msg *m)
+/* Whether a 2025 call's record begin is waited for (begin_records): on a
+ * store shared by nodes, always. Another node may have read the record as
+ * absent at the same moment and begun it too; only the store's answer to
+ * the begin says which run is the request's. An idempotent tool is no
+ * exception: the run that lost would write events to a stream no record
+ * names, and a client that took them would resume it forever. */
+static int begin_waits(tidemark_server_t *srv)
 {
-    return tm_store_shared(srv->store) && !(tm_call_tool_hints(srv, m) & TIDEMARK_TOOL_IDEMPOTENT);
+    return tm_store_shared(srv->store);
 }
 
 static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
@@ -494,17 +499,18 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
         tm_request_rec rec = {.session = j->sess->id, .key = key,
                               .tool = (char *)(tool ? tool : ""), .stream = j->stream,
                               .message = message};
-        /* A keyed modern call, and a 2025 call of a tool that is not
-         * idempotent on a store shared by nodes, waits for its record: only
-         * then does the store say whether the identity's first request
-         * began elsewhere (EEXIST), before anything runs. (Within this
-         * process the identity's claim, record.h, keeps a copy out.) */
-        int wait = tm_job_is(j, TM_POST_MODERN) ? !tm_job_is(j, TM_POST_EPHEMERAL) : begin_waits(srv, &pm->m[i]);
+        /* A keyed modern call, and a 2025 call on a store shared by nodes,
+         * waits for its record: only then does the store say whether the
+         * identity's first request began elsewhere (EEXIST), before
+         * anything runs. (Within this process the identity's claim,
+         * record.h, keeps a copy out.) */
+        int wait = tm_job_is(j, TM_POST_MODERN) ? !tm_job_is(j, TM_POST_EPHEMERAL) : begin_waits(srv);
         rc = message ? tm_store_request_begin(srv->store, &rec, wait) : TIDEMARK_ENOMEM;
         free(message);
         /* EEXIST: a modern keyed call's first run on another node, which
          * its caller waits for instead; a 2025 call's, answered as its
-         * retry (begun_elsewhere); unwaited, nothing can have begun it. */
+         * retry (begun_elsewhere); unwaited (a store no other node writes),
+         * nothing else can have begun it. */
         if (rc && wait && rc != TIDEMARK_EEXIST)
             tm_call_begin_failed(srv, j->sess->id, key);
         if (rc && (rc != TIDEMARK_EEXIST || wait))
@@ -648,29 +654,6 @@ static int runs_inline(tidemark_server_t *srv, unsigned hints)
            ((hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
 }
 
-/* A quiet call that needs its stream after all (call.c: it notifies, takes
- * an effect, closes its stream; job.c: it goes to a worker). Its stream,
- * record and priming event are queued now, still under the POST's hold and
- * before anything of the call: the POST is answered with that stream. On a
- * store failure the POST was answered with it and the call's output goes
- * nowhere. */
-static int open_deferred(tm_job *j, tidemark_call_t *c)
-{
-    post_msgs *pm = j->deferred;
-    j->deferred = NULL;
-    j->sse = 1;
-    int rc = open_call_stream(j->srv, j, j->req, pm);
-    if (rc == TIDEMARK_EEXIST) { /* unwaited (idempotent): never */
-        tm_reply_store_error(j->req, TIDEMARK_EEXIST);
-        j->sse = 0;
-        j->req = NULL;
-    }
-    if (!j->sse)
-        return TIDEMARK_EIO;
-    c->recorded = 1;
-    return 0;
-}
-
 /* A 2025 POST whose call's record another node began first (EEXIST of its
  * waited begin, begin_records): a lone call is answered as that request's
  * retry from its record, a batch told to retry (then each of its calls is
@@ -695,6 +678,29 @@ static void begun_elsewhere(tidemark_server_t *srv, tm_req *r, tm_sess *sess, po
         reply_in_flight(r, look.stream);
     }
     tm_rec_look_clear(&look);
+}
+
+/* A quiet call that needs its stream after all (call.c: it notifies, takes
+ * an effect, closes its stream; job.c: it goes to a worker). Its stream,
+ * record and priming event are queued now, still under the POST's hold and
+ * before anything of the call: the POST is answered with that stream. On a
+ * store failure the POST was answered with it and the call's output goes
+ * nowhere. */
+static int open_deferred(tm_job *j, tidemark_call_t *c)
+{
+    post_msgs *pm = j->deferred;
+    j->deferred = NULL;
+    j->sse = 1;
+    int rc = open_call_stream(j->srv, j, j->req, pm);
+    if (rc == TIDEMARK_EEXIST) { /* begun on another node first: its run is the request's */
+        begun_elsewhere(j->srv, j->req, j->sess, pm);
+        j->sse = 0;
+        j->req = NULL;
+    }
+    if (!j->sse)
+        return TIDEMARK_EIO;
+    c->recorded = 1;
+    return 0;
 }
 
 static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,

@@ -15,6 +15,16 @@ if(NODE_EXECUTABLE)
   set_tests_properties(pg_outage PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS "pg")
 endif()
 
+# pg_twin_posts: one request POSTed to two nodes at the same moment (commits
+# slowed, so both read its record as absent): both POSTs reach its one
+# response, one stream holds its events. 10-20 s.
+if(NODE_EXECUTABLE AND TARGET tidemark-server-crashpoints)
+  add_test(NAME pg_twin_posts
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/pg_twin_posts.mjs
+            $<TARGET_FILE:tidemark-server-crashpoints>)
+  set_tests_properties(pg_twin_posts PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77 LABELS "pg")
+endif()
+
 # pg_failover: a primary and two synchronous standbys ('ANY 1 (s1, s2)'), two
 # tidemark-server nodes behind HAProxy, clients appending ledger entries and
 # streaming; kill -9 of the primary, the most advanced standby promoted, the

@@ -1,0 +1,111 @@
+// pg_twin_posts.mjs (CTest pg_twin_posts): one request POSTed to two nodes
+// of a PostgreSQL store at the same moment, as a client that timed out on
+// one node and re-sent it through a load balancer to the other does. A
+// real PostgreSQL 15 primary (tests/tools/pg_cluster.sh), two
+// tidemark-server nodes on it whose commits are slowed
+// (TIDEMARK_COMMIT_DELAY_MS, a slow store: both nodes read the request's
+// record as absent before either's begin commits). The tool is `stream`,
+// annotated idempotent. Asserts, for every pair:
+//   - both POSTs reach the request's one response: on the stream they were
+//     answered with, or by resuming that stream from its last event id
+//     within a deadline (a stream no record names never ends: a client
+//     holding its events would wait on it forever);
+//   - exactly one stream in the store holds the call's events (one run is
+//     the request's; the other node's POST follows it).
+//
+//   node pg_twin_posts.mjs TIDEMARK_SERVER_CRASHPOINTS
+// Environment: TWIN_PAIRS (4), TWIN_DELAY_MS (300), PG_VERBOSE=1.
+// Exits 77 when the PostgreSQL server binaries are not installed.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { checker, initialize, messages, post, startServer, stopServer, toolCall } from "./mcp_http.mjs";
+import { pgCluster } from "./pg_env.mjs";
+import { sseEvents } from "./sse.mjs";
+
+const [bin] = process.argv.slice(2);
+if (!bin) { console.error("usage: pg_twin_posts.mjs TIDEMARK_SERVER_CRASHPOINTS"); process.exit(2); }
+const PAIRS = Number(process.env.TWIN_PAIRS ?? 4);
+const DELAY_MS = Number(process.env.TWIN_DELAY_MS ?? 300);
+const RESUME_MS = 8000;
+const t = checker();
+const work = mkdtempSync(join(tmpdir(), "tidemark-pg-twin-"));
+const pgDir = join(work, "pg");
+const pg = (...a) => pgCluster(!!process.env.PG_VERBOSE, ...a);
+const nodes = [];
+const deadline = setTimeout(() => {
+  console.log("FAIL deadline (120 s)");
+  cleanup().then(() => process.exit(1));
+}, 120000);
+
+async function cleanup() {
+  for (const n of nodes.splice(0)) await stopServer(n).catch(() => {});
+  await pg("stop", pgDir).catch(() => {});
+  if (!process.env.PG_KEEP) rmSync(work, { recursive: true, force: true });
+}
+
+const isResponse = (m, id) => m && m.id === id && (m.result || m.error);
+
+// Resume the stream of event `last` until the response of id, or the deadline.
+async function resume(url, sid, last, id) {
+  const ctl = AbortSignal.timeout(RESUME_MS);
+  try {
+    const res = await fetch(url, { signal: ctl, headers: { accept: "text/event-stream", "mcp-session-id": sid,
+      "mcp-protocol-version": "2025-11-25", "last-event-id": last } });
+    if (res.status !== 200) return { why: `resume answered HTTP ${res.status}` };
+    for await (const ev of sseEvents(res.body)) {
+      const m = ev.data ? JSON.parse(ev.data) : null;
+      if (isResponse(m, id)) return { response: m };
+    }
+    return { why: `the resumed stream of ${last} ended without the response` };
+  } catch (e) {
+    return { why: `no response resuming from ${last} within ${RESUME_MS} ms (${e.name})` };
+  }
+}
+
+// POST the call to url and follow it to its response.
+async function follow(url, sid, id) {
+  const res = await post(url, sid, toolCall(id, "stream", { n: 5 }, { progressToken: `t${id}` }),
+    { headers: { "mcp-protocol-version": "2025-11-25" } });
+  const m = await messages(res);
+  const direct = m.msgs.find((x) => isResponse(x, id));
+  if (direct) return { response: direct, how: `HTTP ${m.status}` };
+  const last = m.events.filter((e) => e.id).pop()?.id;
+  if (!last) return { why: `HTTP ${m.status}, no response and no event id: ${JSON.stringify(m.msgs).slice(0, 200)}` };
+  const r = await resume(url, sid, last, id);
+  return { ...r, how: `resumed from ${last}` };
+}
+
+async function streamsHolding(token) {
+  const out = await pg("psql", pgDir, 0, "SELECT count(DISTINCT sid) FROM tm_events " +
+    `WHERE position('"progressToken":"${token}"' in convert_from(data, 'UTF8')) > 0`);
+  return Number(out);
+}
+
+try {
+  const uri = (await pg("start", pgDir, 0)).split("\n")[0];
+  const env = { TIDEMARK_COMMIT_DELAY_MS: String(DELAY_MS) };
+  for (let i = 0; i < 2; i++) nodes.push(await startServer(bin, ["--store", uri], { env }));
+  const sid = await initialize(nodes[0].url);
+  // Each node's first call of the session (its first touch, its block of
+  // stream numbers) before the pairs, so a pair's POSTs wait only on their begins.
+  for (let i = 0; i < 2; i++) {
+    const w = await follow(nodes[i].url, sid, `warm${i}`);
+    t.check(`node ${i}: a call succeeds`, !!w.response?.result, w.why ?? JSON.stringify(w.response));
+  }
+  for (let k = 1; k <= PAIRS; k++) {
+    const id = 100 + k;
+    const [a, b] = await Promise.all(nodes.map((n) => follow(n.url, sid, id)));
+    const ok = (r) => r.response?.result?.content?.[0]?.text === "streamed 5";
+    t.check(`pair ${k}: the POST to node 0 reaches the response (${a.how})`, ok(a), a.why ?? JSON.stringify(a.response));
+    t.check(`pair ${k}: the POST to node 1 reaches the response (${b.how})`, ok(b), b.why ?? JSON.stringify(b.response));
+    const n = await streamsHolding(`t${id}`);
+    t.check(`pair ${k}: one stream holds the call's events (${n})`, n === 1);
+  }
+} catch (e) {
+  t.check("no exception", false, e.stack);
+}
+clearTimeout(deadline);
+if (t.failed) for (const [i, n] of nodes.entries()) console.log(`--- node ${i} log, last 2000 bytes:\n` + n.log.slice(-2000));
+await cleanup();
+t.done();
