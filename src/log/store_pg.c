@@ -241,6 +241,16 @@ PGconn *tm_pg_pool_get(pgstore *p)
     return c;
 }
 
+/* Close c, a connection of the pool that must not be used again. */
+void tm_pg_pool_discard(pgstore *p, PGconn *c)
+{
+    pthread_mutex_lock(&p->p_mu);
+    p->nconn--;
+    pthread_cond_signal(&p->p_cv);
+    pthread_mutex_unlock(&p->p_mu);
+    PQfinish(c);
+}
+
 /* Give c back; a broken connection is closed instead. */
 void tm_pg_pool_put(pgstore *p, PGconn *c)
 {
@@ -258,6 +268,15 @@ void tm_pg_pool_put(pgstore *p, PGconn *c)
         PQfinish(c);
 }
 
+/* A connection to a server that takes no writes (SQLSTATE 25006: a
+ * standby, or a primary being promoted or demoted when a proxy sent the
+ * connection there) is as good as broken for a store: closed, not kept. */
+static int read_only_server(const PGresult *r)
+{
+    const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    return st && strcmp(st, "25006") == 0;
+}
+
 /* One statement on a pooled connection, tried again once on a fresh
  * connection when the first one was broken (the primary moved). OUT *res.
  * Returns 0, TIDEMARK_EIO (unreachable) or TIDEMARK_EINVAL (refused). */
@@ -270,10 +289,16 @@ int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, c
             continue;
         *res = PQexecParams(c, sql, n, NULL, vals, lens, fmts, rfmt);
         ExecStatusType s = PQresultStatus(*res);
+        int stale = 0;
         if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             TM_DEBUG("postgresql: %.60s: %s", sql, PQresultErrorMessage(*res));
+            stale = read_only_server(*res);
             PQclear(*res);
             *res = NULL;
+        }
+        if (stale) {
+            tm_pg_pool_discard(p, c);
+            continue;
         }
         int broken = !*res && PQstatus(c) != CONNECTION_OK;
         tm_pg_pool_put(p, c);

@@ -118,6 +118,7 @@ PGconn *tm_pg_connect(pgstore *p, const char *role);
 PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt);
 PGconn *tm_pg_pool_get(pgstore *p);
 void tm_pg_pool_put(pgstore *p, PGconn *c);
+void tm_pg_pool_discard(pgstore *p, PGconn *c);
 int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
                 PGresult **res);
 /* The same with parameter formats: lens[i] and fmts[i] (1: binary) as libpq's. */

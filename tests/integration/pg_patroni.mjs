@@ -81,17 +81,27 @@ function logTo(name) {
   return VERBOSE ? "inherit" : openSync(join(work, name + ".log"), "a");
 }
 
+// A port picked free may be taken before etcd binds it (another test's
+// server): etcd then exits at once, and is started again on new ports.
 async function startEtcd() {
-  ports.etcd = await freePort();
-  ports.etcdPeer = await freePort();
-  const c = `http://127.0.0.1:${ports.etcd}`, p = `http://127.0.0.1:${ports.etcdPeer}`;
-  etcd = reaped(spawn("etcd", ["--name", "e0", "--data-dir", join(work, "etcd"),
-    "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-    "--initial-advertise-peer-urls", p, "--initial-cluster", `e0=${p}`, "--logger", "zap",
-    "--log-level", "warn"], { stdio: ["ignore", logTo("etcd"), logTo("etcd")] }));
-  await until("etcd healthy", async () => {
-    try { return (await (await fetch(c + "/health")).json()).health === "true"; } catch { return false; }
-  }, 20000);
+  for (let attempt = 1; ; attempt++) {
+    ports.etcd = await freePort();
+    ports.etcdPeer = await freePort();
+    const c = `http://127.0.0.1:${ports.etcd}`, p = `http://127.0.0.1:${ports.etcdPeer}`;
+    etcd = reaped(spawn("etcd", ["--name", "e0", "--data-dir", join(work, "etcd"),
+      "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
+      "--initial-advertise-peer-urls", p, "--initial-cluster", `e0=${p}`, "--logger", "zap",
+      "--log-level", "warn"], { stdio: ["ignore", logTo("etcd"), logTo("etcd")] }));
+    let exited = false;
+    etcd.once("exit", () => { exited = true; });
+    const up = await until("etcd healthy", async () => {
+      if (exited) return "exited";
+      try { return (await (await fetch(c + "/health")).json()).health === "true"; } catch { return false; }
+    }, 20000);
+    if (up === true) return;
+    if (attempt === 3) throw new Error("etcd exited at start three times (see etcd.log)");
+    rmSync(join(work, "etcd"), { recursive: true, force: true });
+  }
 }
 
 // The example member file with this run's ports and directories.

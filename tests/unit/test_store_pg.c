@@ -624,6 +624,45 @@ static void test_standby_lost(void **state)
     tm_store_close(st);
 }
 
+static void no_expiry(void *ud, const char *id)
+{
+    (void)ud;
+    (void)id;
+}
+
+/* A pooled connection to a server that takes no writes (SQLSTATE 25006: a
+ * proxy sent it to a standby, or to a primary mid-promotion) is closed,
+ * never given back: once writes are possible again, a pooled write works. */
+static void test_pool_drops_read_only(void **state)
+{
+    (void)state;
+    int db = new_db();
+    char name[16], sql[160];
+    snprintf(name, sizeof name, "t%d", db);
+    /* as through a proxy: without target_session_attrs=read-write, which
+     * would refuse a read-only server at connect */
+    char u[600], *at;
+    uri_of(name, u, sizeof u);
+    if ((at = strstr(u, "target_session_attrs=read-write&")) != NULL)
+        memmove(at, at + 32, strlen(at + 32) + 1);
+    assert_null(strstr(u, "target_session_attrs"));
+    tm_store *st = NULL;
+    tm_store_options def = {0};
+    assert_int_equal(tm_store_open(u, &def, &st), 0);
+    assert_int_equal(tm_store_sessions_expire(st, 0, no_expiry, NULL), 0);
+    snprintf(sql, sizeof sql, "ALTER DATABASE %s SET default_transaction_read_only = on", name);
+    admin_sql("postgres", sql);
+    /* the pool's connections end; the next ones open read-only */
+    admin_sql("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name LIKE 'tidemark-read-%'");
+    for (int i = 0; i < 12; i++) /* past every ended connection: read-only ones */
+        assert_int_not_equal(tm_store_sessions_expire(st, 0, no_expiry, NULL), 0);
+    snprintf(sql, sizeof sql, "ALTER DATABASE %s RESET default_transaction_read_only", name);
+    admin_sql("postgres", sql);
+    assert_int_equal(tm_store_sessions_expire(st, 0, no_expiry, NULL), 0);
+    tm_store_close(st);
+}
+
 static void test_not_replicated(void **state)
 {
     (void)state;
@@ -703,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_migrate_from_1),
+        cmocka_unit_test(test_pool_drops_read_only),
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_not_replicated),
         cmocka_unit_test(test_standby_lost),
