@@ -250,6 +250,11 @@ void tm_held_clear(rq *r);
  * calling thread: read what its exchanges bring, reconnect after cuts,
  * all within the deadline. Returns r->rc. */
 int tm_drive(tidemark_client_t *c, rq *r, int64_t deadline);
+/* r's message (r->msg; NULL when memory was short) POSTed while r is
+ * pending, and driven to its outcome within the deadline; r is no longer
+ * pending after. Returns r->rc (r->result says why when it is not 0); the
+ * caller still frees r. */
+int tm_rq_send(tidemark_client_t *c, rq *r, int64_t deadline);
 /* One request round: sent, driven, settled. */
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result);

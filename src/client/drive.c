@@ -160,6 +160,20 @@ static void request_settle(tidemark_client_t *c, rq *r)
                 "a later resume asks for it again", r->row_id, tidemark_strerror(rc));
 }
 
+int tm_rq_send(tidemark_client_t *c, rq *r, int64_t deadline)
+{
+    int rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
+    if (rc) {
+        tm_rq_fail(r, rc, "internal_error", "out of memory", NULL);
+        return rc;
+    }
+    if ((rc = tm_start_post(c, r)) != 0)
+        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
+    rc = tm_drive(c, r, deadline);
+    tm_pending_del(c, r);
+    return rc;
+}
+
 int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
                     tidemark_progress_fn progress, void *progress_ud, json_t **result)
 {
@@ -180,18 +194,12 @@ int tm_request_once(tidemark_client_t *c, const char *method, json_t *params,
     tm_span *sp = tm_client_span(c, TM_SPAN_CLIENT, method, params, jid);
     json_decref(jid);
     rc = request_prepare(c, r, method, params, sp, result);
-    if (!rc)
-        rc = tm_pending_add(c, r);
     if (rc) {
         tm_mcp_span_finish(sp, rc, *result);
         tm_rq_free(r);
         return rc;
     }
-    rc = tm_start_post(c, r);
-    if (rc)
-        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
-    rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
-    tm_pending_del(c, r);
+    rc = tm_rq_send(c, r, tm_now_ms() + c->cfg.timeout_ms);
     if (rc == 0 && r->recorded)
         rc = tm_task_started(c, r);
     request_settle(c, r);

@@ -28,16 +28,8 @@ static int discover_once(tidemark_client_t *c, long *status, json_t **result)
     r->modern = 1;
     r->probe = 1;
     r->msg = tm_jsonrpc_request(json_integer(id), "server/discover", json_object());
-    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
-    if (rc) {
-        tm_rq_free(r);
-        return rc;
-    }
-    if ((rc = tm_start_post(c, r)) != 0)
-        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
     /* A legacy server may hold the stream of a POST it does not understand. */
-    rc = tm_drive(c, r, tm_now_ms() + (c->cfg.timeout_ms < 10000 ? c->cfg.timeout_ms : 10000));
-    tm_pending_del(c, r);
+    rc = tm_rq_send(c, r, tm_now_ms() + (c->cfg.timeout_ms < 10000 ? c->cfg.timeout_ms : 10000));
     *status = r->status;
     *result = json_incref(r->result);
     tm_rq_free(r);

@@ -40,15 +40,7 @@ static int initialize_request(tidemark_client_t *c, rq **out, tm_span **sp, json
     r->msg = p ? tm_jsonrpc_request(jid, "initialize", p) : NULL;
     if (!p)
         json_decref(jid);
-    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
-    if (rc) {
-        tm_rq_free(r);
-        return rc;
-    }
-    if ((rc = tm_start_post(c, r)) != 0)
-        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
-    rc = tm_drive(c, r, tm_now_ms() + c->cfg.timeout_ms);
-    tm_pending_del(c, r);
+    rc = tm_rq_send(c, r, tm_now_ms() + c->cfg.timeout_ms);
     if (rc) {
         if (err)
             *err = json_incref(r->result);
@@ -264,15 +256,7 @@ int tidemark_client_subscribe(tidemark_client_t *c, json_t *filter, int stop_aft
         return rc ? rc : TIDEMARK_ENOMEM;
     r->sub = 1;
     r->msg = tm_jsonrpc_request(json_integer(id), "subscriptions/listen", listen_params(filter));
-    rc = r->msg ? tm_pending_add(c, r) : TIDEMARK_ENOMEM;
-    if (rc) {
-        tm_rq_free(r);
-        return rc;
-    }
-    if ((rc = tm_start_post(c, r)) != 0)
-        tm_rq_fail(r, rc, "transport_error", "cannot start the HTTP exchange", NULL);
-    rc = tm_drive(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
-    tm_pending_del(c, r);
+    rc = tm_rq_send(c, r, stop_after_ms > 0 ? tm_now_ms() + stop_after_ms : INT64_MAX / 2);
     tm_rq_free(r);
     return rc == TIDEMARK_ETIMEDOUT ? 0 : rc;
 }
