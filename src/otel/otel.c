@@ -31,8 +31,8 @@ void tm_otel_count_on(tm_otel *o, tm_metrics *m)
 
 tm_otel *tm_otel_from_env(const char *service, tm_metrics *metrics)
 {
-    exported_on(metrics); /* the families are there (at 0) with tracing off too */
-    dropped_on(metrics);
+    /* the families are there (at 0) with tracing off too */
+    tm_counter *exported = exported_on(metrics), *dropped = dropped_on(metrics);
     tm_otel_cfg cfg;
     int on = 0;
     if (tm_otel_cfg_read(&cfg, service, &on) != 0 || !on)
@@ -44,7 +44,8 @@ tm_otel *tm_otel_from_env(const char *service, tm_metrics *metrics)
         return NULL;
     }
     o->cfg = cfg;
-    tm_otel_count_on(o, metrics);
+    atomic_store(&o->m_exported, exported);
+    atomic_store(&o->m_dropped, dropped);
     curl_global_init(CURL_GLOBAL_DEFAULT); /* before the thread: counted, undone in free */
     if (tm_cond_init_monotonic(&o->cv) != 0 ||
         pthread_create(&o->thread, NULL, tm_otel_exporter_main, o) != 0) {
