@@ -163,8 +163,17 @@ static void quiet_notice(void *ud, const char *msg)
     TM_DEBUG("postgresql: %.*s", (int)strcspn(msg, "\n"), msg);
 }
 
-static const char *sync_commit_level(const pgstore *p)
+/* The listener's only writes are its lease renewals: liveness, not data.
+ * They commit locally. Waiting for a standby (none after a failover until
+ * one follows the new primary) each became visible only when its wait was
+ * cancelled at the store timeout, 2 s late, so a live node's lease looked
+ * lapsed between two of them and another node took its running calls
+ * over. A renewal lost with a primary costs nothing: a node judges others
+ * only after two leases in touch with the new one (may_judge). */
+static const char *sync_commit_level(const pgstore *p, const char *role)
 {
+    if (strcmp(role, "listen") == 0)
+        return "local";
     return p->opt.durability == TM_DURABILITY_PROCESS ? "local" : "on";
 }
 
@@ -192,7 +201,7 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
      * small commits included, end with the store timeout. */
     char set[128];
     snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld",
-             sync_commit_level(p), strcmp(role, "write") == 0 ? 0LL : (long long)p->timeout_ms);
+             sync_commit_level(p, role), strcmp(role, "write") == 0 ? 0LL : (long long)p->timeout_ms);
     PGresult *r = PQexec(c, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
@@ -855,7 +864,7 @@ static int start(pgstore *p)
     if (lease_renew(p, p->wc) != 0)
         return TIDEMARK_EIO;
     TM_INFO("postgresql store opened on %s:%s (epoch %s, writer %s, synchronous_commit %s%s)",
-            PQhost(p->wc), PQport(p->wc), p->base.epoch, p->node, sync_commit_level(p),
+            PQhost(p->wc), PQport(p->wc), p->base.epoch, p->node, sync_commit_level(p, "write"),
             p->opt.durability == TM_DURABILITY_REPLICATED ? ", replicated required" : "");
     if (tm_writer_start(p->writer) != 0)
         return TIDEMARK_EIO;

@@ -663,6 +663,46 @@ static void test_pool_drops_read_only(void **state)
     tm_store_close(st);
 }
 
+/* Nodes of database db whose lease holds now, on the database's clock. */
+static int leases_held(const char *db)
+{
+    char u[600];
+    uri_of(db, u, sizeof u);
+    PGconn *c = PQconnectdb(u);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, "SELECT count(*) FROM tm_nodes WHERE until_ms > tm_now()");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    int n = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(c);
+    return n;
+}
+
+/* With its synchronous standby gone (as after a failover, until a standby
+ * follows the new primary), a live node's lease still holds: its renewals
+ * do not wait for a standby. (They did: each became visible only when the
+ * store timeout cancelled its wait, and the lease lapsed between two, so
+ * another node would take this node's running calls over.) */
+static void test_lease_without_standby(void **state)
+{
+    (void)state;
+    int db = new_db();
+    char name[16], args[128];
+    snprintf(name, sizeof name, "t%d", db);
+    tm_store_options o = {.durability = TM_DURABILITY_REPLICATED, .store_timeout_ms = 2000};
+    tm_store *st = open_db(db, &o);
+    assert_int_equal(leases_held(name), 1);
+    snprintf(args, sizeof args, "stop-node %s 1", g_dir);
+    assert_int_equal(cluster(args, NULL, 0), 0);
+    int lapsed = 0;
+    for (long long end = now_ms() + 7000; now_ms() < end; usleep(100000))
+        lapsed += leases_held(name) == 0;
+    snprintf(args, sizeof args, "start-node %s 1", g_dir);
+    assert_int_equal(cluster(args, NULL, 0), 0);
+    assert_int_equal(lapsed, 0);
+    tm_store_close(st);
+}
+
 static void test_not_replicated(void **state)
 {
     (void)state;
@@ -746,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_not_replicated),
         cmocka_unit_test(test_standby_lost),
+        cmocka_unit_test(test_lease_without_standby),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(args, sizeof args, "stop %s", g_dir);
