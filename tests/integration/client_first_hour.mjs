@@ -13,6 +13,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { reaped } from "./reap.mjs";
@@ -54,6 +55,18 @@ function freePort() {
     s.listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
   });
 }
+// A loopback port nothing listens on for the whole test: port 1 (tcpmux,
+// privileged: no test's server binds it, while a port picked free and
+// released can be taken by another test's server meanwhile: ctest runs two
+// at once, and one did, answering 404), once seen refused; else one picked.
+async function deadPort() {
+  const refused = await new Promise((resolve) => {
+    const s = connect(1, "127.0.0.1");
+    s.once("connect", () => { s.destroy(); resolve(false); });
+    s.once("error", (e) => resolve(e.code === "ECONNREFUSED"));
+  });
+  return refused ? 1 : freePort();
+}
 // An HTTP server that answers everything with `status`, counting requests.
 function plainServer(status) {
   const stats = { requests: 0 };
@@ -90,7 +103,7 @@ async function versionAndHelp() {
 }
 
 async function nothingListening() {
-  const port = await freePort();
+  const port = await deadPort();
   const url = `http://127.0.0.1:${port}/mcp`;
   const want = `cannot connect to ${url}: Connection refused`;
   const r = await run(["--timeout-ms", "3000", url, "tools"]);
