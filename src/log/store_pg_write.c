@@ -800,12 +800,18 @@ static void w_settle(void *be, tm_wop *batch, int rc)
 
 static void w_release(tm_wop *o) { tm_pg_op_free((pop *)o); }
 
-/* maintain hook: age retention of streams nobody appends to; old bus rows.
- * On a pooled connection: its statement timeout bounds the commits, so a
- * primary without its standby never holds the writer here. */
+/* maintain hook: a writer that lost its connection connects again, so
+ * the store says it takes writes (tm_store_writable) without waiting for a
+ * write: the recoverer settles unsettled calls only then, and their
+ * retries, answered from that state, write nothing. Then age retention of
+ * streams nobody appends to, and old bus rows, on a pooled connection: its
+ * statement timeout bounds the commits, so a primary without its standby
+ * never holds the writer here. */
 static void w_maintain(void *be)
 {
     pgstore *p = be;
+    if (!p->wc && tm_pg_writer_connect(p) != 0)
+        return;
     char cut[24], keep[24];
     snprintf(cut, sizeof cut, "%" PRId64, tm_retain_cutoff_ms(&p->opt, tm_wall_ms()));
     snprintf(keep, sizeof keep, "%d", BUSMSG_KEEP_MS);

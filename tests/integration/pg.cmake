@@ -25,6 +25,17 @@ if(NODE_EXECUTABLE AND TARGET tidemark-server-crashpoints)
   set_tests_properties(pg_twin_posts PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77 LABELS "pg")
 endif()
 
+# pg_unsettled_elsewhere: a call refused on node 0 while the only synchronous
+# standby is stopped (its record not confirmed), re-sent to node 1 alone once
+# the standby is back: node 0 settles it by itself, the retry gets the result,
+# the ledger holds it once. 10-20 s.
+if(NODE_EXECUTABLE)
+  add_test(NAME pg_unsettled_elsewhere
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/pg_unsettled_elsewhere.mjs
+            $<TARGET_FILE:tidemark-server>)
+  set_tests_properties(pg_unsettled_elsewhere PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77 LABELS "pg")
+endif()
+
 # pg_failover: a primary and two synchronous standbys ('ANY 1 (s1, s2)'), two
 # tidemark-server nodes behind HAProxy, clients appending ledger entries and
 # streaming; kill -9 of the primary, the most advanced standby promoted, the
