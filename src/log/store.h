@@ -396,7 +396,9 @@ int tm_store_writable(tm_store *st);
 /* 1 while a commit whose outcome was not confirmed may still land (what it
  * wrote reads as absent now and may be there later), 0 when every such
  * commit has landed or never will. A reader that finds a record of such a
- * write absent cannot conclude it is absent while this is 1. */
+ * write absent cannot conclude it is absent while this is 1, and must ask
+ * before its read (a 0 asked after it may follow a commit that landed in
+ * between). */
 int tm_store_in_doubt(tm_store *st);
 /* Inside an append callback (tm_append_cb) that a store's writer runs: how
  * many writes committed with this one in one transaction; 0 anywhere else

@@ -11,6 +11,7 @@
 #include "feed.h"
 #include "tasks.h"
 #include "record.h"
+#include "../base/crash.h"
 #include "../base/log.h"
 #include "../base/metrics.h"
 #include "../base/str.h"
@@ -266,10 +267,15 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
         return 0;
     memcpy(sid, k, TM_SESSION_ID_LEN);
     sid[TM_SESSION_ID_LEN] = '\0';
+    /* Asked before the read: a COMMIT in doubt lands, then its backend
+     * exits; "no doubt left" asked after a read that found nothing could
+     * hide a record that landed in between. */
+    int doubt = tm_store_in_doubt(srv->store);
+    TM_TEST_DELAY("TIDEMARK_RECOVER_READ_DELAY_MS"); /* a slow recoverer: a commit may land here */
     tm_request_rec rec;
     int rc = tm_store_request_get(srv->store, sid, nl + 1, &rec);
     if (rc == TIDEMARK_ENOTFOUND) /* absent, unless a COMMIT not confirmed may still land */
-        return tm_store_in_doubt(srv->store) ? -1 : 0;
+        return doubt ? -1 : 0;
     if (rc)
         return -1;
     int started = rec.state == TM_REQ_STARTED;

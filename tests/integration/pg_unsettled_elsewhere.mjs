@@ -12,6 +12,12 @@
 //     settles its call by itself once the store takes writes again; node 1
 //     follows the record; node 0's lease holds, so nobody takes it over);
 //   - the entry is in the ledger exactly once.
+// The nodes' recoverer pauses 3 s between asking whether a commit is in
+// doubt and reading the record (TIDEMARK_RECOVER_READ_DELAY_MS, a
+// crash-point build), and the standby stays down 1.5 s (three recoverer
+// periods) after node 0 is ready again (/readyz: its writer reconnected):
+// the record's commit lands while the recoverer is between its two
+// questions.
 //
 //   node pg_unsettled_elsewhere.mjs TIDEMARK_SERVER
 // Exits 77 when the PostgreSQL server binaries are not installed.
@@ -24,6 +30,7 @@ import { pgCluster } from "./pg_env.mjs";
 const [bin] = process.argv.slice(2);
 if (!bin) { console.error("usage: pg_unsettled_elsewhere.mjs TIDEMARK_SERVER"); process.exit(2); }
 const SETTLE_MS = 20000;
+const DOWN_MS = 1500; // the standby's outage after node 0 is ready: three recoverer periods
 const V = { "mcp-protocol-version": "2025-11-25" };
 const t = checker();
 const work = mkdtempSync(join(tmpdir(), "tidemark-pg-unsettled-"));
@@ -41,12 +48,19 @@ async function cleanup() {
   if (!process.env.PG_KEEP) rmSync(work, { recursive: true, force: true });
 }
 
+async function until(f, ms) {
+  for (const end = Date.now() + ms; Date.now() < end; await new Promise((r) => setTimeout(r, 50)))
+    if (await f().catch(() => false)) return true;
+  return false;
+}
+
 const pause = (r) => r.status === 503 || /^store_/.test(r.response?.error?.data?.reason ?? "");
 
 try {
   const uri = (await pg("start", pgDir, 1)).split("\n")[0];
   for (let i = 0; i < 2; i++)
-    nodes.push(await startServer(bin, ["--store", uri, "--durability", "replicated", "--store-timeout-ms", "1000"]));
+    nodes.push(await startServer(bin, ["--store", uri, "--durability", "replicated", "--store-timeout-ms", "1000"],
+      { env: { TIDEMARK_RECOVER_READ_DELAY_MS: "3000" } }));
   const sid = await initialize(nodes[0].url);
   const warm = await callTool(nodes[1].url, sid, "warm", "ledger_append", { entry: "warm" }, {}, { headers: V });
   t.check("node 1: a call in the session succeeds", !!warm.response?.result, JSON.stringify(warm.response));
@@ -55,6 +69,9 @@ try {
   const first = await callTool(nodes[0].url, sid, "x", "ledger_append", { entry: "x" }, {}, { headers: V });
   t.check(`standby stopped: node 0 refuses the call typed (HTTP ${first.status}, ${first.response?.error?.data?.reason})`,
     pause(first), JSON.stringify(first.msgs).slice(0, 300));
+  const ready = await until(async () => (await fetch(nodes[0].url.replace(/\/mcp$/, "/readyz"))).status === 200, 10000);
+  t.check("node 0 is ready again with the standby still stopped (its writer reconnected)", ready);
+  await new Promise((r) => setTimeout(r, DOWN_MS));
   await pg("start-node", pgDir, 1);
 
   const t0 = Date.now();
