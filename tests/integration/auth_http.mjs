@@ -44,9 +44,19 @@ async function rpc(url, body, token) {
 const call = (name, id = 2) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: {} } });
 
 let proc;
+// A watchdog under CTest's 90 s: a step that never ends fails the test and
+// names the step (every fetch has no deadline of its own).
+let step = "start";
+const watchdog = setTimeout(() => {
+  console.log(`FAIL not done in 75 s, stuck at: ${step}`);
+  proc?.kill("SIGKILL");
+  process.exit(1);
+}, 75000);
 async function main() {
   const asPort = await freePort();
+  step = "the authorization server starts";
   const as = await startAuthzServer({ port: asPort, resource: "http://127.0.0.1/unused" });
+  step = "test_auth_http prints its URL";
   proc = spawn(server, [as.issuer, as.jwksUri], { stdio: ["pipe", "pipe", "inherit"] });
   const url = await new Promise((res, rej) => {
     const t = setTimeout(() => rej(new Error("test_auth_http printed no URL in 10 s")), 10000);
@@ -57,6 +67,7 @@ async function main() {
   console.log(`server ${url}, issuer ${as.issuer}`);
 
   // -- by hand, as a client would discover it
+  step = "requests by hand";
   let r = await rpc(url, { jsonrpc: "2.0", id: 1, method: "initialize", params: {} });
   check(r.status === 401 && r.www === `Bearer resource_metadata="${md}"`, "no token: 401 naming the metadata", r);
   r = await rpc(url, call("echo"));
@@ -97,6 +108,7 @@ async function main() {
         "a token for another resource: 401 (no token passthrough, audience bound)", r);
 
   // -- the official SDK, from the 401 alone
+  step = "the SDK client";
   const { Client } = await import(join(sdk, "client", "index.js"));
   const { StreamableHTTPClientTransport } = await import(join(sdk, "client", "streamableHttp.js"));
   const { ClientCredentialsProvider } = await import(join(sdk, "client", "auth-extensions.js"));
@@ -114,6 +126,7 @@ async function main() {
   await client.close();
 
   // -- the issuer down: an unknown kid is 503 with Retry-After
+  step = "the issuer down";
   await as.stop();
   const rs7 = privateJwk("rs7");
   const now = Math.floor(Date.now() / 1000);
@@ -133,11 +146,13 @@ try {
   failed++;
   console.log(`FAIL ${e.stack}`);
 }
+step = "test_auth_http exits";
 if (proc) {
   proc.stdin.end();
   const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
   await new Promise((r) => (proc.exitCode !== null ? r() : proc.once("exit", r)));
   clearTimeout(t);
 }
+clearTimeout(watchdog);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
