@@ -20,6 +20,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort } from "./multinode_env.mjs";
 import { startAuthzServer, privateJwk, post, SECRET } from "./authz_server.mjs";
+import { watchdog } from "./watchdog.mjs";
 
 const server = process.argv[2];
 if (!server) {
@@ -45,18 +46,14 @@ const call = (name, id = 2) => ({ jsonrpc: "2.0", id, method: "tools/call", para
 
 let proc;
 // A watchdog under CTest's 90 s: a step that never ends fails the test and
-// names the step (every fetch has no deadline of its own).
-let step = "start";
-const watchdog = setTimeout(() => {
-  console.log(`FAIL not done in 75 s, stuck at: ${step}`);
-  proc?.kill("SIGKILL");
-  process.exit(1);
-}, 75000);
+// names the step, even with the event loop blocked (watchdog.mjs; every fetch
+// has no deadline of its own).
+const wd = watchdog(75000, "auth_http");
 async function main() {
   const asPort = await freePort();
-  step = "the authorization server starts";
+  wd.step("the authorization server starts");
   const as = await startAuthzServer({ port: asPort, resource: "http://127.0.0.1/unused" });
-  step = "test_auth_http prints its URL";
+  wd.step("test_auth_http prints its URL");
   proc = spawn(server, [as.issuer, as.jwksUri], { stdio: ["pipe", "pipe", "inherit"] });
   const url = await new Promise((res, rej) => {
     const t = setTimeout(() => rej(new Error("test_auth_http printed no URL in 10 s")), 10000);
@@ -67,7 +64,7 @@ async function main() {
   console.log(`server ${url}, issuer ${as.issuer}`);
 
   // -- by hand, as a client would discover it
-  step = "requests by hand";
+  wd.step("requests by hand");
   let r = await rpc(url, { jsonrpc: "2.0", id: 1, method: "initialize", params: {} });
   check(r.status === 401 && r.www === `Bearer resource_metadata="${md}"`, "no token: 401 naming the metadata", r);
   r = await rpc(url, call("echo"));
@@ -108,7 +105,7 @@ async function main() {
         "a token for another resource: 401 (no token passthrough, audience bound)", r);
 
   // -- the official SDK, from the 401 alone
-  step = "the SDK client";
+  wd.step("the SDK client");
   const { Client } = await import(join(sdk, "client", "index.js"));
   const { StreamableHTTPClientTransport } = await import(join(sdk, "client", "streamableHttp.js"));
   const { ClientCredentialsProvider } = await import(join(sdk, "client", "auth-extensions.js"));
@@ -126,7 +123,7 @@ async function main() {
   await client.close();
 
   // -- the issuer down: an unknown kid is 503 with Retry-After
-  step = "the issuer down";
+  wd.step("the issuer down");
   await as.stop();
   const rs7 = privateJwk("rs7");
   const now = Math.floor(Date.now() / 1000);
@@ -146,13 +143,12 @@ try {
   failed++;
   console.log(`FAIL ${e.stack}`);
 }
-step = "test_auth_http exits";
+wd.step("test_auth_http exits");
 if (proc) {
   proc.stdin.end();
   const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
   await new Promise((r) => (proc.exitCode !== null ? r() : proc.once("exit", r)));
   clearTimeout(t);
 }
-clearTimeout(watchdog);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -32,6 +32,7 @@ import { checker, startServer, stopServer, post, messages, reasonOf } from "./mc
 import { modern, modernCall, modernPost, KEY } from "./modern_http.mjs";
 import { Cluster, freePort, missingTools } from "./multinode_env.mjs";
 import { startAuthzServer, privateJwk, SECRET } from "./authz_server.mjs";
+import { watchdog } from "./watchdog.mjs";
 
 const [bin, part = "table"] = process.argv.slice(2);
 if (!bin) {
@@ -40,7 +41,10 @@ if (!bin) {
 }
 const here = dirname(fileURLToPath(import.meta.url));
 const t = checker();
-let step = "start"; // where the run is, for the watchdog's report
+// Fail with the step it was at, before CTest's 90 s timeout kills it silently,
+// even when its event loop is blocked (watchdog.mjs).
+const wd = watchdog(80000, part);
+wd.step("start");
 const cleanups = [];
 
 const b64u = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
@@ -267,7 +271,7 @@ async function table() {
 
 function makeCerts(dir) {
   const q = (...a) => {
-    const r = spawnSync("openssl", a, { cwd: dir, encoding: "utf8" });
+    const r = spawnSync("openssl", a, { cwd: dir, encoding: "utf8", timeout: 30000 });
     if (r.status !== 0) throw new Error(`openssl ${a[0]}: ${r.stderr}`);
   };
   q("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
@@ -366,25 +370,25 @@ async function cluster() {
   const asPort = await freePort();
   const c = new Cluster({ bin, nodes: 3 });
   cleanups.push(() => c.stop());
-  step = "redis";
+  wd.step("redis");
   await c.startRedis();
   c.lbPort = await freePort(); // the resource is the balancer's URL
   const resource = c.url;
-  step = "authorization server";
+  wd.step("authorization server");
   const as = await startAuthzServer({ port: asPort, resource });
   cleanups.push(() => as.stop().catch(() => {}));
   c.nodeArgs = authFlags(as, resource);
-  step = "nodes";
+  wd.step("nodes");
   for (let i = 0; i < 3; i++) await c.startNode(i); // each binds a port of its own
-  step = "balancer";
+  wd.step("balancer");
   await c.startLb();
-  step = "tokens";
+  wd.step("tokens");
   const tokA = await as.token({ client: "rs", scope: "mcp:tools" });
   const tokB = await as.token({ client: "es", scope: "mcp:tools" });
   const [a, , cNode] = c.nodes.map((n) => n.url);
-  step = "session on node A";
+  wd.step("session on node A");
   const sid = await session(a, tokA);
-  step = "calls on node C and the balancer";
+  wd.step("calls on node C and the balancer");
   const rB = await legacy(cNode, sid, call(1, "echo", { text: "b" }), tokB);
   t.check("principal B on node C with A's session (made on node A) -> 404 unknown_session",
     rB.status === 404 && reasonOf(rB.msg) === "unknown_session", JSON.stringify(rB));
@@ -395,12 +399,6 @@ async function cluster() {
   t.check("principal B through the balancer -> 404", viaLb.status === 404, JSON.stringify(viaLb));
 }
 
-// Fail with the step it was at, before CTest's 90 s timeout kills it silently.
-const watchdog = setTimeout(() => {
-  t.check(`${part} done within 80 s`, false, `still at: ${step}`);
-  t.done();
-}, 80000);
-watchdog.unref();
 try {
   await ({ table, sdk, cluster, introspect }[part] ?? (() => { throw new Error(`unknown part ${part}`); }))();
 } catch (e) {

@@ -30,6 +30,7 @@ import { mkdtempSync, statSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { freePort } from "./ports.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const peers = join(here, "..", "..", "peers", "node_modules");
@@ -49,13 +50,6 @@ function check(ok, what, detail) {
 function listen(server) {
   return new Promise((res, rej) => { server.once("error", rej); server.listen(0, "127.0.0.1", () => res(server.address().port)); });
 }
-async function freePort() {
-  const s = createServer();
-  const p = await listen(s);
-  await new Promise((r) => s.close(r));
-  return p;
-}
-
 // ---- the authorization server ----------------------------------------------------------
 const SECRET = "tm-client-auth-secret-0123456789abcdef";
 const asPort = await freePort();

@@ -14,8 +14,8 @@
 //   node client_early.mjs TIDEMARK_CLIENT TIDEMARK_SERVER_CRASHPOINTS
 import { spawn, spawnSync } from "node:child_process";
 import { reaped } from "./reap.mjs";
+import { freePort } from "./ports.mjs";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -31,10 +31,6 @@ function check(name, cond, detail) {
   else { failed++; console.log("FAIL " + name + (detail ? ": " + detail : "")); }
 }
 const dir = mkdtempSync(join(tmpdir(), "tm-client-early-"));
-const freePort = () => new Promise((resolve) => {
-  const s = createServer();
-  s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
-});
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let srv = null;

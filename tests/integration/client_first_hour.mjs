@@ -17,6 +17,7 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { reaped } from "./reap.mjs";
+import { freePort } from "./ports.mjs";
 import { progressMsg, resultMsg, send, sseBlock, sseHead, eid, startHostile } from "./hostile_server.mjs";
 
 const [client, version] = process.argv.slice(2);
@@ -47,14 +48,6 @@ function run(args, { timeoutMs = 30000 } = {}) {
 const brief = (r) => `exit ${r.code}${r.sig ? " " + r.sig : ""}, reason ${r.reason || "-"}, ${r.ms} ms; ` +
   `out ${JSON.stringify(r.out.slice(0, 200))}; err ${JSON.stringify(r.err.slice(0, 300))}`;
 
-// A loopback port nothing listens on (bound once by us, then released).
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
-  });
-}
 // A loopback port nothing listens on for the whole test: port 1 (tcpmux,
 // privileged: no test's server binds it, while a port picked free and
 // released can be taken by another test's server meanwhile: ctest runs two

@@ -4,30 +4,23 @@
 // stickiness in front. Every process is started on a port picked here and
 // stopped by PID; every wait has a deadline.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { createServer, connect } from "node:net";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { reaped } from "./reap.mjs";
+import { freePort } from "./ports.mjs";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Which of the external programs are missing (the tests skip only then).
 export function missingTools() {
   return ["redis-server", "haproxy"].filter(
-    (t) => spawnSync("sh", ["-c", `command -v ${t}`]).status !== 0);
+    (t) => spawnSync("sh", ["-c", `command -v ${t}`], { timeout: 10000 }).status !== 0);
 }
 
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
+// Ports a test names before their server binds them (ports.mjs).
+export { freePort };
 
 // Resolve once something accepts TCP on port, or throw at the deadline.
 export async function waitTcp(port, ms = 10000) {
@@ -84,7 +77,7 @@ export class Cluster {
 
   async startRedis() {
     if (!this.redisPort) this.redisPort = await freePort();
-    spawnSync("mkdir", ["-p", this.redisDir]);
+    mkdirSync(this.redisDir, { recursive: true });
     const proc = reaped(spawn("redis-server", ["--port", String(this.redisPort), "--bind", "127.0.0.1",
       "--dir", this.redisDir, "--appendonly", "yes", "--appendfsync", "always",
       "--save", "", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"],
@@ -151,7 +144,7 @@ export class Cluster {
       .replace(/bind 127\.0\.0\.1:\d+/, `bind 127.0.0.1:${this.lbPort}`).trimEnd() + "\n" + servers + "\n";
     const cfgPath = join(this.dir, "haproxy.cfg");
     writeFileSync(cfgPath, cfg);
-    const chk = spawnSync("haproxy", ["-c", "-q", "-f", cfgPath], { encoding: "utf8" });
+    const chk = spawnSync("haproxy", ["-c", "-q", "-f", cfgPath], { encoding: "utf8", timeout: 20000 });
     if (chk.status !== 0) throw new Error("haproxy config: " + chk.stderr + chk.stdout);
     this.lb = reaped(spawn("haproxy", ["-db", "-f", cfgPath], { stdio: ["ignore", "ignore", "pipe"] }));
     this.lb.stderr.on("data", (d) => {
@@ -160,6 +153,7 @@ export class Cluster {
         process.stderr.write("[haproxy] " + s);
     });
     await waitTcp(this.lbPort);
+    if (exited(this.lb)) throw new Error(`haproxy exited (${this.lb.exitCode ?? this.lb.signalCode})`);
   }
 
   async start() {

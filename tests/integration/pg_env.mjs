@@ -13,7 +13,7 @@ import { sseEvents } from "./sse.mjs";
 
 export const PG_CLUSTER = fileURLToPath(new URL("../tools/pg_cluster.sh", import.meta.url));
 
-export const haveTool = (t) => spawnSync("sh", ["-c", `command -v ${t}`]).status === 0;
+export const haveTool = (t) => spawnSync("sh", ["-c", `command -v ${t}`], { timeout: 10000 }).status === 0;
 
 // pg_cluster.sh ARGS... asynchronously; resolves its stdout (trimmed). Its
 // exit 77 (PostgreSQL not installed) ends the test as skipped.

@@ -175,7 +175,7 @@ async function startPgLb() {
       .replace(`check port ${8008 + i}`, `check port ${ports.rest[i]}`);
   const path = join(work, "haproxy-pg.cfg");
   writeFileSync(path, cfg);
-  const chk = spawnSync("haproxy", ["-c", "-q", "-f", path], { encoding: "utf8" });
+  const chk = spawnSync("haproxy", ["-c", "-q", "-f", path], { encoding: "utf8", timeout: 20000 });
   if (chk.status !== 0) throw new Error("haproxy-pg config: " + chk.stderr + chk.stdout);
   pgLb = reaped(spawn("haproxy", ["-db", "-f", path], { stdio: ["ignore", "ignore", logTo("haproxy-pg")] }));
   await waitTcp(ports.pgLb);

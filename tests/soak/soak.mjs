@@ -18,8 +18,8 @@
 // make soak runs the long variant; CTest `soak_short` the short one.
 import { spawn } from "node:child_process";
 import { reaped } from "../integration/reap.mjs";
+import { freePort } from "../integration/ports.mjs";
 import { mkdtempSync, rmSync, readFileSync, existsSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { rng } from "../integration/crash_clients.mjs";
@@ -47,12 +47,6 @@ const violate = (m) => { violations.push(m); console.log("VIOLATION " + m); };
 const stats = { serverKills: 0, serverCrashPoints: 0, clientKills: 0, clientCrashPoints: 0,
   resumes: 0, calls: 0, typed: {}, proxyFaults: "" };
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
-  });
-}
 
 function startProc(bin, args, env = {}, onExit) {
   return new Promise((resolve, reject) => {
