@@ -14,7 +14,7 @@
 // still validates, an unknown one is issuer_unavailable); introspection
 // (active, inactive, cached, the issuer down, the cache running out).
 import { spawn } from "node:child_process";
-import { createHash, createHmac, createPrivateKey, createPublicKey, sign, generateKeyPairSync }
+import { createHash, createHmac, createPrivateKey, createPublicKey, sign }
   from "node:crypto";
 import { createInterface } from "node:readline";
 import { freePort, sleep } from "./multinode_env.mjs";
@@ -110,7 +110,7 @@ async function main() {
   // -- the refusal table: each its reason, one wire answer
   const md = `${new URL(resource).origin}/.well-known/oauth-protected-resource/mcp`;
   const invalid = `Bearer error="invalid_token", resource_metadata="${md}", scope="mcp:tools"`;
-  const otherRsa = { ...generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey.export({ format: "jwk" }) };
+  const otherRsa = privateJwk("rs8"); // another RSA key, presented under other kids
   const rsPem = createPublicKey({ key: publicJwk("rs1"), format: "jwk" }).export({ type: "spki", format: "pem" });
   const table = [
     ["garbage", "not-a-token", "garbage"],

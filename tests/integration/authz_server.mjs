@@ -12,7 +12,7 @@
 // Clients: "rs" gets RS256 JWTs, "es" ES256 JWTs, "opaque" opaque tokens (for
 // introspection, resource `${resource}` too), "rs-introspect" is the resource
 // server's own confidential client for the introspection endpoint. Keys are
-// generated once per process by name (rs1, rs2, es1, es2), so a restart with
+// fixed test keys by name (privateJwk below), so a restart with
 // ["rs2", "rs1", "es1"] signs RS256 with a new kid and still publishes the old.
 //
 // Run alone (`node authz_server.mjs [port] [resource]`) it prints its issuer
@@ -20,7 +20,7 @@
 import { createServer, request } from "node:http";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { generateKeyPairSync } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const peers = join(here, "..", "..", "peers", "node_modules");
@@ -28,19 +28,21 @@ const peers = join(here, "..", "..", "peers", "node_modules");
 export const SECRET = "tm-authz-test-secret-0123456789abcdef";
 export const SCOPES = ["mcp:read", "mcp:tools", "mcp:admin", "mcp:write"];
 
-const keyCache = new Map();
-// A private JWK by name: "rs*" RSA 2048, "es*" P-256, "ed*" Ed25519; kid = the name.
+// Private JWKs by name (kid = the name): "rs*" RSA 2048, "es*" P-256, "ed*"
+// Ed25519, read from test_keys.json (rs1 rs2 rs7 rs8 rs9 es1 es2 ed1 ed2).
+// They are not generated here: Node 20's generateKeyPairSync followed by
+// export({format: "jwk"}) can deadlock the main thread for good (a garbage
+// collection inside the export runs the key generation job's destructor,
+// which waits on the mutex the export holds; seen in gdb as ~KeyGenJob under
+// ExportJWKRsaKey), about once in 150 runs of auth_server_cluster beside
+// other load, and once in CI.
+const testKeys = JSON.parse(readFileSync(join(here, "test_keys.json"), "utf8"));
 export function privateJwk(name) {
-  if (!keyCache.has(name)) {
-    const kind = name.slice(0, 2);
-    const { privateKey } = kind === "es" ? generateKeyPairSync("ec", { namedCurve: "P-256" })
-      : kind === "ed" ? generateKeyPairSync("ed25519")
-      : generateKeyPairSync("rsa", { modulusLength: 2048 });
-    const jwk = privateKey.export({ format: "jwk" });
-    const alg = { es: "ES256", ed: "EdDSA" }[kind] ?? "RS256";
-    keyCache.set(name, { ...jwk, kid: name, use: "sig", alg });
-  }
-  return keyCache.get(name);
+  const jwk = testKeys[name];
+  if (!jwk || name.startsWith("_")) throw new Error(`no test key named ${name} in test_keys.json`);
+  const kind = name.slice(0, 2);
+  const alg = { es: "ES256", ed: "EdDSA" }[kind] ?? "RS256";
+  return { ...jwk, kid: name, use: "sig", alg };
 }
 
 export function publicJwk(name) {
