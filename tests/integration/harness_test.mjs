@@ -14,34 +14,32 @@ import { spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checker } from "./mcp_http.mjs";
+import { checker, spawnCli } from "./mcp_http.mjs";
 import { portRange, reserve } from "./ports.mjs";
 
 const part = process.argv[2];
 const t = checker();
-const here = new URL(".", import.meta.url).pathname;
+const mod = (name) => JSON.stringify(new URL(name, import.meta.url).href);
 const alive = (pid) => { try { process.kill(pid, 0); return true; } catch { return false; } };
 
-// A child node running `code` (an ES module body) with this directory's modules.
-function node(code) {
-  const p = spawn(process.execPath, ["--input-type=module", "-e", code], { cwd: here,
-    stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  p.stdout.on("data", (d) => { out += d; });
-  p.stderr.on("data", (d) => { out += d; });
-  return new Promise((resolve) => p.on("close", (code, sig) => resolve({ code, sig, out })));
+// A child node running `code` (an ES module body): {code, sig, out} (stdout
+// and stderr), once it exits.
+async function node(code) {
+  const r = await spawnCli(process.execPath, ["--input-type=module", "-e", code], { ms: 90000 }).done;
+  return { code: r.code, sig: r.sig, out: r.out + r.err };
 }
 
 async function watchdogPart() {
-  const marker = `tm-harness-${process.pid}`;
+  // The stuck child's grandchild carries the marker too: a sleep of 61.PID s.
+  const marker = `61.${process.pid}`;
   const t0 = Date.now();
   const r = await node(`
     import { spawnSync } from "node:child_process";
-    import { watchdog } from "./watchdog.mjs";
+    import { watchdog } from ${mod("./watchdog.mjs")};
     const wd = watchdog(1500, "stuck run");
     wd.step("the synchronous child");
     setTimeout(() => console.log("the event loop ran"), 200);
-    spawnSync("sh", ["-c", "sleep 60; : ${marker}"]);
+    spawnSync("sh", ["-c", "sleep ${marker}; :"]);
     console.log("spawnSync returned");`);
   const ms = Date.now() - t0;
   t.check("the stuck run ends within 10 s of its start (deadline 1.5 s)", ms < 10000, `${ms} ms`);
@@ -53,14 +51,14 @@ async function watchdogPart() {
   t.check("the event loop never ran (the case a setTimeout watchdog misses)",
     !r.out.includes("the event loop ran") && !r.out.includes("spawnSync returned"), r.out);
   const left = spawnSync("pgrep", ["-f", marker], { encoding: "utf8", timeout: 5000 }).stdout.trim();
-  t.check("no descendant outlives it", left === "", left);
+  t.check("no descendant outlives it (the stuck sh nor its sleep)", left === "", left);
 }
 
 async function portsPart() {
   const [lo, hi] = portRange();
   const N = 40;
   const code = `
-    import { freePort } from "./ports.mjs";
+    import { freePort } from ${mod("./ports.mjs")};
     const ps = [];
     for (let i = 0; i < ${N}; i++) ps.push(await freePort());
     console.log(JSON.stringify(ps));
@@ -77,8 +75,8 @@ async function portsPart() {
     all.every((p) => !existsSync(join(lockDir, String(p)))));
   // A reservation left by a killed process is taken over, not lost.
   const killed = spawn(process.execPath, ["--input-type=module", "-e",
-    `import { freePort } from "./ports.mjs"; console.log(await freePort()); setInterval(() => {}, 1000);`],
-  { cwd: here, stdio: ["ignore", "pipe", "inherit"] });
+    `import { freePort } from ${mod("./ports.mjs")}; console.log(await freePort()); setInterval(() => {}, 1000);`],
+  { stdio: ["ignore", "pipe", "inherit"] });
   const port = await new Promise((r) => killed.stdout.once("data", (d) => r(Number(String(d).trim()))));
   killed.kill("SIGKILL");
   await new Promise((r) => killed.on("close", r));

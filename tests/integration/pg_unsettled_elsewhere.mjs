@@ -24,8 +24,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { callTool, checker, initialize, startServer, stopServer } from "./mcp_http.mjs";
-import { pgCluster } from "./pg_env.mjs";
+import { callTool, checker, initialize, sleep, startServer, stopServer, until } from "./mcp_http.mjs";
+import { pgCluster, refusedTyped } from "./pg_env.mjs";
 
 const [bin] = process.argv.slice(2);
 if (!bin) { console.error("usage: pg_unsettled_elsewhere.mjs TIDEMARK_SERVER"); process.exit(2); }
@@ -48,13 +48,7 @@ async function cleanup() {
   if (!process.env.PG_KEEP) rmSync(work, { recursive: true, force: true });
 }
 
-async function until(f, ms) {
-  for (const end = Date.now() + ms; Date.now() < end; await new Promise((r) => setTimeout(r, 50)))
-    if (await f().catch(() => false)) return true;
-  return false;
-}
-
-const pause = (r) => r.status === 503 || /^store_/.test(r.response?.error?.data?.reason ?? "");
+const pause = (r) => r.status === 503 || refusedTyped(r.response?.error);
 
 try {
   const uri = (await pg("start", pgDir, 1)).split("\n")[0];
@@ -69,9 +63,11 @@ try {
   const first = await callTool(nodes[0].url, sid, "x", "ledger_append", { entry: "x" }, {}, { headers: V });
   t.check(`standby stopped: node 0 refuses the call typed (HTTP ${first.status}, ${first.response?.error?.data?.reason})`,
     pause(first), JSON.stringify(first.msgs).slice(0, 300));
-  const ready = await until(async () => (await fetch(nodes[0].url.replace(/\/mcp$/, "/readyz"))).status === 200, 10000);
+  const readyz = nodes[0].url.replace(/\/mcp$/, "/readyz");
+  const ready = await until("node 0 /readyz 200", async () => (await fetch(readyz).catch(() => null))?.status === 200, 10000)
+    .catch(() => false);
   t.check("node 0 is ready again with the standby still stopped (its writer reconnected)", ready);
-  await new Promise((r) => setTimeout(r, DOWN_MS));
+  await sleep(DOWN_MS);
   await pg("start-node", pgDir, 1);
 
   const t0 = Date.now();
@@ -85,7 +81,7 @@ try {
       break;
     }
     if (!pause(last)) break;
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
   }
   t.check(`standby back: the call re-sent to node 1 alone reaches its result (${Date.now() - t0} ms)`,
     !!last?.response?.result && !last.response.result.isError, last?.why ?? JSON.stringify(last?.response).slice(0, 300));
