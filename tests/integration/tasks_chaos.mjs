@@ -390,7 +390,13 @@ async function client(k, chaosEnd, drainEnd) {
     // nothing outstanding) is issued again under the same key, as an
     // application would.
     for (let attempt = 0; ; attempt++) {
-      const mode = killMode(r, Date.now() < chaosEnd);
+      // Each client's first call process, until some client was killed
+      // mid-poll, crashes right after recording its task id: the check that
+      // clients were killed mid-poll and resumed then holds on every seed (a
+      // slow ASan run's random kills all landed before the task id once).
+      const mode = i === 0 && stats.killedMidPoll === 0 && Date.now() < chaosEnd
+        ? { point: "task_recorded", env: { TIDEMARK_CLIENT_CRASH: "task_recorded:1" } }
+        : killMode(r, Date.now() < chaosEnd);
       if (attempt) stats.reissues++;
       const cr = await run([...base(state), "--idempotency-key", key, url, "call", "--task", tool, ...argv],
         { env: mode.env, killAfterMs: mode.killAfterMs });
