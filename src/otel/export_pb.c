@@ -12,6 +12,7 @@
 #include "otel_int.h"
 #include "otlp_trace.pb-c.h"
 #include "tidemark/tidemark.h"
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,19 @@ static void pb_res_fill(pb_res *r, const tm_otel_cfg *c)
     r->res.attributes = r->kvp;
 }
 
+/* Every string and bytes field at most its length plus a tag and a 3-byte
+ * length (text is under 2^21 bytes), every varint or fixed field at most 11
+ * bytes, each attribute's KeyValue and AnyValue two nested heads. */
+size_t tm_otlp_span_bound(const tm_span *s)
+{
+    size_t n = 3 * (1 + 3 + 16) + 8 * 11 + s->used; /* ids, kind, times, status; name and values */
+    if (s->tracestate)
+        n += 11 + strlen(s->tracestate); /* a tag and any length */
+    for (int i = 0; i < s->na; i++)
+        n += 3 * 4 + 11 + strlen(s->a[i].key); /* attribute, value, string heads; int; key */
+    return n;
+}
+
 /* Up to n spans packed one after another into one buffer: *buf (malloc),
  * each span's bytes at spans[i]. The number packed, or TIDEMARK_ENOMEM. */
 static int pack_spans(const tm_span *batch, int n, ProtobufCBinaryData *spans, uint8_t **buf)
@@ -96,7 +110,8 @@ static int pack_spans(const tm_span *batch, int n, ProtobufCBinaryData *spans, u
     int i = 0;
     for (const tm_span *s = batch; s && b && off && i < n; s = s->next, i++) {
         pb_span_fill(&p, s);
-        size_t len = tm__otlp__span__get_packed_size(&p.span);
+        size_t len = tm_otlp_span_bound(s);
+        assert(len >= tm__otlp__span__get_packed_size(&p.span));
         if (used + len > cap) {
             while (used + len > cap)
                 cap *= 2;

@@ -36,15 +36,26 @@ static const char *target_of(const char *method, const json_t *params)
     return NULL;
 }
 
+/* v in decimal, written backwards from end (24 bytes suffice); its start. */
+static char *decimal(json_int_t v, char *end)
+{
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v; /* INT64_MIN too */
+    *--end = '\0';
+    do
+        *--end = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--end = '-';
+    return end;
+}
+
 static void set_id(tm_span *s, const json_t *id)
 {
-    char buf[32];
+    char buf[24];
     if (json_is_string(id))
         tm_span_set_str(s, "jsonrpc.request.id", json_string_value(id));
-    else if (json_is_integer(id)) {
-        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(id));
-        tm_span_set_str(s, "jsonrpc.request.id", buf);
-    }
+    else if (json_is_integer(id)) /* not snprintf: a fifth of a span's start */
+        tm_span_set_str(s, "jsonrpc.request.id", decimal(json_integer_value(id), buf + sizeof buf));
 }
 
 tm_span *tm_mcp_span_start(tm_otel *o, tm_span_kind kind, const char *method,
@@ -112,16 +123,13 @@ const char *tm_mcp_error_type(const json_t *response, char buf[24])
     return NULL;
 }
 
-void tm_mcp_span_outcome(tm_span *s, const json_t *response)
+void tm_mcp_span_outcome(tm_span *s, const char *e, const char *buf)
 {
-    if (!s || !s->sampled)
+    if (!s || !e)
         return;
-    char code[24];
-    const char *e = tm_mcp_error_type(response, code);
-    if (e == code)
-        tm_span_set_str(s, "rpc.response.status_code", code);
-    if (e)
-        tm_span_set_error(s, e);
+    if (e == buf)
+        tm_span_set_str(s, "rpc.response.status_code", e);
+    tm_span_set_error(s, e);
 }
 
 void tm_mcp_span_finish(tm_span *s, int rc, const json_t *res)

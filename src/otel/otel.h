@@ -83,12 +83,13 @@ tm_span *tm_mcp_span_start(tm_otel *o, tm_span_kind kind, const char *method,
 /* Put s's traceparent (and tracestate) into params._meta (created when
  * missing). 0, or TIDEMARK_ENOMEM. Nothing when s is NULL. */
 int tm_mcp_inject(const tm_span *s, json_t *params);
-/* The outcome of a JSON-RPC response (or NULL: no answer): error.type is
- * the error code, or "tool_error" for a result with isError true. */
-void tm_mcp_span_outcome(tm_span *s, const json_t *response);
 /* error.type of a response: NULL (a success), its error code written into
  * buf, "tool_error" (isError), or "no_answer" (response NULL). */
 const char *tm_mcp_error_type(const json_t *response, char buf[24]);
+/* The outcome of a response on s: e and buf as tm_mcp_error_type returned
+ * and filled them (one reading of the response serves the metric and the
+ * span); e == buf, an error code, is also rpc.response.status_code. */
+void tm_mcp_span_outcome(tm_span *s, const char *e, const char *buf);
 /* End s after a library call's rc and its result (rc 0) or error object
  * (TIDEMARK_EPEER: error.type is its code; else its data.reason). */
 void tm_mcp_span_finish(tm_span *s, int rc, const json_t *res);

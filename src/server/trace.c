@@ -42,15 +42,14 @@ void tm_call_trace_start(tidemark_call_t *c, tm_req *r)
     tm_span_set_str(c->span, "network.transport", "tcp");
 }
 
-/* mcp.server.operation.duration of a call, labelled as the conventions say. */
-static void observe_call(tidemark_call_t *c, const json_t *response)
+/* mcp.server.operation.duration of a call, labelled as the conventions
+ * say; e: the response's error.type (tm_mcp_error_type). */
+static void observe_call(tidemark_call_t *c, const char *e)
 {
-    char buf[24];
     const char *name = json_string_value(json_object_get(c->params, "name"));
     int tool = !strcmp(c->method, "tools/call"), prompt = !strcmp(c->method, "prompts/get");
     tm_mcp_labels l = {.method = c->method, .tool = tool ? name : NULL, .prompt = prompt ? name : NULL,
-                       .error = tm_mcp_error_type(response, buf),
-                       .version = c->sess ? c->sess->version : NULL, .transport = "tcp"};
+                       .error = e, .version = c->sess ? c->sess->version : NULL, .transport = "tcp"};
     tm_mcp_observe(c->srv->m.mcp.operation, &l, (uint64_t)(tm_now_us() - c->t0_us));
     c->t0_us = 0;
 }
@@ -74,11 +73,13 @@ static void commit_start(tidemark_call_t *c)
 
 void tm_call_trace_end(tidemark_call_t *c, const json_t *response)
 {
+    char buf[24];
+    const char *e = c->t0_us || c->span ? tm_mcp_error_type(response, buf) : NULL;
     if (c->t0_us)
-        observe_call(c, response);
+        observe_call(c, e);
     if (!c->span)
         return;
-    tm_mcp_span_outcome(c->span, response);
+    tm_mcp_span_outcome(c->span, e, buf);
     if (response && c->recorded && !c->commit_span)
         commit_start(c);
     tm_span_end(c->span);
@@ -111,7 +112,8 @@ void tm_msg_trace_start(tm_msg_trace *t, tidemark_server_t *srv, tm_req *r, cons
 void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *sess)
 {
     char buf[24];
-    tm_mcp_labels l = {.method = t->m->method, .error = tm_mcp_error_type(response, buf),
+    const char *e = tm_mcp_error_type(response, buf);
+    tm_mcp_labels l = {.method = t->m->method, .error = e,
                        .version = sess ? sess->version : NULL, .transport = "tcp"};
     tm_mcp_observe(t->srv->m.mcp.operation, &l, (uint64_t)(tm_now_us() - t->t0_us));
     if (!t->span)
@@ -120,7 +122,7 @@ void tm_msg_trace_end(tm_msg_trace *t, const json_t *response, const tm_sess *se
         tm_span_set_str(t->span, "mcp.session.id", sess->id);
         tm_span_set_str(t->span, "mcp.protocol.version", sess->version);
     }
-    tm_mcp_span_outcome(t->span, response);
+    tm_mcp_span_outcome(t->span, e, buf);
     tm_span_end(t->span);
     t->span = NULL;
 }

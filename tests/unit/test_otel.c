@@ -3,13 +3,16 @@
  * configuration from the environment (off unless an endpoint is set,
  * OTEL_SDK_DISABLED honoured), the samplers, _meta injection and reading,
  * and the bounded queue: spans past OTEL_BSP_MAX_QUEUE_SIZE are dropped and
- * counted, never waited for.
+ * counted, never waited for; the room reserved to pack a span is never
+ * less than its packed size.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 #include "otel/otel.h"
+#include "otel/otel_int.h"
+#include "otlp_trace.pb-c.h"
 #include "base/clock.h"
 #include "base/metrics.h"
 #include "tidemark/tidemark.h"
@@ -191,12 +194,112 @@ static void test_queue_bound(void **st)
     clear_env();
 }
 
+/* The packed span of a batch of one, unpacked (free with
+ * tm__otlp__export_trace_service_request__free_unpacked). */
+static Tm__Otlp__ExportTraceServiceRequest *pack_one(tm_otel *o, tm_span *s)
+{
+    size_t len = 0;
+    unsigned char *b = tm_otlp_pb_body(o, s, 1, &len);
+    assert_non_null(b);
+    Tm__Otlp__ExportTraceServiceRequest *r = tm__otlp__export_trace_service_request__unpack(NULL, len, b);
+    free(b);
+    assert_non_null(r);
+    assert_int_equal(r->n_resource_spans, 1);
+    assert_int_equal(r->resource_spans[0]->n_scope_spans, 1);
+    assert_int_equal(r->resource_spans[0]->scope_spans[0]->n_spans, 1);
+    return r;
+}
+
+static const Tm__Otlp__AnyValue *value_of(const Tm__Otlp__Span *sp, const char *key)
+{
+    for (size_t i = 0; i < sp->n_attributes; i++)
+        if (!strcmp(sp->attributes[i]->key, key))
+            return sp->attributes[i]->value;
+    return NULL;
+}
+
+static const char *attr_of(const Tm__Otlp__Span *sp, const char *key)
+{
+    const Tm__Otlp__AnyValue *v = value_of(sp, key);
+    assert_non_null(v);
+    assert_int_equal(v->value_case, TM__OTLP__ANY_VALUE__VALUE_STRING_VALUE);
+    return v->string_value;
+}
+
+/* tm_otlp_span_bound is at least the span's packed size for spans from
+ * empty to full (every attribute slot, the whole text, a long tracestate,
+ * int attributes at both extremes), every attribute decodes as the
+ * official Span's KeyValue with the value set (empty strings and zeros
+ * too), and integer request ids are written in decimal at both ends of
+ * their range. */
+static void test_span_bound(void **st)
+{
+    (void)st;
+    clear_env();
+    setenv("OTEL_EXPORTER_OTLP_ENDPOINT", DEAD, 1);
+    tm_otel *o = tm_otel_from_env("t", NULL);
+    static const char *keys[] = {"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8",
+                                 "k9", "ka", "kb", "kc", "kd", "ke", "kf", "kg", "kh"};
+    static const json_int_t ids[] = {0, 7, -1, 1000000, INT64_MAX, INT64_MIN};
+    static const char *want[] = {"0", "7", "-1", "1000000", "9223372036854775807",
+                                 "-9223372036854775808"};
+    char v[300], ts[513];
+    memset(ts, 'a', 512);
+    ts[512] = '\0';
+    tm_trace_ctx parent;
+    assert_int_equal(parse(TP, &parent), 0);
+    for (int round = 0; round < 60; round++) {
+        json_t *params = json_pack("{s:s}", "name", round % 2 ? "echo" : "");
+        json_t *id = json_integer(ids[round % 6]);
+        tm_span *s = tm_mcp_span_start(o, TM_SPAN_SERVER, "tools/call", params, id,
+                                       round % 3 ? &parent : NULL, round % 4 ? ts : NULL);
+        assert_non_null(s);
+        int nattr = round % 19, vlen = round % 7 ? (round * 37) % 300 : 0;
+        memset(v, 'x', (size_t)vlen);
+        v[vlen] = '\0';
+        static const int64_t ints[] = {INT64_MIN, -1, 0, INT64_MAX};
+        for (int k = 0; k < nattr; k++) {
+            if (k % 3 == 2)
+                tm_span_set_int(s, keys[k], ints[k % 4]);
+            else
+                tm_span_set_str(s, keys[k], v);
+        }
+        if (round % 5 == 0)
+            tm_span_set_error(s, "-32602");
+        Tm__Otlp__ExportTraceServiceRequest *r = pack_one(o, s);
+        ProtobufCBinaryData packed = r->resource_spans[0]->scope_spans[0]->spans[0];
+        assert_true(tm_otlp_span_bound(s) >= packed.len);
+        Tm__Otlp__Span *sp = tm__otlp__span__unpack(NULL, packed.len, packed.data);
+        assert_non_null(sp);
+        assert_string_equal(attr_of(sp, "jsonrpc.request.id"), want[round % 6]);
+        assert_string_equal(attr_of(sp, "mcp.method.name"), "tools/call");
+        assert_int_equal(sp->n_attributes, s->na); /* left out: past the slots or the text */
+        for (int k = 0; k < nattr; k++) {
+            const Tm__Otlp__AnyValue *got = value_of(sp, keys[k]);
+            if (got && k % 3 == 2) {
+                assert_int_equal(got->value_case, TM__OTLP__ANY_VALUE__VALUE_INT_VALUE);
+                assert_true(got->int_value == ints[k % 4]);
+            } else if (got) {
+                assert_string_equal(attr_of(sp, keys[k]), v);
+            }
+        }
+        tm__otlp__span__free_unpacked(sp, NULL);
+        tm__otlp__export_trace_service_request__free_unpacked(r, NULL);
+        tm_span_free(s);
+        json_decref(params);
+        json_decref(id);
+    }
+    tm_otel_free(o);
+    clear_env();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),       cmocka_unit_test(test_parse_invalid),
         cmocka_unit_test(test_off_unless_configured), cmocka_unit_test(test_samplers),
         cmocka_unit_test(test_meta_roundtrip),    cmocka_unit_test(test_queue_bound),
+        cmocka_unit_test(test_span_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
