@@ -75,9 +75,8 @@ void tm_span_free(tm_span *s);
 /* export_pb.c: the first n spans of batch as a packed OTLP
  * ExportTraceServiceRequest (malloc, *len bytes), or NULL (memory). */
 unsigned char *tm_otlp_pb_body(const tm_otel *o, const tm_span *batch, int n, size_t *len);
-/* At least the packed size of s's Span message, counted without walking the
- * message (protobuf-c's get_packed_size costs as much as a third of the pack
- * again): the room reserved before s is packed. */
+/* At least the size of s as a packed Span, counted without writing it:
+ * the room reserved before s is written. */
 size_t tm_otlp_span_bound(const tm_span *s);
 
 #endif

@@ -266,6 +266,7 @@ static void test_span_bound(void **st)
         }
         if (round % 5 == 0)
             tm_span_set_error(s, "-32602");
+        s->end_ns = s->start_ns + 1234; /* as tm_span_end would, without queueing it */
         Tm__Otlp__ExportTraceServiceRequest *r = pack_one(o, s);
         ProtobufCBinaryData packed = r->resource_spans[0]->scope_spans[0]->spans[0];
         assert_true(tm_otlp_span_bound(s) >= packed.len);
@@ -273,6 +274,23 @@ static void test_span_bound(void **st)
         assert_non_null(sp);
         assert_string_equal(attr_of(sp, "jsonrpc.request.id"), want[round % 6]);
         assert_string_equal(attr_of(sp, "mcp.method.name"), "tools/call");
+        const tm_trace_ctx *c = tm_span_ctx(s);
+        assert_int_equal(sp->trace_id.len, 16);
+        assert_memory_equal(sp->trace_id.data, c->trace_id, 16);
+        assert_int_equal(sp->span_id.len, 8);
+        assert_memory_equal(sp->span_id.data, c->span_id, 8);
+        if (round % 3) {
+            assert_int_equal(sp->parent_span_id.len, 8);
+            assert_memory_equal(sp->parent_span_id.data, parent.span_id, 8);
+        } else {
+            assert_int_equal(sp->parent_span_id.len, 0);
+        }
+        assert_string_equal(sp->trace_state, round % 4 ? ts : "");
+        assert_string_equal(sp->name, round % 2 ? "tools/call echo" : "tools/call ");
+        assert_int_equal(sp->kind, 2);
+        assert_true(sp->start_time_unix_nano == (uint64_t)s->start_ns &&
+                    sp->end_time_unix_nano == (uint64_t)s->end_ns);
+        assert_int_equal(sp->status ? sp->status->code : 0, round % 5 == 0 ? 2 : 0);
         assert_int_equal(sp->n_attributes, s->na); /* left out: past the slots or the text */
         for (int k = 0; k < nattr; k++) {
             const Tm__Otlp__AnyValue *got = value_of(sp, keys[k]);
