@@ -9,7 +9,7 @@
 //
 // The streams come from 127.0.0.1, the probing client from 127.0.0.2.
 import { connect } from "node:net";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checker, initializeFrom, postFrom, sleep, startServer, stopServer, until } from "./mcp_http.mjs";
@@ -120,7 +120,8 @@ async function settled(url, name, ms = 30000) {
 }
 
 async function main() {
-  const db = join(mkdtempSync(join(tmpdir(), "tidemark-slow-")), "t.db");
+  const dir = mkdtempSync(join(tmpdir(), "tidemark-slow-"));
+  const db = join(dir, "t.db");
   const s = await startServer(bin, ["--store", "sqlite:" + db, "--durability", "process"]);
   const pid = s.proc.pid;
   try {
@@ -175,6 +176,7 @@ async function main() {
       after - before < BACK_MB * 1024, `${after} kB against ${before} kB`);
   } finally {
     await stopServer(s);
+    rmSync(dir, { recursive: true, force: true }); /* ~70 MB of database a run */
   }
 }
 

@@ -9,6 +9,8 @@
  * claims, effects in SQL committed with the result, schema versions and
  * concurrent starts, durability replicated, and a commit that waits for a
  * standby that is gone: it fails as not acknowledged within the timeout.
+ * The cluster's directory (about 1 GB of WAL and tables) is removed at the
+ * end, whatever the outcome.
  */
 #include "log/store.h"
 #include "log/store_pg_schema.h"
@@ -21,6 +23,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <ftw.h>
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -64,6 +67,24 @@ static int cluster(const char *args, char *out, size_t n)
     if (out)
         snprintf(out, n, "%s", line);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb;
+    (void)flag;
+    (void)f;
+    return remove(path);
+}
+
+/* The cluster stopped and its directory removed (0, or -1 when some entry
+ * stayed). */
+static int cluster_destroy(void)
+{
+    char args[128];
+    snprintf(args, sizeof args, "stop %s", g_dir);
+    cluster(args, NULL, 0);
+    return nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
 /* The URI of database name on the cluster. */
@@ -742,12 +763,12 @@ int main(void)
     int rc = cluster(args, g_uri, sizeof g_uri);
     if (rc == 77) {
         fprintf(stderr, "test_store_pg: PostgreSQL is not installed: skipped\n");
+        rmdir(g_dir);
         return 77;
     }
     if (rc != 0 || !strstr(g_uri, "/tidemark?")) {
         fprintf(stderr, "test_store_pg: cannot start a PostgreSQL cluster (%d)\n", rc);
-        snprintf(args, sizeof args, "stop %s", g_dir);
-        cluster(args, NULL, 0);
+        cluster_destroy();
         return 1;
     }
     (void)memory_contract_main;
@@ -789,7 +810,9 @@ int main(void)
         cmocka_unit_test(test_lease_without_standby),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(args, sizeof args, "stop %s", g_dir);
-    cluster(args, NULL, 0);
+    if (cluster_destroy() != 0) {
+        fprintf(stderr, "test_store_pg: %s not removed\n", g_dir);
+        return rc ? rc : 1;
+    }
     return rc;
 }
