@@ -520,16 +520,25 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
 }
 
 /* A POST with calls is answered with the stream they write to: opened,
- * its records begun, its priming event queued, then attached. On failure
+ * its records begun and its priming event queued, then attached. On failure
  * nothing runs: a 2025 POST is answered here with the error (but for
  * TIDEMARK_EEXIST: begun on another node), a modern one by the caller. */
 static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
 {
     tm_sess *sess = j->sess;
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
+    int priming = strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0;
+    /* The priming event goes after the records, so it never commits before
+     * them; but where each begin is waited for (begin_waits) it goes first,
+     * to commit with the first record rather than in a commit of its own:
+     * the stream is attached, and anything of it sent, only once every
+     * record is durable. A POST whose begin fails leaves that stream
+     * unattached (nobody is told its ids). */
+    if (rc == 0 && priming && begin_waits(srv))
+        rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     if (rc == 0)
         rc = begin_records(srv, j, r, pm);
-    if (rc == 0 && strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0)
+    if (rc == 0 && priming && !begin_waits(srv))
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
                       .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,

@@ -71,3 +71,14 @@ if(NODE_EXECUTABLE)
   set_tests_properties(pg_patroni PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                        ENVIRONMENT "PATRONI_SEED=1;PATRONI_FAILOVERS=1" LABELS "nosan;pg;chaos")
 endif()
+
+# pg_commits: a primary and one synchronous standby, one node with
+# --durability replicated: N serial 2025 ledger_append calls cost at most 2N
+# commits that wait for the standby (its record with its priming event, then
+# its row with its result), each answered, each row once. 10-20 s.
+if(NODE_EXECUTABLE)
+  add_test(NAME pg_commits
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/pg_commits.mjs
+            $<TARGET_FILE:tidemark-server>)
+  set_tests_properties(pg_commits PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77 LABELS "pg")
+endif()
