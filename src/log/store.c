@@ -239,6 +239,22 @@ int tm_store_bounds(tm_store *st, const char *session, const char *stream, tm_st
     return st->ops->bounds(st, session, stream, out);
 }
 
+int tm_store_read_live(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
+                       size_t max_events, tm_event_visitor fn, void *ud)
+{
+    if (st->ops->read_live)
+        return st->ops->read_live(st, session, stream, after_seq, max_events, fn, ud);
+    return st->ops->read(st, session, stream, after_seq, max_events, fn, ud);
+}
+
+int tm_store_bounds_live(tm_store *st, const char *session, const char *stream,
+                         tm_stream_bounds *out)
+{
+    if (st->ops->bounds_live)
+        return st->ops->bounds_live(st, session, stream, out);
+    return st->ops->bounds(st, session, stream, out);
+}
+
 int tm_store_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
                          char out[TM_EPOCH_LEN + 1])
 {

@@ -198,6 +198,10 @@ struct tm_store_ops {
     int (*kv_create)(tm_store *st, const char *key, const void *val, size_t len);
     /* Optional (NULL: never in doubt): tm_store_in_doubt. */
     int (*in_doubt)(tm_store *st);
+    /* Optional (NULL: read, bounds): tm_store_read_live, tm_store_bounds_live. */
+    int (*read_live)(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
+                     size_t max_events, tm_event_visitor fn, void *ud);
+    int (*bounds_live)(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
 };
 
 /* Common header of every backend object. */
@@ -302,6 +306,15 @@ int tm_store_read(tm_store *st, const char *session, const char *stream, uint64_
                   size_t max_events, tm_event_visitor fn, void *ud);
 /* Durable bounds of a stream. TIDEMARK_ENOTFOUND if the session has no such stream. */
 int tm_store_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
+/* tm_store_read and tm_store_bounds for a reader that is woken by every
+ * commit to the stream (tm_store_notify_commit) and reads again then: a
+ * store shared by nodes may answer from what this node committed itself,
+ * so another node's commit shows once its wake-up has been delivered (not
+ * for a cursor's check, which must see every node's commits at once). */
+int tm_store_read_live(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
+                       size_t max_events, tm_event_visitor fn, void *ud);
+int tm_store_bounds_live(tm_store *st, const char *session, const char *stream,
+                         tm_stream_bounds *out);
 /* Epoch under which seq was written (from the event or the trim record).
  * TIDEMARK_ENOTFOUND when neither is known. */
 int tm_store_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,

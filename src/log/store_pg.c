@@ -440,6 +440,7 @@ static void collect_wake(const char *k, void *val, void *ud)
 static void wake_all(pgstore *p)
 {
     wake_set w = {NULL, 0};
+    tm_pg_cache_forget_all(p);
     pthread_mutex_lock(&p->c_mu);
     w.keys = calloc(tm_map_count(p->streams) + 1, sizeof *w.keys);
     if (w.keys)
@@ -476,6 +477,7 @@ static void on_commits(pgstore *p, char *msg)
         char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
         if (t2) {
             *t1 = *t2 = '\0';
+            tm_pg_cache_foreign(p, line, t1 + 1); /* before its readers wake */
             tm_store_notify_commit(&p->base, line, t1 + 1, strtoull(t2 + 1, NULL, 10));
         }
         if (!end)
@@ -619,6 +621,7 @@ static void *listen_main(void *arg)
             continue;
         }
         backoff = 20;
+        tm_pg_cache_forget_all(p); /* a wake-up may have been lost while not listening */
         atomic_store(&p->listening, 1);
         atomic_store(&p->listen_since, tm_now_ms());
         if (!first) /* a notification may have been lost meanwhile */
@@ -765,13 +768,21 @@ static void free_hint(const char *k, void *v, void *ud)
     free(v);
 }
 
+static void free_stream_hint(const char *k, void *v, void *ud)
+{
+    (void)k;
+    tm_pg_hint_free(ud, v);
+}
+
 static void pg_free(pgstore *p)
 {
     tm_writer_free(p->writer);
     PQfinish(p->wc);
     pool_drain(p);
+    pthread_mutex_lock(&p->c_mu);
     if (p->streams)
-        tm_map_each(p->streams, free_hint, NULL);
+        tm_map_each(p->streams, free_stream_hint, p);
+    pthread_mutex_unlock(&p->c_mu);
     if (p->resv)
         tm_map_each(p->resv, free_hint, NULL);
     tm_map_free(p->streams);
@@ -837,6 +848,8 @@ const struct tm_store_ops tm_pg_ops = {
     .kv_get = tm_pg_kv_get,
     .kv_create = tm_pg_kv_create,
     .in_doubt = tm_pg_in_doubt,
+    .read_live = tm_pg_read_live,
+    .bounds_live = tm_pg_bounds_live,
 };
 
 static int check_options(const tm_store_options *opt)

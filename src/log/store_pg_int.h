@@ -25,6 +25,9 @@
 #define TIMEOUT_DEFAULT_MS 5000
 #define NOTIFY_MAX 7900       /* NOTIFY payloads stay under PostgreSQL's 8000 bytes */
 #define BUSMSG_KEEP_MS 60000
+#define RING_EVENTS 64        /* a stream's committed events kept for this node's readers */
+#define RING_EVENT_MAX (64u << 10)  /* larger events are read from the database */
+#define RING_BYTES_MAX ((size_t)32 << 20) /* all streams' rings together */
 
 enum op_kind { OP_APPEND, OP_CLOSE, OP_OPEN, OP_SESS_CREATE, OP_SESS_TOUCH, OP_SESS_DELETE,
                OP_SET_ATTR, OP_REQ_BEGIN };
@@ -48,13 +51,28 @@ typedef struct pop {
                                  statement: the run's length; 0: a follower in a run */
     unsigned pre;             /* results owed before its own (its effect's statements) */
     signed char owned;        /* an effect's record: 1 this node's (or none), -1 not, 0 not asked */
+    char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was written with */
 } pop;
+
+/* An event this node committed, kept in its stream's ring (store_pg_cache.c). */
+typedef struct pg_cev {
+    uint64_t seq;
+    size_t len;
+    char *data;
+    char epoch[TM_EPOCH_LEN + 1];
+} pg_cev;
 
 typedef struct pstream {
     uint64_t known;    /* highest seq this node saw committed */
     unsigned pending;  /* appends queued here, not settled */
     int closing;       /* a final append or close is queued or committed */
     unsigned opening;  /* this node's open of it is queued, not settled */
+    /* The tail this node committed (store_pg_cache.c): */
+    int cached;        /* ring_last is this node's last commit to it, none since by others */
+    int closed;        /* this node committed its end */
+    uint64_t ring_last;
+    pg_cev *ring;      /* RING_EVENTS slots, ring_n used from ring_at (oldest first) */
+    unsigned ring_n, ring_at;
 } pstream;
 
 typedef struct resv {
@@ -94,6 +112,7 @@ struct pgstore {
     pthread_mutex_t c_mu;      /* streams, resv */
     tm_map *streams;           /* "session\x1fname" -> pstream */
     tm_map *resv;              /* session -> resv */
+    size_t ring_bytes;         /* the streams' rings together (c_mu) */
     pthread_mutex_t p_mu;      /* pool: idle connections, and how many exist */
     pthread_cond_t p_cv;       /* one was given back */
     PGconn *pool[POOL_MAX];
@@ -161,6 +180,9 @@ int tm_pg_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const
 int tm_pg_read(tm_store *st, const char *session, const char *stream, uint64_t after, size_t max_events,
                tm_event_visitor fn, void *ud);
 int tm_pg_bounds(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
+int tm_pg_read_live(tm_store *st, const char *session, const char *stream, uint64_t after,
+                    size_t max_events, tm_event_visitor fn, void *ud);
+int tm_pg_bounds_live(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
 int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stream_bounds *out);
 int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,
                       char out[TM_EPOCH_LEN + 1]);
@@ -187,5 +209,21 @@ int tm_pg_in_doubt(tm_store *st);
 void tm_pg_forget_session(pgstore *p, const char *id);
 /* A stream's hint, made when missing (c_mu held). NULL when out of memory. */
 pstream *tm_pg_stream_hint(pgstore *p, const char *session, const char *name);
+
+/* The tail of the streams this node writes (store_pg_cache.c). Functions
+ * taking a pstream need c_mu held; the others take it. */
+void tm_pg_hint_free(pgstore *p, pstream *s);
+void tm_pg_cache_put(pgstore *p, pstream *s, uint64_t seq, const char *epoch, const void *data,
+                     size_t len);
+void tm_pg_cache_drop(pgstore *p, pstream *s);
+/* Another node committed to session/stream: its ring no longer answers. */
+void tm_pg_cache_foreign(pgstore *p, const char *session, const char *stream);
+/* A wake-up may have been lost, or the writer's connection was: no ring answers. */
+void tm_pg_cache_forget_all(pgstore *p);
+/* Answered from the ring: 1 (events after `after` visited, up to max), or 0:
+ * ask the database. */
+int tm_pg_cache_read(pgstore *p, const char *session, const char *stream, uint64_t after,
+                     size_t max, tm_event_visitor fn, void *ud);
+int tm_pg_cache_bounds(pgstore *p, const char *session, const char *stream, tm_stream_bounds *out);
 
 #endif

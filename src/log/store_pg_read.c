@@ -56,7 +56,7 @@ static void drop_hints(pgstore *p, drop_ctx *d)
     TM_ASSERT_HELD(&p->c_mu);
     tm_map_each(p->streams, collect, d);
     for (size_t i = 0; i < d->count; i++) {
-        free(tm_map_del(p->streams, d->keys[i]));
+        tm_pg_hint_free(p, tm_map_del(p->streams, d->keys[i]));
         free(d->keys[i]);
     }
     free(d->keys);
@@ -248,6 +248,22 @@ int tm_pg_read(tm_store *st, const char *session, const char *stream, uint64_t a
         after = last;
     }
     return 0;
+}
+
+/* The live reads: this node's ring first (store_pg_cache.c), else the database. */
+int tm_pg_read_live(tm_store *st, const char *session, const char *stream, uint64_t after,
+                    size_t max_events, tm_event_visitor fn, void *ud)
+{
+    if (tm_pg_cache_read((pgstore *)st, session, stream, after, max_events, fn, ud))
+        return 0;
+    return tm_pg_read(st, session, stream, after, max_events, fn, ud);
+}
+
+int tm_pg_bounds_live(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out)
+{
+    if (tm_pg_cache_bounds((pgstore *)st, session, stream, out))
+        return 0;
+    return tm_pg_bounds(st, session, stream, out);
 }
 
 int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uint64_t seq,

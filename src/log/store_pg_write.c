@@ -124,6 +124,7 @@ void tm_pg_writer_lost(pgstore *p)
     p->wc = NULL;
     atomic_store(&p->w_down, 1);
     tm_pg_new_epoch(p);
+    tm_pg_cache_forget_all(p); /* what was committed is the new primary's to say */
 }
 
 /* ---- waiting with the batch's deadline ------------------------------------------------ */
@@ -202,6 +203,7 @@ static int send_run(pgstore *p, pop *o, const char *epoch, pop **next)
     for (pop *x = o; rc == 0; x = (pop *)x->w.q.next) {
         size_t len;
         const char *b = append_bytes(x, &len);
+        memcpy(x->epoch, epoch, sizeof x->epoch);
         rc = tm_buf_add(&blob, b, len);
         if (rc == 0)
             rc = tm_buf_printf(&lens, x == o ? "%zu" : ",%zu", len);
@@ -769,16 +771,28 @@ static void settle_hint(pgstore *p, pop *o)
         s->pending--;
     if (s && o->kind == OP_OPEN && o->fresh && s->opening)
         s->opening--;
+    /* "g" takes every node's notifications: only POST streams are cached */
+    if (s && st == 0 && o->kind == OP_APPEND && strcmp(o->name, "g") != 0) {
+        size_t len;
+        const char *b = append_bytes(o, &len);
+        tm_pg_cache_put(p, s, o->w.seq, o->epoch, b, len);
+    }
     if (s && st == 0 && o->w.seq > s->known)
         s->known = o->w.seq;
-    if (s && st == 0 && o->kind == OP_CLOSE)
+    if (s && st == 0 && (o->kind == OP_CLOSE || (o->flags & TM_APPEND_FINAL))) {
         s->closing = 1;
+        s->closed = 1;
+    }
+    if (s && st == 0 && o->kind == OP_OPEN)
+        s->closed = 0; /* a closed stream opened again */
     if (s && st == TIDEMARK_ECLOSED)
         s->closing = 1;
     /* unknown outcome, or refused: the database answers for it from now on */
     if (s && st != 0 && st != TIDEMARK_ECLOSED && !s->pending && !s->opening) {
         tm_map_del(p->streams, k);
-        free(s);
+        tm_pg_hint_free(p, s);
+    } else if (s && st != 0) {
+        tm_pg_cache_drop(p, s);
     }
     free(k);
 }

@@ -171,7 +171,7 @@ static int pull_lost(feed *f, tm_buf *out)
 static int pull_caught_up(feed *f, tm_buf *out)
 {
     tm_stream_bounds b;
-    if (tm_store_bounds(f->store, f->session, f->stream, &b) != 0)
+    if (tm_store_bounds_live(f->store, f->session, f->stream, &b) != 0)
         return pull_lost(f, out);
     if (f->announce && b.head > f->announced && f->delivered > f->announced) {
         /* Tell the client how far what it holds is durable: it never keeps
@@ -200,7 +200,8 @@ static int feed_pull(void *ud, tm_buf *out)
     }
     f->out = out;
     size_t before = out->len;
-    int rc = tm_store_read(f->store, f->session, f->stream, f->delivered, READ_BATCH, frame_event, f);
+    int rc = tm_store_read_live(f->store, f->session, f->stream, f->delivered, READ_BATCH,
+                                frame_event, f);
     f->out = NULL;
     if (rc == TIDEMARK_ERANGE)
         return pull_gap(f, out);

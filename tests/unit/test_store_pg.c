@@ -246,6 +246,67 @@ static void test_two_nodes(void **state)
     tm_store_close(b);
 }
 
+/* ---- live reads: what this node committed, from memory -------------------------------- */
+
+static void live_read_all(tm_store *st, const char *session, const char *stream, uint64_t after,
+                          size_t max, collected *c)
+{
+    memset(c, 0, sizeof *c);
+    assert_int_equal(tm_store_read_live(st, session, stream, after, max, collect, c), 0);
+}
+
+/* A's live reads answer from the events A committed (shown by deleting
+ * them from the database behind its back: a plain read no longer finds
+ * them, a live one still does), up to the head A committed. Once B commits
+ * to the stream and A is woken by it, A's live reads ask the database. */
+static void test_live_reads(void **state)
+{
+    (void)state;
+    int db = new_db();
+    watch wa = {.key = "s/r1"};
+    pthread_mutex_init(&wa.mu, NULL);
+    pthread_cond_init(&wa.cv, NULL);
+    tm_store_options oa = {.listener = watch_fn, .listener_ud = &wa};
+    tm_store *a = open_db(db, &oa), *b = open_db(db, NULL);
+    mk_session(a, "s");
+    open_stream(a, "s", NULL, "r1");
+    fill(a, "s", "r1", 3);
+    char name[16];
+    snprintf(name, sizeof name, "t%d", db);
+    admin_sql(name, "DELETE FROM tm_events");
+    collected c;
+    live_read_all(a, "s", "r1", 0, 10, &c);
+    expect_run(&c, 1, 3);
+    live_read_all(a, "s", "r1", 1, 1, &c);
+    expect_run(&c, 2, 1);
+    read_all(a, "s", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    tm_stream_bounds lb;
+    assert_int_equal(tm_store_bounds_live(a, "s", "r1", &lb), 0);
+    assert_int_equal(lb.head, 3);
+    assert_int_equal(lb.first_retained, 1);
+    assert_int_equal(lb.closed, 0);
+    /* B's commit: A, once woken, reads it from the database */
+    assert_int_equal(tm_store_append(b, "s", "r1", "ev-4", 4, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_true(watch_wait(&wa, 4, 5000));
+    live_read_all(a, "s", "r1", 0, 10, &c);
+    expect_run(&c, 4, 1);
+    assert_int_equal(tm_store_bounds_live(a, "s", "r1", &lb), 0);
+    assert_int_equal(lb.head, 4);
+    /* A's own final event after it: cached again from there, closed */
+    assert_int_equal(tm_store_append(a, "s", "r1", "ev-5", 4, TM_APPEND_FINAL, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(a), 0);
+    admin_sql(name, "DELETE FROM tm_events");
+    live_read_all(a, "s", "r1", 4, 10, &c);
+    expect_run(&c, 5, 1);
+    assert_int_equal(tm_store_bounds_live(a, "s", "r1", &lb), 0);
+    assert_int_equal(lb.head, 5);
+    assert_int_equal(lb.closed, 1);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 typedef struct rec_list {
     int n;
 } rec_list;
@@ -796,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_requests_unfinished),
         cmocka_unit_test(test_request_keys_any_bytes),
         cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_live_reads),
         cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effect_owner),
         cmocka_unit_test(test_effect_owners_batch),
