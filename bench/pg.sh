@@ -12,6 +12,10 @@
 #                  and one tools/call stream of 10,000 progress events read to
 #                  its end (curl): durable streamed events/s
 #   sqlite         tidemark-server on SQLite power, the same figures, for reference
+#   base           with PG_BASE_BUILD=DIR (the build directory of another
+#                  commit's worktree, e.g. build-compare/base-<sha>/build that
+#                  make bench-compare leaves): its tidemark-server on the same
+#                  cluster, the same figures as pg, interleaved with them
 # Medians are printed with the ratios the targets name; the report goes to
 # bench/results/pg-YYYYMMDD-HHMMSS.txt. Exit 77 when PostgreSQL is not installed.
 set -euo pipefail
@@ -58,6 +62,15 @@ start() { # NAME ARGS... -> url[NAME]
 }
 declare -A url
 start pg --store "$uri" --durability replicated
+base="${PG_BASE_BUILD:-}"
+if [ -n "$base" ]; then
+    [ -x "$base/bin/tidemark-server" ] || { echo "pg.sh: $base/bin/tidemark-server is missing" >&2; exit 1; }
+    base_rev="$(git -C "$base/.." rev-parse --short HEAD 2>/dev/null || echo "$base")"
+    saved_bin=$bin
+    bin="$base/bin"
+    start base --store "$uri" --durability replicated
+    bin=$saved_bin
+fi
 start sqlite --store "sqlite:$scratch/tm.db"
 
 pgbench_tps() { # CLIENTS
@@ -99,11 +112,14 @@ for r in $(seq 1 "$reps"); do
     log "round $r of $reps"
     measure pgbench1 pgbench_tps 1
     measure pg1 rps pg 1
+    [ -n "$base" ] && measure base1 rps base 1
     measure sqlite1 rps sqlite 1
     measure pgbench16 pgbench_tps 16
     measure pg16 rps pg 16
+    [ -n "$base" ] && measure base16 rps base 16
     measure sqlite16 rps sqlite 16
     measure pgstream stream_eps pg
+    [ -n "$base" ] && measure basestream stream_eps base
     measure sqlitestream stream_eps sqlite
 done
 m() { printf '%s' "${runs[$1]}" | grep -v '^$' | median; }
@@ -119,8 +135,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b 
         "$(ratio "$(m pg1)" "$(m pgbench1)")" "$(ratio "$(m pg16)" "$(m pgbench16)")"
     printf 'durable streamed events/s, one stream of 10,000: PostgreSQL %s (target >= 50000), SQLite power %s\n' \
         "$(m pgstream)" "$(m sqlitestream)"
+    keys="pgbench1 pg1 sqlite1 pgbench16 pg16 sqlite16 pgstream sqlitestream"
+    if [ -n "$base" ]; then
+        printf '%-44s %12s %12s  stream %s\n' "base $base_rev ledger_append, PostgreSQL" \
+            "$(m base1)" "$(m base16)" "$(m basestream)"
+        printf '%-44s %12s %12s  stream %s\n' "this build / base" "$(ratio "$(m pg1)" "$(m base1)")" \
+            "$(ratio "$(m pg16)" "$(m base16)")" "$(ratio "$(m pgstream)" "$(m basestream)")"
+        keys="$keys base1 base16 basestream"
+    fi
     echo "every round:"
-    for k in pgbench1 pg1 sqlite1 pgbench16 pg16 sqlite16 pgstream sqlitestream; do
+    for k in $keys; do
         printf '  %-12s %s\n' "$k" "$(printf '%s' "${runs[$k]}" | tr '\n' ' ')"
     done
 } | tee "$out"
