@@ -15,7 +15,7 @@ struct tm_map {
     size_t used;  /* live + tombstones */
 };
 
-static uint64_t hash(const char *s)
+uint64_t tm_str_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
     while (*s) {
@@ -56,7 +56,7 @@ void tm_map_free(tm_map *m)
 
 static size_t find(const tm_map *m, const char *key, int *found)
 {
-    size_t mask = m->cap - 1, i = hash(key) & mask, tomb = SIZE_MAX;
+    size_t mask = m->cap - 1, i = tm_str_hash(key) & mask, tomb = SIZE_MAX;
     for (;;) {
         char *k = m->keys[i];
         if (!k) {

@@ -2,8 +2,12 @@
 #ifndef TM_MAP_H
 #define TM_MAP_H
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct tm_map tm_map;
+
+/* FNV-1a of a NUL-terminated string (the map's hash). */
+uint64_t tm_str_hash(const char *s);
 
 /* Create an empty map. Returns NULL on allocation failure. */
 tm_map *tm_map_new(void);

@@ -199,9 +199,14 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
     /* The writer bounds its batches itself (it closes, never cancels, a
      * commit that waits too long); every other connection's statements,
      * small commits included, end with the store timeout. */
-    char set[128];
-    snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld",
-             sync_commit_level(p, role), strcmp(role, "write") == 0 ? 0LL : (long long)p->timeout_ms);
+    char set[192];
+    int writer = strcmp(role, "write") == 0;
+    /* The writer plans its prepared statements once (index lookups whatever
+     * their parameters: planning each bind again cost more than running
+     * them); an effect's own SQL is planned as usual (run_effect). */
+    snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld%s",
+             sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms,
+             writer ? "; SET plan_cache_mode = force_generic_plan" : "");
     PGresult *r = PQexec(c, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
@@ -289,14 +294,34 @@ static int read_only_server(const PGresult *r)
 /* One statement on a pooled connection, tried again once on a fresh
  * connection when the first one was broken (the primary moved). OUT *res.
  * Returns 0, TIDEMARK_EIO (unreachable) or TIDEMARK_EINVAL (refused). */
-int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
-                  const int *fmts, int rfmt, PGresult **res)
+/* sql run as a statement prepared on c under a name made of its text:
+ * prepared the first time c is asked for it. */
+static PGresult *exec_prepared(PGconn *c, const char *sql, int n, const char *const *vals,
+                               const int *lens, const int *fmts, int rfmt)
+{
+    char name[24];
+    snprintf(name, sizeof name, "q%016llx", (unsigned long long)tm_str_hash(sql));
+    PGresult *r = PQexecPrepared(c, name, n, vals, lens, fmts, rfmt);
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (PQresultStatus(r) != PGRES_FATAL_ERROR || !state || strcmp(state, "26000") != 0)
+        return r; /* 26000: no such prepared statement (yet) */
+    PQclear(r);
+    r = PQprepare(c, name, sql, n, NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        return r;
+    PQclear(r);
+    return PQexecPrepared(c, name, n, vals, lens, fmts, rfmt);
+}
+
+static int query(pgstore *p, int prepare, const char *sql, int n, const char *const *vals,
+                 const int *lens, const int *fmts, int rfmt, PGresult **res)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         PGconn *c = tm_pg_pool_get(p);
         if (!c)
             continue;
-        *res = PQexecParams(c, sql, n, NULL, vals, lens, fmts, rfmt);
+        *res = prepare ? exec_prepared(c, sql, n, vals, lens, fmts, rfmt)
+                       : PQexecParams(c, sql, n, NULL, vals, lens, fmts, rfmt);
         ExecStatusType s = PQresultStatus(*res);
         int stale = 0;
         if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
@@ -320,9 +345,26 @@ int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, c
     return TIDEMARK_EIO;
 }
 
+int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                  const int *fmts, int rfmt, PGresult **res)
+{
+    return query(p, 0, sql, n, vals, lens, fmts, rfmt, res);
+}
+
+int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                   const int *fmts, int rfmt, PGresult **res)
+{
+    return query(p, 1, sql, n, vals, lens, fmts, rfmt, res);
+}
+
 int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt, PGresult **res)
 {
-    return tm_pg_query_f(p, sql, n, vals, NULL, NULL, rfmt, res);
+    return query(p, 0, sql, n, vals, NULL, NULL, rfmt, res);
+}
+
+int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt, PGresult **res)
+{
+    return query(p, 1, sql, n, vals, NULL, NULL, rfmt, res);
 }
 
 static void pool_drain(pgstore *p)

@@ -143,6 +143,13 @@ int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int
 /* The same with parameter formats: lens[i] and fmts[i] (1: binary) as libpq's. */
 int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
                   const int *fmts, int rfmt, PGresult **res);
+/* tm_pg_query and tm_pg_query_f for sql that is a literal, one of a few on
+ * the request path: prepared on each pooled connection the first time it
+ * runs there (never for text that varies: each would stay prepared). */
+int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
+                  PGresult **res);
+int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                   const int *fmts, int rfmt, PGresult **res);
 void tm_pg_epoch(pgstore *p, char out[TM_EPOCH_LEN + 1]);
 char *tm_pg_cache_key(const char *session, const char *name);
 char *tm_pg_text_array(const char *const *v, size_t n);

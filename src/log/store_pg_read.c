@@ -97,7 +97,7 @@ int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stre
 {
     const char *a[2] = {session, name};
     PGresult *r = NULL;
-    int rc = tm_pg_query(p, "SELECT first_retained, head, closed, trimmed_epoch FROM tm_streams "
+    int rc = tm_pg_query_p(p, "SELECT first_retained, head, closed, trimmed_epoch FROM tm_streams "
                             "WHERE session = $1 AND name = $2", 2, a, 0, &r);
     if (rc)
         return TIDEMARK_EIO;
@@ -179,7 +179,7 @@ static int read_page(pgstore *p, const char *session, const char *stream, uint64
     snprintf(a2, sizeof a2, "%" PRIu64, after);
     snprintf(a3, sizeof a3, "%zu", max);
     const char *a[4] = {session, stream, a2, a3};
-    int rc = tm_pg_query(p, "SELECT s.first_retained, s.head, e.seq, e.epoch, e.data "
+    int rc = tm_pg_query_p(p, "SELECT s.first_retained, s.head, e.seq, e.epoch, e.data "
                             "FROM tm_streams s LEFT JOIN LATERAL (SELECT seq, epoch, data "
                             "FROM tm_events WHERE sid = s.sid AND seq > $3 ORDER BY seq LIMIT $4) e "
                             "ON true WHERE s.session = $1 AND s.name = $2",
@@ -274,7 +274,7 @@ int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uin
     snprintf(a2, sizeof a2, "%" PRIu64, seq);
     const char *a[3] = {session, stream, a2};
     PGresult *r = NULL;
-    int rc = tm_pg_query(p, "SELECT e.epoch FROM tm_streams s JOIN tm_events e ON e.sid = s.sid "
+    int rc = tm_pg_query_p(p, "SELECT e.epoch FROM tm_streams s JOIN tm_events e ON e.sid = s.sid "
                             "WHERE s.session = $1 AND s.name = $2 AND e.seq = $3 "
                             "UNION ALL SELECT trimmed_epoch FROM tm_streams WHERE session = $1 "
                             "AND name = $2 AND first_retained = $3 + 1 AND trimmed_epoch <> '' LIMIT 1",
@@ -434,7 +434,7 @@ static int request_query(pgstore *p, const char *sql, int n, const char *const *
 {
     int lens[4] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0, 0}, fmts[4] = {0, n > 1, 0, 0};
     assert(n >= 1 && n <= 4); /* every parameter has a length and a format here */
-    return tm_pg_query_f(p, sql, n, a, lens, fmts, 1, r);
+    return tm_pg_query_fp(p, sql, n, a, lens, fmts, 1, r); /* every caller passes a literal */
 }
 
 int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)

@@ -38,6 +38,35 @@ static const char *const op_sql[] = {
 static const char *const op_name[] = {"a", "c", "o", "sc", "st", "sd", "sa", "rb"};
 #define NKINDS ((int)(sizeof op_sql / sizeof op_sql[0]))
 
+/* The batch's NOTIFY (notify_arrays). */
+static const char notify_sql[] =
+    "SELECT pg_notify('tm_commits', CASE WHEN length(p) > 7900 THEN $1 || E'\\n*' ELSE p END) "
+    "FROM (SELECT $1 || E'\\n' || coalesce(string_agg(s.session || E'\\t' || s.name || E'\\t' || "
+    "s.head, E'\\n'), '') AS p FROM tm_streams s JOIN unnest($2::text[], $3::text[]) AS u(se, na) "
+    "ON s.session = u.se AND s.name = u.na) q";
+
+
+/* Whose records the effects are (ask_owners). */
+static const char owners_sql[] =
+    "SELECT u.i, r.state = 1 AND r.node = $1 FROM unnest($2::text[], $3::bytea[]) WITH "
+    "ORDINALITY AS u(s, k, i) JOIN tm_requests r ON r.session = u.s AND r.key = u.k "
+    "ORDER BY u.i FOR UPDATE OF r";
+
+/* Prepared on every writer connection besides the ops'. */
+static const struct {
+    const char *name, *sql;
+} batch_sql[] = {{"n", notify_sql}, {"w", owners_sql}};
+
+static int prepare(PGconn *c, const char *name, const char *sql)
+{
+    PGresult *r = PQprepare(c, name, sql, 0, NULL);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        TM_ERROR("postgresql: prepare %s: %s", name, PQresultErrorMessage(r));
+    PQclear(r);
+    return ok;
+}
+
 pop *tm_pg_op_new(enum op_kind k)
 {
     pop *o = calloc(1, sizeof *o);
@@ -84,17 +113,15 @@ int tm_pg_writer_connect(pgstore *p)
         atomic_store(&p->w_down, 1);
         return TIDEMARK_EIO;
     }
-    for (int k = 0; k < NKINDS; k++) {
-        PGresult *r = PQprepare(c, op_name[k], op_sql[k], 0, NULL);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        if (!ok)
-            TM_ERROR("postgresql: prepare %s: %s", op_name[k], PQresultErrorMessage(r));
-        PQclear(r);
-        if (!ok) {
-            PQfinish(c);
-            atomic_store(&p->w_down, 1);
-            return TIDEMARK_EIO;
-        }
+    int ok = 1;
+    for (int k = 0; k < NKINDS && ok; k++)
+        ok = prepare(c, op_name[k], op_sql[k]);
+    for (size_t k = 0; k < sizeof batch_sql / sizeof batch_sql[0] && ok; k++)
+        ok = prepare(c, batch_sql[k].name, batch_sql[k].sql);
+    if (!ok) {
+        PQfinish(c);
+        atomic_store(&p->w_down, 1);
+        return TIDEMARK_EIO;
     }
     PQsetNoticeReceiver(c, on_notice, p);
     tm_pg_check_replicated(p, c);
@@ -475,10 +502,7 @@ static int ask_owners(pgstore *p, pop *batch, pop *o)
     }
     rc |= tm_buf_adds(&se, "}") | tm_buf_adds(&ke, "}");
     const char *v[3] = {p->node, se.data, ke.data};
-    PGresult *r = rc ? NULL : PQexecParams(p->wc, "SELECT u.i, r.state = 1 AND r.node = $1 FROM unnest($2::text[], "
-                                                  "$3::bytea[]) WITH ORDINALITY AS u(s, k, i) JOIN tm_requests r "
-                                                  "ON r.session = u.s AND r.key = u.k ORDER BY u.i FOR UPDATE OF r",
-                                           3, NULL, v, NULL, NULL, 0);
+    PGresult *r = rc ? NULL : PQexecPrepared(p->wc, "w", 3, v, NULL, NULL, 0);
     int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
     if (!ok)
         tm_pg_note_error(p, r);
@@ -560,13 +584,19 @@ static int run_effect(pgstore *p, pop *o)
 {
     p->fx_op = o;
     p->fx_broken = 0;
-    if (fx_send(p, "SAVEPOINT fx", 0, NULL) != 0)
+    /* the application's statements get PostgreSQL's usual planning, not
+     * the writer's generic plans (tm_pg_connect); a rollback to the
+     * savepoint undoes the SET LOCAL too */
+    if (fx_send(p, "SAVEPOINT fx", 0, NULL) != 0 ||
+        fx_send(p, "SET LOCAL plan_cache_mode = auto", 0, NULL) != 0)
         return TIDEMARK_EIO;
     struct tidemark_txn txn = {.ops = &pg_txn_ops, .impl = p};
     int rc = o->effect(o->effect_ud, &txn);
     if (rc && !p->fx_broken) {
         o->flags |= PG_FX_FAILED;
         fx_send(p, "ROLLBACK TO SAVEPOINT fx", 0, NULL);
+    } else if (!p->fx_broken) {
+        fx_send(p, "SET LOCAL plan_cache_mode = force_generic_plan", 0, NULL);
     }
     if (!p->fx_broken)
         fx_send(p, "RELEASE SAVEPOINT fx", 0, NULL);
@@ -622,12 +652,6 @@ static int notify_arrays(pop *batch, char **sessions, char **names)
     return rc ? rc : !n;
 }
 
-static const char notify_sql[] =
-    "SELECT pg_notify('tm_commits', CASE WHEN length(p) > 7900 THEN $1 || E'\\n*' ELSE p END) "
-    "FROM (SELECT $1 || E'\\n' || coalesce(string_agg(s.session || E'\\t' || s.name || E'\\t' || "
-    "s.head, E'\\n'), '') AS p FROM tm_streams s JOIN unnest($2::text[], $3::text[]) AS u(se, na) "
-    "ON s.session = u.se AND s.name = u.na) q";
-
 /* Send and commit the batch as one transaction. 0: committed (each op's
  * own status set); TIDEMARK_EIO: the outcome is unknown or it failed. */
 static int run_batch(pgstore *p, pop *batch)
@@ -657,7 +681,7 @@ static int run_batch(pgstore *p, pop *batch)
             rc = o->kind == OP_APPEND ? send_run(p, o, epoch, &next) : send_op(p, o, epoch);
     }
     const char *nv[3] = {p->node, sessions, names};
-    if (rc == 0 && note == 0 && !PQsendQueryParams(p->wc, notify_sql, 3, NULL, nv, NULL, NULL, 0))
+    if (rc == 0 && note == 0 && !PQsendQueryPrepared(p->wc, "n", 3, nv, NULL, NULL, 0))
         rc = TIDEMARK_EIO;
     if (rc == 0 && !PQsendQueryParams(p->wc, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
         rc = TIDEMARK_EIO;

@@ -530,6 +530,43 @@ static void test_effects_sql(void **state)
     tm_store_close(st);
 }
 
+static int fx_plan(void *ud, tm_txn *txn)
+{
+    (void)ud;
+    return tidemark_txn_exec(txn, "INSERT INTO plans(mode) SELECT current_setting('plan_cache_mode')",
+                             NULL, 0);
+}
+
+/* The writer plans its own statements once (force_generic_plan); an
+ * effect's SQL runs with PostgreSQL's usual planning, before and after
+ * another effect that failed and was rolled back to its savepoint. */
+static void test_effect_planning(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *st = open_db(db, NULL);
+    assert_int_equal(tm_store_exec_schema(st, "CREATE TABLE IF NOT EXISTS plans(mode text);"
+                                              "CREATE TABLE IF NOT EXISTS ledger(k text UNIQUE)"), 0);
+    mk_session(st, "a");
+    open_stream(st, "a", NULL, "r1");
+    tm_store_hold(st);
+    tm_append_req q = {.session = "a", .stream = "r1", .data = "p", .len = 1, .effect = fx_plan};
+    assert_int_equal(tm_store_append_ex(st, &q), 0);
+    tm_append_req bad = {.session = "a", .stream = "r1", .data = "b", .len = 1, .effect = fx_sql,
+                         .effect_ud = (void *)"bad", .fallback = "f", .fallback_len = 1};
+    assert_int_equal(tm_store_append_ex(st, &bad), 0);
+    assert_int_equal(tm_store_append_ex(st, &q), 0);
+    tm_store_release(st);
+    assert_int_equal(tm_store_sync(st), 0);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(st, "SELECT mode FROM plans", NULL, 0, &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT);
+    assert_string_equal(txt, "[{\"mode\":\"auto\"},{\"mode\":\"auto\"}]");
+    free(txt);
+    json_decref(rows);
+    tm_store_close(st);
+}
+
 /* ---- schema ------------------------------------------------------------------------------ */
 
 static void *open_close(void *arg)
@@ -862,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_effect_owner),
         cmocka_unit_test(test_effect_owners_batch),
         cmocka_unit_test(test_effects_sql),
+        cmocka_unit_test(test_effect_planning),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_migrate_from_1),
