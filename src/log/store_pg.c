@@ -64,18 +64,6 @@
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-char *tm_pg_cache_key(const char *session, const char *name)
-{
-    size_t a = strlen(session), b = strlen(name);
-    char *k = malloc(a + b + 2);
-    if (k) {
-        memcpy(k, session, a);
-        k[a] = '\x1f';
-        memcpy(k + a + 1, name, b + 1);
-    }
-    return k;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

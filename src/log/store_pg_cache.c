@@ -1,6 +1,6 @@
 /*
- * store_pg_cache.c - the tail of the streams this node writes, kept in
- * memory so that its own readers (a POST's answer, a stream being watched)
+ * store_pg_cache.c - the streams' hints' keys, and the tail of the streams
+ * this node writes, kept in memory so that its own readers (a POST's answer, a stream being watched)
  * do not ask the database for events it has just committed.
  *
  * Invariants (all under c_mu):
@@ -25,6 +25,18 @@
 #include "tidemark/tidemark.h"
 #include <stdlib.h>
 #include <string.h>
+
+char *tm_pg_cache_key(const char *session, const char *name)
+{
+    size_t a = strlen(session), b = strlen(name);
+    char *k = malloc(a + b + 2);
+    if (k) {
+        memcpy(k, session, a);
+        k[a] = '\x1f';
+        memcpy(k + a + 1, name, b + 1);
+    }
+    return k;
+}
 
 static size_t ev_cost(const pg_cev *e) { return sizeof *e + e->len; }
 

@@ -151,7 +151,6 @@ int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, i
 int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
                    const int *fmts, int rfmt, PGresult **res);
 void tm_pg_epoch(pgstore *p, char out[TM_EPOCH_LEN + 1]);
-char *tm_pg_cache_key(const char *session, const char *name);
 char *tm_pg_text_array(const char *const *v, size_t n);
 int64_t tm_pg_i64(const PGresult *r, int row, int col);
 int64_t tm_pg_bin_i64(const PGresult *r, int row, int col);
@@ -219,6 +218,8 @@ pstream *tm_pg_stream_hint(pgstore *p, const char *session, const char *name);
 
 /* The tail of the streams this node writes (store_pg_cache.c). Functions
  * taking a pstream need c_mu held; the others take it. */
+/* The streams map's key of session/name: "session\x1fname" (free). */
+char *tm_pg_cache_key(const char *session, const char *name);
 void tm_pg_hint_free(pgstore *p, pstream *s);
 void tm_pg_cache_put(pgstore *p, pstream *s, uint64_t seq, const char *epoch, const void *data,
                      size_t len);
