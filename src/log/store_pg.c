@@ -219,6 +219,29 @@ PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals,
     return NULL;
 }
 
+/* The name a statement of tm_pg_hot_sql is prepared under: its text's hash. */
+static void hot_name(const char *sql, char name[24])
+{
+    snprintf(name, 24, "q%016llx", (unsigned long long)tm_str_hash(sql));
+}
+
+/* Prepare tm_pg_hot_sql on a new pooled connection. 0, or TIDEMARK_EIO. */
+static int prepare_hot(PGconn *c)
+{
+    for (const char *const *q = tm_pg_hot_sql; *q; q++) {
+        char name[24];
+        hot_name(*q, name);
+        PGresult *r = PQprepare(c, name, *q, 0, NULL);
+        int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        if (!ok)
+            TM_DEBUG("postgresql: prepare %s: %s", name, PQresultErrorMessage(r));
+        PQclear(r);
+        if (!ok)
+            return TIDEMARK_EIO;
+    }
+    return 0;
+}
+
 /* An idle connection, a new one while fewer than POOL_MAX exist, or the
  * next one given back: a burst of readers never opens connections it
  * closes right after (each a TCP and authentication round). */
@@ -234,6 +257,10 @@ PGconn *tm_pg_pool_get(pgstore *p)
     if (c)
         return c;
     c = tm_pg_connect(p, "read");
+    if (c && prepare_hot(c) != 0) {
+        PQfinish(c);
+        c = NULL;
+    }
     if (!c) {
         pthread_mutex_lock(&p->p_mu);
         p->nconn--;
@@ -282,22 +309,11 @@ static int read_only_server(const PGresult *r)
 /* One statement on a pooled connection, tried again once on a fresh
  * connection when the first one was broken (the primary moved). OUT *res.
  * Returns 0, TIDEMARK_EIO (unreachable) or TIDEMARK_EINVAL (refused). */
-/* sql run as a statement prepared on c under a name made of its text:
- * prepared the first time c is asked for it. */
 static PGresult *exec_prepared(PGconn *c, const char *sql, int n, const char *const *vals,
                                const int *lens, const int *fmts, int rfmt)
 {
     char name[24];
-    snprintf(name, sizeof name, "q%016llx", (unsigned long long)tm_str_hash(sql));
-    PGresult *r = PQexecPrepared(c, name, n, vals, lens, fmts, rfmt);
-    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-    if (PQresultStatus(r) != PGRES_FATAL_ERROR || !state || strcmp(state, "26000") != 0)
-        return r; /* 26000: no such prepared statement (yet) */
-    PQclear(r);
-    r = PQprepare(c, name, sql, n, NULL);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        return r;
-    PQclear(r);
+    hot_name(sql, name);
     return PQexecPrepared(c, name, n, vals, lens, fmts, rfmt);
 }
 

@@ -143,9 +143,11 @@ int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int
 /* The same with parameter formats: lens[i] and fmts[i] (1: binary) as libpq's. */
 int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
                   const int *fmts, int rfmt, PGresult **res);
-/* tm_pg_query and tm_pg_query_f for sql that is a literal, one of a few on
- * the request path: prepared on each pooled connection the first time it
- * runs there (never for text that varies: each would stay prepared). */
+/* The request path's reads (store_pg_read.c), NULL-terminated: prepared on
+ * every pooled connection when it is made. */
+extern const char *const tm_pg_hot_sql[];
+/* tm_pg_query and tm_pg_query_f for sql of tm_pg_hot_sql (the same
+ * pointer), run as the statement prepared for it. */
 int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
                   PGresult **res);
 int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,

@@ -91,14 +91,37 @@ void tm_pg_forget_session(pgstore *p, const char *id)
     free(tm_map_del(p->resv, id));
 }
 
+/* ---- the request path's reads ------------------------------------------------------------- */
+
+#define REQUEST_COLS                                                                             \
+    "SELECT session, key, tool, stream, message, response, state::bigint, updated_ms "           \
+    "FROM tm_requests "
+
+/* Prepared on each pooled connection when it is made (store_pg.c), run by
+ * name (tm_pg_query_p): parsed and planned once a connection. */
+static const char sql_bounds[] = "SELECT first_retained, head, closed, trimmed_epoch FROM tm_streams "
+                                 "WHERE session = $1 AND name = $2";
+static const char sql_page[] = "SELECT s.first_retained, s.head, e.seq, e.epoch, e.data "
+                               "FROM tm_streams s LEFT JOIN LATERAL (SELECT seq, epoch, data "
+                               "FROM tm_events WHERE sid = s.sid AND seq > $3 ORDER BY seq LIMIT $4) e "
+                               "ON true WHERE s.session = $1 AND s.name = $2";
+static const char sql_request[] = REQUEST_COLS "WHERE session = $1 AND key = $2";
+static const char sql_session_request[] =
+    "SELECT s.id, s.version, s.client, s.created_ms::text, s.last_seen_ms::text, "
+    "(SELECT json_object_agg(name, value::json ORDER BY name)::text FROM "
+    "tm_session_attrs a WHERE a.session = s.id), q.session, q.key, q.tool, "
+    "q.stream, q.message, q.response, q.state::bigint, q.updated_ms FROM "
+    "tm_sessions s LEFT JOIN tm_requests q ON q.session = s.id AND q.key = $2 "
+    "WHERE s.id = $1";
+const char *const tm_pg_hot_sql[] = {sql_bounds, sql_page, sql_request, sql_session_request, NULL};
+
 /* ---- events ----------------------------------------------------------------------------- */
 
 int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stream_bounds *out)
 {
     const char *a[2] = {session, name};
     PGresult *r = NULL;
-    int rc = tm_pg_query_p(p, "SELECT first_retained, head, closed, trimmed_epoch FROM tm_streams "
-                            "WHERE session = $1 AND name = $2", 2, a, 0, &r);
+    int rc = tm_pg_query_p(p, sql_bounds, 2, a, 0, &r);
     if (rc)
         return TIDEMARK_EIO;
     rc = PQntuples(r) == 1 ? 0 : TIDEMARK_ENOTFOUND;
@@ -179,11 +202,7 @@ static int read_page(pgstore *p, const char *session, const char *stream, uint64
     snprintf(a2, sizeof a2, "%" PRIu64, after);
     snprintf(a3, sizeof a3, "%zu", max);
     const char *a[4] = {session, stream, a2, a3};
-    int rc = tm_pg_query_p(p, "SELECT s.first_retained, s.head, e.seq, e.epoch, e.data "
-                            "FROM tm_streams s LEFT JOIN LATERAL (SELECT seq, epoch, data "
-                            "FROM tm_events WHERE sid = s.sid AND seq > $3 ORDER BY seq LIMIT $4) e "
-                            "ON true WHERE s.session = $1 AND s.name = $2",
-                         4, a, 1, r);
+    int rc = tm_pg_query_p(p, sql_page, 4, a, 1, r);
     if (rc)
         return TIDEMARK_EIO;
     if (PQntuples(*r) == 0) {
@@ -274,7 +293,7 @@ int tm_pg_event_epoch(tm_store *st, const char *session, const char *stream, uin
     snprintf(a2, sizeof a2, "%" PRIu64, seq);
     const char *a[3] = {session, stream, a2};
     PGresult *r = NULL;
-    int rc = tm_pg_query_p(p, "SELECT e.epoch FROM tm_streams s JOIN tm_events e ON e.sid = s.sid "
+    int rc = tm_pg_query(p, "SELECT e.epoch FROM tm_streams s JOIN tm_events e ON e.sid = s.sid "
                             "WHERE s.session = $1 AND s.name = $2 AND e.seq = $3 "
                             "UNION ALL SELECT trimmed_epoch FROM tm_streams WHERE session = $1 "
                             "AND name = $2 AND first_retained = $3 + 1 AND trimmed_epoch <> '' LIMIT 1",
@@ -395,10 +414,6 @@ int tm_pg_sessions_expire(tm_store *st, int64_t before, void (*fn)(void *, const
 
 /* ---- request records ----------------------------------------------------------------------- */
 
-#define REQUEST_COLS                                                                             \
-    "SELECT session, key, tool, stream, message, response, state::bigint, updated_ms "           \
-    "FROM tm_requests "
-
 /* Row i of a REQUEST_COLS result (binary: response is bytea). */
 static int request_of_row_at(const PGresult *r, int i, int base, tm_request_rec *out);
 static int request_of_row(const PGresult *r, int i, tm_request_rec *out)
@@ -434,7 +449,14 @@ static int request_query(pgstore *p, const char *sql, int n, const char *const *
 {
     int lens[4] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0, 0}, fmts[4] = {0, n > 1, 0, 0};
     assert(n >= 1 && n <= 4); /* every parameter has a length and a format here */
-    return tm_pg_query_fp(p, sql, n, a, lens, fmts, 1, r); /* every caller passes a literal */
+    return tm_pg_query_f(p, sql, n, a, lens, fmts, 1, r);
+}
+
+/* request_query for one of tm_pg_hot_sql. */
+static int request_query_p(pgstore *p, const char *sql, const char *const *a, PGresult **r)
+{
+    int lens[2] = {0, (int)strlen(a[1])}, fmts[2] = {0, 1};
+    return tm_pg_query_fp(p, sql, 2, a, lens, fmts, 1, r);
 }
 
 int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
@@ -443,7 +465,7 @@ int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_req
     const char *a[2] = {session, key};
     PGresult *r = NULL;
     memset(out, 0, sizeof *out);
-    if (request_query(p, REQUEST_COLS "WHERE session = $1 AND key = $2", 2, a, &r) != 0)
+    if (request_query_p(p, sql_request, a, &r) != 0)
         return TIDEMARK_EIO;
     int rc = PQntuples(r) == 1 ? request_of_row(r, 0, out) : TIDEMARK_ENOTFOUND;
     PQclear(r);
@@ -460,12 +482,7 @@ int tm_pg_session_request_get(tm_store *st, const char *id, const char *key, tm_
     PGresult *r = NULL;
     memset(sess, 0, sizeof *sess);
     *req_rc = 1;
-    if (request_query(p, "SELECT s.id, s.version, s.client, s.created_ms::text, s.last_seen_ms::text, "
-                         "(SELECT json_object_agg(name, value::json ORDER BY name)::text FROM "
-                         "tm_session_attrs a WHERE a.session = s.id), q.session, q.key, q.tool, "
-                         "q.stream, q.message, q.response, q.state::bigint, q.updated_ms FROM "
-                         "tm_sessions s LEFT JOIN tm_requests q ON q.session = s.id AND q.key = $2 "
-                         "WHERE s.id = $1", 2, a, &r) != 0)
+    if (request_query_p(p, sql_session_request, a, &r) != 0)
         return TIDEMARK_EIO;
     int rc = PQntuples(r) == 1 ? session_of_row(r, 0, sess) : TIDEMARK_ENOTFOUND;
     if (rc == 0)
