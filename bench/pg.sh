@@ -68,7 +68,9 @@ if [ -n "$base" ]; then
     base_rev="$(git -C "$base/.." rev-parse --short HEAD 2>/dev/null || echo "$base")"
     saved_bin=$bin
     bin="$base/bin"
-    start base --store "$uri" --durability replicated
+    # its own database: a build refuses a schema newer than its own
+    psql -q "$primary" -c "CREATE DATABASE tidemark_base"
+    start base --store "${uri/\/tidemark\?//tidemark_base?}" --durability replicated
     bin=$saved_bin
 fi
 start sqlite --store "sqlite:$scratch/tm.db"

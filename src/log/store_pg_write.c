@@ -38,19 +38,22 @@ static const char *const op_sql[] = {
 static const char *const op_name[] = {"a", "c", "o", "sc", "st", "sd", "sa", "rb"};
 #define NKINDS ((int)(sizeof op_sql / sizeof op_sql[0]))
 
-/* The batch's NOTIFY (notify_arrays). */
+/* The batch's NOTIFY (notify_arrays), and whose records the effects are
+ * (ask_owners). Both are prepared once per connection with generic plans
+ * (tm_pg_writer_connect), made while the tables may still be empty: each
+ * row is looked up by its key in a LATERAL subquery with LIMIT 1, which
+ * the planner cannot turn into a join, so the plan is one index probe a
+ * row and never a hash join over a sequential scan of a whole table. */
 static const char notify_sql[] =
     "SELECT pg_notify('tm_commits', CASE WHEN length(p) > 7900 THEN $1 || E'\\n*' ELSE p END) "
-    "FROM (SELECT $1 || E'\\n' || coalesce(string_agg(s.session || E'\\t' || s.name || E'\\t' || "
-    "s.head, E'\\n'), '') AS p FROM tm_streams s JOIN unnest($2::text[], $3::text[]) AS u(se, na) "
-    "ON s.session = u.se AND s.name = u.na) q";
+    "FROM (SELECT $1 || E'\\n' || coalesce(string_agg(u.se || E'\\t' || u.na || E'\\t' || "
+    "s.head, E'\\n'), '') AS p FROM unnest($2::text[], $3::text[]) AS u(se, na) CROSS JOIN "
+    "LATERAL (SELECT head FROM tm_streams WHERE session = u.se AND name = u.na LIMIT 1) s) q";
 
-
-/* Whose records the effects are (ask_owners). */
 static const char owners_sql[] =
-    "SELECT u.i, r.state = 1 AND r.node = $1 FROM unnest($2::text[], $3::bytea[]) WITH "
-    "ORDINALITY AS u(s, k, i) JOIN tm_requests r ON r.session = u.s AND r.key = u.k "
-    "ORDER BY u.i FOR UPDATE OF r";
+    "SELECT u.i, r.mine FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS u(s, k, i) "
+    "CROSS JOIN LATERAL (SELECT state = 1 AND node = $1 AS mine FROM tm_requests "
+    "WHERE session = u.s AND key = u.k LIMIT 1 FOR UPDATE) r ORDER BY u.i";
 
 /* Prepared on every writer connection besides the ops'. */
 static const struct {

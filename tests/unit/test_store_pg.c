@@ -619,6 +619,67 @@ static void test_row_counter_plain(void **state)
     tm_store_close(st);
 }
 
+/* One number an admin query on database db answers. */
+static long long admin_value(const char *db, const char *sql)
+{
+    char u[600];
+    uri_of(db, u, sizeof u);
+    PGconn *c = PQconnectdb(u);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+/* The writer's NOTIFY and owner statements are planned once, when the
+ * tables are empty: their plans must still look rows up by key, never
+ * scan a whole table (a plan made then and kept scanned tm_streams and
+ * tm_requests from end to end at every batch). Counted by PostgreSQL's
+ * seq_scan of each table, once every backend of the store has exited (a
+ * backend's counts reach the statistics when it ends). */
+static void test_writer_plans_probe(void **state)
+{
+    (void)state;
+    int db = new_db();
+    char name[16];
+    snprintf(name, sizeof name, "t%d", db);
+    tm_store *st = open_db(db, NULL);
+    mk_session(st, "s");
+    open_stream(st, "s", NULL, "r1");
+    enum { N = 24 };
+    for (int i = 0; i < N; i++) { /* a batch with an effect whose record is older: both statements */
+        char key[16];
+        snprintf(key, sizeof key, "i:%d", i);
+        tm_request_rec r = {.session = "s", .key = key, .tool = "t", .stream = "r1", .message = "{}"};
+        assert_int_equal(tm_store_request_begin(st, &r, 1), 0);
+        told t = {-1, 0};
+        tm_append_req q = {.session = "s", .stream = "r1", .data = "A", .len = 1, .request_key = key,
+                           .effect = fx_owned_row, .effect_ud = "x", .cb = told_fn, .cb_ud = &t};
+        assert_int_equal(tm_store_append_ex(st, &q), 0);
+        assert_int_equal(tm_store_sync(st), 0);
+        assert_int_equal(t.status, 0);
+    }
+    tm_store_close(st);
+    const char *others = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                         "AND pid <> pg_backend_pid()";
+    for (int i = 0; i < 200 && admin_value(name, others) > 0; i++) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(admin_value(name, others), 0);
+    long long streams = admin_value(name, "SELECT seq_scan FROM pg_stat_user_tables "
+                                          "WHERE relname = 'tm_streams'");
+    long long requests = admin_value(name, "SELECT seq_scan FROM pg_stat_user_tables "
+                                           "WHERE relname = 'tm_requests'");
+    print_message("seq_scan: tm_streams %lld, tm_requests %lld in %d batches\n", streams, requests, N);
+    assert_true(streams < N / 2);
+    assert_true(requests < N / 2);
+}
+
 /* ---- schema ------------------------------------------------------------------------------ */
 
 static void *open_close(void *arg)
@@ -955,6 +1016,7 @@ int main(void)
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_effect_planning),
         cmocka_unit_test(test_row_counter_plain),
+        cmocka_unit_test(test_writer_plans_probe),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_migrate_from_1),
