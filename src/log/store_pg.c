@@ -226,20 +226,25 @@ static void hot_name(const char *sql, char name[24])
 }
 
 /* Prepare tm_pg_hot_sql on a new pooled connection. 0, or TIDEMARK_EIO. */
+int tm_pg_prepare(PGconn *c, const char *name, const char *sql)
+{
+    PGresult *r = PQprepare(c, name, sql, 0, NULL);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        TM_DEBUG("postgresql: prepare %s: %s", name, PQresultErrorMessage(r));
+    PQclear(r);
+    return ok ? 0 : TIDEMARK_EIO;
+}
+
 static int prepare_hot(PGconn *c)
 {
-    for (const char *const *q = tm_pg_hot_sql; *q; q++) {
+    int rc = 0;
+    for (const char *const *q = tm_pg_hot_sql; *q && rc == 0; q++) {
         char name[24];
         hot_name(*q, name);
-        PGresult *r = PQprepare(c, name, *q, 0, NULL);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        if (!ok)
-            TM_DEBUG("postgresql: prepare %s: %s", name, PQresultErrorMessage(r));
-        PQclear(r);
-        if (!ok)
-            return TIDEMARK_EIO;
+        rc = tm_pg_prepare(c, name, *q);
     }
-    return 0;
+    return rc;
 }
 
 /* An idle connection, a new one while fewer than POOL_MAX exist, or the

@@ -138,6 +138,8 @@ PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals,
 PGconn *tm_pg_pool_get(pgstore *p);
 void tm_pg_pool_put(pgstore *p, PGconn *c);
 void tm_pg_pool_discard(pgstore *p, PGconn *c);
+/* PQprepare of sql as name on c: 0, or TIDEMARK_EIO (said at debug level). */
+int tm_pg_prepare(PGconn *c, const char *name, const char *sql);
 int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
                 PGresult **res);
 /* The same with parameter formats: lens[i] and fmts[i] (1: binary) as libpq's. */

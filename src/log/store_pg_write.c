@@ -60,16 +60,6 @@ static const struct {
     const char *name, *sql;
 } batch_sql[] = {{"n", notify_sql}, {"w", owners_sql}};
 
-static int prepare(PGconn *c, const char *name, const char *sql)
-{
-    PGresult *r = PQprepare(c, name, sql, 0, NULL);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok)
-        TM_ERROR("postgresql: prepare %s: %s", name, PQresultErrorMessage(r));
-    PQclear(r);
-    return ok;
-}
-
 pop *tm_pg_op_new(enum op_kind k)
 {
     pop *o = calloc(1, sizeof *o);
@@ -116,12 +106,13 @@ int tm_pg_writer_connect(pgstore *p)
         atomic_store(&p->w_down, 1);
         return TIDEMARK_EIO;
     }
-    int ok = 1;
-    for (int k = 0; k < NKINDS && ok; k++)
-        ok = prepare(c, op_name[k], op_sql[k]);
-    for (size_t k = 0; k < sizeof batch_sql / sizeof batch_sql[0] && ok; k++)
-        ok = prepare(c, batch_sql[k].name, batch_sql[k].sql);
-    if (!ok) {
+    int rc = 0;
+    for (int k = 0; k < NKINDS && rc == 0; k++)
+        rc = tm_pg_prepare(c, op_name[k], op_sql[k]);
+    for (size_t k = 0; k < sizeof batch_sql / sizeof batch_sql[0] && rc == 0; k++)
+        rc = tm_pg_prepare(c, batch_sql[k].name, batch_sql[k].sql);
+    if (rc) {
+        TM_ERROR("postgresql: the writer's statements could not be prepared: %s", PQerrorMessage(c));
         PQfinish(c);
         atomic_store(&p->w_down, 1);
         return TIDEMARK_EIO;
@@ -349,7 +340,6 @@ static void take_result(pop *o, const PGresult *r)
 }
 
 /* ---- statements of effects ---------------------------------------------------------------- */
-
 
 /* "?N" and "?" placeholders (SQLite's, the public API's) as PostgreSQL's "$N",
  * outside quotes. A new string (free). */
