@@ -297,12 +297,15 @@ TIDEMARK_API void tidemark_server_free(tidemark_server_t *srv);
  * no lock held long, no tidemark_call_request / _input in a 2025 session:
  * those fail with TIDEMARK_ENOTSUP there) and returns within microseconds.
  * Together with TIDEMARK_TOOL_IDEMPOTENT, or with TIDEMARK_TOOL_ATOMIC on a
- * store of one node (memory, SQLite), a call of the tool runs on the thread
- * that read its POST, with no hand-off to a worker and back, and everything
- * the call writes (its stream, record, events, result and effect) commits
- * in one transaction. An atomic tool needs no durable record before it
- * runs there: its effect commits with its result, so a crash before that
- * commit leaves neither, and no event of the call was sent. Otherwise the
+ * store of one node (memory, SQLite) or, for a 2025-11-25 call, on
+ * PostgreSQL, a call of the tool runs on the thread that read its POST,
+ * with no hand-off to a worker and back, and everything the call writes
+ * (its stream, record, events, result and effect) commits in one
+ * transaction. An atomic tool needs no durable record before it runs
+ * there: its effect commits with its result, so a crash before that commit
+ * leaves neither, and no event of the call was sent (on PostgreSQL that
+ * transaction also checks that no other node began the request first;
+ * if one did, the effect and result are not written). Otherwise the
  * hint is not used. A handler that finds, before doing anything, that this
  * call would block (tidemark_call_is_inline says where it runs) returns
  * TIDEMARK_EAGAIN: the call then runs again from the start on a worker, as

@@ -38,6 +38,8 @@ int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t
 
 int tm_store_shared(const tm_store *st) { return st->ops->request_claim != NULL; }
 
+int tm_store_begins_later(const tm_store *st) { return st->ops->request_begin_later != NULL; }
+
 int tm_store_request_mine(tm_store *st, const char *session, const char *key)
 {
     return st->ops->request_mine ? st->ops->request_mine(st, session, key) : 1;
@@ -153,6 +155,18 @@ int tm_store_request_get(tm_store *st, const char *session, const char *key, tm_
 int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
 {
     return st->ops->request_begin(st, rec, wait_durable);
+}
+
+int tm_store_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket)
+{
+    *ticket = NULL;
+    return st->ops->request_begin_later ? st->ops->request_begin_later(st, rec, ticket)
+                                        : TIDEMARK_ENOTSUP;
+}
+
+int tm_store_request_begin_await(tm_store *st, void *ticket)
+{
+    return st->ops->request_begin_await(st, ticket);
 }
 
 int tm_store_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)

@@ -202,6 +202,9 @@ struct tm_store_ops {
     int (*read_live)(tm_store *st, const char *session, const char *stream, uint64_t after_seq,
                      size_t max_events, tm_event_visitor fn, void *ud);
     int (*bounds_live)(tm_store *st, const char *session, const char *stream, tm_stream_bounds *out);
+    /* Optional (NULL: tm_store_request_begin_later is TIDEMARK_ENOTSUP). */
+    int (*request_begin_later)(tm_store *st, const tm_request_rec *rec, void **ticket);
+    int (*request_begin_await)(tm_store *st, void *ticket);
 };
 
 /* Common header of every backend object. */
@@ -239,6 +242,8 @@ int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t
  * requests must then be claimed (tm_store_request_claim) before recovery,
  * and recovery runs periodically, not only at start-up. */
 int tm_store_shared(const tm_store *st);
+/* Whether tm_store_request_begin_later is there (PostgreSQL). */
+int tm_store_begins_later(const tm_store *st);
 /* Claim a started request record left by a node whose lease lapsed.
  * 0: this node owns it now; TIDEMARK_EBUSY: live elsewhere or claimed.
  * Always 0 on single-process backends. */
@@ -330,6 +335,17 @@ int tm_store_request_get(tm_store *st, const char *session, const char *key, tm_
 /* Record rec (state started). With wait_durable, return only once durable.
  * TIDEMARK_EEXIST if a record with that key exists. */
 int tm_store_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable);
+/* Queue rec's begin now and learn its answer later, from
+ * tm_store_request_begin_await (called exactly once per ticket, after the
+ * caller's hold ended): ops queued in between by this thread under its
+ * hold commit with the begin, and a write that needs the record to be this
+ * node's (an effect, a response completing it) finds out in that same
+ * transaction. Only where the store checks that in the transaction: 0 with
+ * *ticket set, else TIDEMARK_ENOTSUP (nothing queued) or another error. */
+int tm_store_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket);
+/* Wait for a ticket's begin: 0, TIDEMARK_EEXIST (the key was recorded
+ * first, by another node), or the failure of its commit. Frees the ticket. */
+int tm_store_request_begin_await(tm_store *st, void *ticket);
 /* Visit every record still "started" that no live process owns (work a dead
  * process left behind; on a shared store, records of nodes whose lease
  * lapsed). */

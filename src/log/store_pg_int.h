@@ -182,6 +182,8 @@ int tm_pg_session_touch(tm_store *st, const char *id, int64_t now_ms);
 int tm_pg_session_delete(tm_store *st, const char *id);
 int tm_pg_session_set_attr(tm_store *st, const char *id, const char *name, const char *value);
 int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable);
+int tm_pg_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket);
+int tm_pg_request_begin_await(tm_store *st, void *ticket);
 int tm_pg_session_get(tm_store *st, const char *id, tm_session_rec *out);
 int tm_pg_sessions_each(tm_store *st, int (*fn)(void *, const tm_session_rec *), void *ud);
 int tm_pg_sessions_with_attr(tm_store *st, const char *const *names, size_t n,

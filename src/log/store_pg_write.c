@@ -1134,12 +1134,12 @@ int tm_pg_session_set_attr(tm_store *st, const char *id, const char *name, const
     return tm_pg_run(p, o);
 }
 
-int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+/* A begin op for rec (NULL when out of memory). */
+static pop *begin_op(const tm_request_rec *rec)
 {
-    pgstore *p = (pgstore *)st;
     pop *o = tm_pg_op_new(OP_REQ_BEGIN);
     if (!o)
-        return TIDEMARK_ENOMEM;
+        return NULL;
     o->session = tm_strdup(rec->session);
     o->name = tm_strdup(rec->key);
     o->alt = tm_strdup(rec->tool);
@@ -1147,8 +1147,17 @@ int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durabl
     o->data = tm_strdup(rec->message);
     if (!o->session || !o->name) {
         tm_pg_op_free(o);
-        return TIDEMARK_ENOMEM;
+        return NULL;
     }
+    return o;
+}
+
+int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    pgstore *p = (pgstore *)st;
+    pop *o = begin_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
     if (!wait_durable) {
         push_reported(p, o);
         return 0;
@@ -1156,3 +1165,29 @@ int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durabl
     return tm_pg_run(p, o);
 }
 
+/* Queued as a waited op, but not waited for here: a hold this thread has
+ * keeps it (and what the thread queues next) back until released. An
+ * effect or a response that completes the record, queued after it in the
+ * same batch, asks PostgreSQL whose the record is after the begin ran
+ * (begun_in_batch, tm_append's p_req check): if the key was another
+ * node's first, they write nothing. */
+int tm_pg_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket)
+{
+    pgstore *p = (pgstore *)st;
+    pop *o = begin_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->w.q.sync = 1;
+    tm_writer_push(p->writer, &o->w);
+    *ticket = o;
+    return 0;
+}
+
+int tm_pg_request_begin_await(tm_store *st, void *ticket)
+{
+    pgstore *p = (pgstore *)st;
+    pop *o = ticket;
+    int rc = tm_writer_await(p->writer, &o->w);
+    tm_pg_op_free(o);
+    return rc;
+}

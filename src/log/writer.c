@@ -96,6 +96,8 @@ int tm_writer_run(tm_writer *w, tm_wop *o)
     return tm_opqueue_wait(&w->queue, &o->q);
 }
 
+int tm_writer_await(tm_writer *w, tm_wop *o) { return tm_opqueue_wait(&w->queue, &o->q); }
+
 uint64_t tm_writer_mark(tm_writer *w) { return tm_opqueue_mark(&w->queue); }
 
 void tm_writer_wait_settled(tm_writer *w, uint64_t mark)

@@ -107,6 +107,9 @@ void tm_writer_push(tm_writer *w, tm_wop *o);
 /* Queue o with q.sync set and wait until it is settled: its status (the
  * caller frees o). */
 int tm_writer_run(tm_writer *w, tm_wop *o);
+/* Wait until o, pushed with q.sync set, is settled: its status (the
+ * caller frees o). Ends this thread's hold first. */
+int tm_writer_await(tm_writer *w, tm_wop *o);
 /* Hold the writer back while this thread queues a few ops that should
  * commit together / let it go (tm_opqueue_hold). */
 void tm_writer_hold(tm_writer *w);

@@ -483,7 +483,23 @@ static int begin_waits(tidemark_server_t *srv)
     return tm_store_shared(srv->store);
 }
 
-static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
+/* A POST whose one call runs here although the store is shared by nodes
+ * (runs_inline: an atomic 2025 call): its record's begin is queued, not
+ * waited for, and the call runs at once, so the begin, the call's effect
+ * and its response commit in one transaction, in which the store checks
+ * that the record is this node's before it writes the effect or the
+ * response. The POST is answered once the begin's answer is known
+ * (late_begin_end): with the stream, or, when another node began the
+ * request first, as begun_elsewhere. */
+typedef struct late_begin {
+    void *ticket;   /* tm_store_request_begin_later's */
+    tm_sess *sess;  /* a reference */
+    json_t *root;   /* a reference: the POST's messages point into it */
+    char stream[TM_STREAM_MAX];
+} late_begin;
+
+static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm,
+                         late_begin *late)
 {
     for (size_t i = 0; i < pm->n; i++) {
         if (!tm_is_call(&pm->m[i]) || (pm->answered && pm->answered[i]))
@@ -505,7 +521,11 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
          * anything runs. (Within this process the identity's claim,
          * record.h, keeps a copy out.) */
         int wait = tm_job_is(j, TM_POST_MODERN) ? !tm_job_is(j, TM_POST_EPHEMERAL) : begin_waits(srv);
-        rc = message ? tm_store_request_begin(srv->store, &rec, wait) : TIDEMARK_ENOMEM;
+        if (late) /* its answer is awaited after the call ran (nothing queued on failure) */
+            wait = 0;
+        rc = !message ? TIDEMARK_ENOMEM
+             : late   ? tm_store_request_begin_later(srv->store, &rec, &late->ticket)
+                      : tm_store_request_begin(srv->store, &rec, wait);
         free(message);
         /* EEXIST: a modern keyed call's first run on another node, which
          * its caller waits for instead; a 2025 call's, answered as its
@@ -523,7 +543,8 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
  * its records begun and its priming event queued, then attached. On failure
  * nothing runs: a 2025 POST is answered here with the error (but for
  * TIDEMARK_EEXIST: begun on another node), a modern one by the caller. */
-static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm)
+static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs *pm,
+                            late_begin *late)
 {
     tm_sess *sess = j->sess;
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
@@ -537,7 +558,7 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
     if (rc == 0 && priming && begin_waits(srv))
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     if (rc == 0)
-        rc = begin_records(srv, j, r, pm);
+        rc = begin_records(srv, j, r, pm, late);
     if (rc == 0 && priming && !begin_waits(srv))
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
@@ -550,6 +571,8 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
     }
     if (rc == TIDEMARK_EEXIST) /* begun on another node: the caller answers */
         return rc;
+    if (rc == 0 && late) /* attached once its begin's answer is known (late_begin_end) */
+        return 0;
     if (rc == 0) {
         tm_req_add_header(r, "Mcp-Session-Id", sess->id);
         rc = tm_feed_attach(srv, r, &o);
@@ -653,14 +676,18 @@ static unsigned lone_call_hints(tidemark_server_t *srv, const post_msgs *pm)
 
 /* A lone tools/call of a tool declared non-blocking and idempotent runs on
  * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
-static int runs_inline(tidemark_server_t *srv, unsigned hints)
+static int runs_inline(tidemark_server_t *srv, unsigned hints, unsigned flags)
 {
     if (!(hints & TIDEMARK_TOOL_NONBLOCKING))
         return 0;
-    /* Atomic, not idempotent: only where no other node could take a retry
-     * before this call's record is stored (server.h). */
+    /* Atomic, not idempotent: where no other node could take a retry
+     * before this call's record is stored (server.h), or, for a 2025 call,
+     * where the store checks in the transaction of the call's effect that
+     * the record begun there is this node's (late_begin). */
     return (hints & TIDEMARK_TOOL_IDEMPOTENT) ||
-           ((hints & TIDEMARK_TOOL_ATOMIC) && !tm_store_shared(srv->store));
+           ((hints & TIDEMARK_TOOL_ATOMIC) &&
+            (!tm_store_shared(srv->store) ||
+             (!(flags & TM_POST_MODERN) && tm_store_begins_later(srv->store))));
 }
 
 /* A 2025 POST whose call's record another node began first (EEXIST of its
@@ -700,7 +727,7 @@ static int open_deferred(tm_job *j, tidemark_call_t *c)
     post_msgs *pm = j->deferred;
     j->deferred = NULL;
     j->sse = 1;
-    int rc = open_call_stream(j->srv, j, j->req, pm);
+    int rc = open_call_stream(j->srv, j, j->req, pm, NULL);
     if (rc == TIDEMARK_EEXIST) { /* begun on another node first: its run is the request's */
         begun_elsewhere(j->srv, j->req, j->sess, pm);
         j->sse = 0;
@@ -712,14 +739,14 @@ static int open_deferred(tm_job *j, tidemark_call_t *c)
     return 0;
 }
 
-static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
-                             post_msgs *pm, unsigned flags)
+static late_begin *post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
+                                    post_msgs *pm, unsigned flags)
 {
     tm_job *j = job_new(srv, sess, r, pm);
     if (!j) {
         tm_sess_unref(sess);
-        return tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory",
-                              NULL);
+        tm_reply_error(r, 500, TM_RPC_INTERNAL_ERROR, "internal_error", "out of memory", NULL);
+        return NULL;
     }
     j->flags = flags & (TM_POST_MODERN | TM_POST_EPHEMERAL);
     if (flags & TM_POST_POOLED) { /* request ids repeat across the pool's calls */
@@ -731,7 +758,7 @@ static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
     if (flags & TM_POST_LIGHT)
         j->sse = 0; /* answered as JSON; nothing recorded */
     unsigned hints = lone_call_hints(srv, pm);
-    j->inline_run = runs_inline(srv, hints);
+    j->inline_run = runs_inline(srv, hints, flags);
     /* A 2025 quiet call: run inline, its stream and record not opened; one
      * that ends without a notification, an effect or a hand-off to a
      * worker had nothing to make durable: JSON (docs/design.md). */
@@ -740,15 +767,54 @@ static void post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *sess,
         j->deferred = pm; /* read only while its call runs here */
         j->open_deferred = open_deferred;
     }
+    late_begin *late = NULL;
+    if (j->sse && j->inline_run && begin_waits(srv) && !tm_job_is(j, TM_POST_MODERN) &&
+        !(late = calloc(1, sizeof *late)))
+        j->inline_run = 0; /* on a worker, its begin waited for */
     uint64_t mark = tm_store_mark(srv->store);
-    int rc = j->sse ? open_call_stream(srv, j, r, pm) : 0;
+    int rc = j->sse ? open_call_stream(srv, j, r, pm, late) : 0;
     if (rc == TIDEMARK_EEXIST && !tm_job_is(j, TM_POST_MODERN)) /* its identity began on another node */
         begun_elsewhere(srv, r, j->sess, pm);
     else if (rc && tm_job_is(j, TM_POST_MODERN)) /* nothing runs unrecorded (2025: answered already) */
         tm_modern_setup_failed(srv, r, j->sess, &pm->m[0], tm_job_is(j, TM_POST_EPHEMERAL), rc);
-    if (rc)
-        return tm_job_free(j);
+    if (rc) { /* nothing of a late begin was queued */
+        free(late);
+        tm_job_free(j);
+        return NULL;
+    }
+    if (late) {
+        late->sess = tm_sess_ref(j->sess);
+        late->root = json_incref(j->root);
+        tm_strjoin(late->stream, sizeof late->stream, j->stream, (const char *)NULL);
+    }
     submit_requests(j, r, pm, mark); /* the job owns the session reference now */
+    return late;
+}
+
+/* After the hold: the late begin's answer decides how the POST is answered
+ * (its call ran and its writes are settled, committed or not, with it). */
+static void late_begin_end(tidemark_server_t *srv, tm_req *r, post_msgs *pm, late_begin *lb)
+{
+    int rc = tm_store_request_begin_await(srv->store, lb->ticket);
+    if (rc == 0) {
+        tm_feed_opts o = {.session = lb->sess->id, .stream = lb->stream, .after_seq = 0,
+                          .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
+                          .defer = 1};
+        tm_req_add_header(r, "Mcp-Session-Id", lb->sess->id);
+        rc = tm_feed_attach(srv, r, &o);
+        if (rc) /* committed: a retry is answered from its record */
+            tm_reply_store_error(r, rc);
+    } else if (rc == TIDEMARK_EEXIST) { /* neither its effect nor its response was written */
+        begun_elsewhere(srv, r, lb->sess, pm);
+    } else {
+        char key[TM_REQ_KEY_MAX];
+        if (tm_request_key(&pm->m[0], key) == 0)
+            tm_call_begin_failed(srv, lb->sess->id, key);
+        tm_reply_store_error(r, rc);
+    }
+    tm_sess_unref(lb->sess);
+    json_decref(lb->root);
+    free(lb);
 }
 
 /* The POST's writes (stream, records, priming event; an inline call's
@@ -758,8 +824,10 @@ void tm_post_submit(tidemark_server_t *srv, tm_req *r, tm_sess *sess, post_msgs 
                     unsigned flags)
 {
     tm_store_hold(srv->store);
-    post_submit_held(srv, r, sess, pm, flags);
+    late_begin *late = post_submit_held(srv, r, sess, pm, flags);
     tm_store_release(srv->store);
+    if (late)
+        late_begin_end(srv, r, pm, late);
 }
 
 static void post_legacy(tidemark_server_t *srv, tm_req *r, const tm_reqctx *ctx, void *ud);

@@ -51,13 +51,14 @@ void tm_call_write_failed(tidemark_call_t *c, int status)
 {
     tidemark_server_t *srv = c->srv;
     if (status == TIDEMARK_EBUSY) {
-        /* Its record is another node's now (this node's lease lapsed and a
-         * survivor took the call over): that node writes the rest of the
+        /* Its record is another node's: this node's lease lapsed and a
+         * survivor took the call over (that node writes the rest of the
          * same stream in the shared store, and a connection here follows
-         * it there (ended here with nothing, a POST left its client no
-         * cursor to resume from). */
-        TM_WARN("session %s: request %s was taken over by another node; its stream goes on "
-                "there", TM_SID(c->sess->id), c->reqkey);
+         * it there: ended here with nothing, a POST left its client no
+         * cursor to resume from), or the request began there first (a
+         * late begin, post.c: its POST is answered from that record). */
+        TM_WARN("session %s: request %s is another node's (begun there first, or taken over): "
+                "this run wrote nothing more", TM_SID(c->sess->id), c->reqkey);
         return;
     }
     TM_ERROR("session %s: the response of request %s could not be made durable (%s); it is "

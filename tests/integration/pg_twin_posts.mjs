@@ -12,6 +12,13 @@
 //     holding its events would wait on it forever);
 //   - exactly one stream in the store holds the call's events (one run is
 //     the request's; the other node's POST follows it).
+// Then the same for `ledger_append` (atomic, not idempotent): there each
+// node's begin is not waited for; the call runs at once and its begin,
+// row and response commit together, the store checking in that
+// transaction whose the record is. Asserts for every pair: both POSTs get
+// the request's one response (the loser from the winner's record; a 409
+// request_in_flight is re-sent until answered), and the entry is in the
+// ledger exactly once.
 //
 //   node pg_twin_posts.mjs TIDEMARK_SERVER_CRASHPOINTS
 // Environment: TWIN_PAIRS (4), TWIN_DELAY_MS (300), PG_VERBOSE=1.
@@ -19,7 +26,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checker, initialize, messages, post, startServer, stopServer, toolCall } from "./mcp_http.mjs";
+import { checker, initialize, ledgerCount, messages, post, startServer, stopServer, toolCall } from "./mcp_http.mjs";
 import { pgCluster } from "./pg_env.mjs";
 import { sseEvents } from "./sse.mjs";
 
@@ -76,6 +83,23 @@ async function follow(url, sid, id) {
   return { ...r, how: `resumed from ${last}` };
 }
 
+// POST ledger_append {entry} as request id to url until it is answered
+// with a response (a 409 request_in_flight: the other node's run is not
+// committed yet; re-sent under the same id), within RESUME_MS.
+async function appendOnce(url, sid, id, entry) {
+  const until = Date.now() + RESUME_MS;
+  let why = "";
+  while (Date.now() < until) {
+    const m = await messages(await post(url, sid, toolCall(id, "ledger_append", { entry }),
+      { headers: { "mcp-protocol-version": "2025-11-25" } }));
+    const r = m.msgs.find((x) => isResponse(x, id));
+    if (m.status !== 409 && r) return { response: r, how: `HTTP ${m.status}` };
+    why = `HTTP ${m.status}: ${JSON.stringify(m.msgs).slice(0, 200)}`;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  return { why: `no response within ${RESUME_MS} ms (last: ${why})` };
+}
+
 async function streamsHolding(token) {
   const out = await pg("psql", pgDir, 0, "SELECT count(DISTINCT sid) FROM tm_events " +
     `WHERE position('"progressToken":"${token}"' in convert_from(data, 'UTF8')) > 0`);
@@ -102,6 +126,20 @@ try {
     const n = await streamsHolding(`t${id}`);
     t.check(`pair ${k}: one stream holds the call's events (${n})`, n === 1);
   }
+  const lost = () => nodes.reduce((a, n) => a + (n.log.match(/is another node's \(begun there first/g) ?? []).length, 0);
+  const lostBefore = lost();
+  for (let k = 1; k <= PAIRS; k++) {
+    const id = 200 + k, entry = `twin-${k}`;
+    const [a, b] = await Promise.all(nodes.map((n) => appendOnce(n.url, sid, id, entry)));
+    const ok = (r) => r.response?.result?.structuredContent?.entry === entry;
+    t.check(`ledger pair ${k}: node 0 answered (${a.how})`, ok(a), a.why ?? JSON.stringify(a.response));
+    t.check(`ledger pair ${k}: node 1 answered (${b.how})`, ok(b), b.why ?? JSON.stringify(b.response));
+    const count = await ledgerCount(nodes[0].url, sid, entry);
+    t.check(`ledger pair ${k}: the entry is in the ledger once`, count === 1, `${count}`);
+  }
+  // the race ran: a run that lost it wrote nothing and said so
+  const races = lost() - lostBefore;
+  t.check(`ledger pairs: a run lost the race and wrote nothing (${races} of ${PAIRS})`, races >= 1);
 } catch (e) {
   t.check("no exception", false, e.stack);
 }
