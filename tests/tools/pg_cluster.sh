@@ -199,8 +199,28 @@ host    replication     all         127.0.0.1/32    trust
 EOF
 }
 
+# A killed postmaster's lock files (its socket's, its data directory's)
+# name its PID, and until this machine's init reaps it the zombie still
+# answers kill(pid, 0): a new postmaster on that port or directory refuses
+# to start ("Is another postmaster (PID ...) using socket file"; seen when
+# a node killed moments before was copied back). A lock whose owner is dead
+# or a zombie holds nothing: removed before a start.
+clear_stale_locks() { # clear_stale_locks N
+  local sock; sock="$SOCKDIR/.s.PGSQL.$(port_of "$1")"
+  local f p
+  for f in "$sock.lock" "$(datadir "$1")/postmaster.pid"; do
+    [[ -f "$f" ]] || continue
+    p=$(head -n1 "$f" 2>/dev/null || true)
+    if [[ -z "$p" ]] || ! alive "$p"; then
+      rm -f "$f"
+      [[ "$f" != "$sock.lock" ]] || rm -f "$sock"
+    fi
+  done
+}
+
 pg_start() { # pg_start N: start node N, wait until it accepts connections
   local d; d=$(datadir "$1")
+  clear_stale_locks "$1"
   as_pg "$PG_BIN/pg_ctl" -D "$d" -l "$DIR/n$1.log" -w -t "$TIMEOUT_S" start >/dev/null ||
     { tail -n 20 "$DIR/n$1.log" >&2 || true; die "node $1 did not start (log: $DIR/n$1.log)"; }
 }
