@@ -50,7 +50,7 @@ typedef struct pop {
     unsigned run;             /* append leading a run of appends to its stream sent as one
                                  statement: the run's length; 0: a follower in a run */
     unsigned pre;             /* results owed before its own (its effect's statements) */
-    signed char owned;        /* an effect's record: 1 this node's (or none), -1 not, 0 not asked */
+    signed char owned;        /* an effect's record: 1 this node's, -1 not (or none), 0 not asked */
     char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was written with */
 } pop;
 
@@ -169,6 +169,7 @@ void tm_pg_check_replicated(pgstore *p, PGconn *c);
 
 /* Ops (store_pg_write.c). */
 #define PG_FX_FAILED 0x100u /* an append's effect failed: its fallback is written */
+#define PG_FX_NORECORD 0x200u /* an append's effect has no request record: refused */
 pop *tm_pg_op_new(enum op_kind k);
 void tm_pg_op_free(pop *o);
 char *tm_pg_placeholders(const char *sql);

@@ -472,7 +472,11 @@ static int begun_in_batch(pop *batch, pop *o)
 
 /* Ask in one statement whose records the effects from o on are (those
  * whose record no op of this batch begins), locking the records' rows
- * until the commit; sets each one's owned. Returns 0 or TIDEMARK_EIO. */
+ * until the commit; sets each one's owned. A record that is not there is
+ * nobody's: its begin failed (an earlier batch that did not commit, while
+ * this one does) or its session is gone, and an effect run then would
+ * have no record to say it ran, so a retry would run it again: refused
+ * (PG_FX_NORECORD). Returns 0 or TIDEMARK_EIO. */
 static int ask_owners(pgstore *p, pop *batch, pop *o)
 {
     tm_buf se, ke;
@@ -483,7 +487,7 @@ static int ask_owners(pgstore *p, pop *batch, pop *o)
     for (pop *x = o; x && rc == 0; x = op_next(x)) {
         if (x->kind != OP_APPEND || !x->effect || !x->extra || x->owned || (x != o && begun_in_batch(batch, x)))
             continue;
-        x->owned = 2; /* asked now; no row: nobody else's */
+        x->owned = 2; /* asked now; no row: no record */
         char *one = tm_pg_text_array((const char *const *)&x->session, 1);
         rc = one ? tm_buf_printf(&se, "%s%.*s", n ? "," : "", (int)strlen(one) - 2, one + 1) : TIDEMARK_ENOMEM;
         free(one);
@@ -506,9 +510,13 @@ static int ask_owners(pgstore *p, pop *batch, pop *o)
             if (x->kind == OP_APPEND && (x->owned >= 2 || x->owned <= -2) && ++k == want)
                 x->owned = PQgetvalue(r, i, 1)[0] == 't' ? 3 : -2;
     }
-    for (pop *x = o; x; x = op_next(x))
-        if (x->kind == OP_APPEND && (x->owned >= 2 || x->owned <= -2))
-            x->owned = x->owned > 0 ? 1 : -1;
+    for (pop *x = o; x; x = op_next(x)) {
+        if (x->kind != OP_APPEND || (x->owned < 2 && x->owned > -2))
+            continue;
+        if (x->owned == 2)
+            x->flags |= PG_FX_NORECORD;
+        x->owned = x->owned == 3 ? 1 : -1;
+    }
     PQclear(r);
     tm_buf_free(&se);
     tm_buf_free(&ke);
@@ -520,8 +528,8 @@ static int ask_owners(pgstore *p, pop *batch, pop *o)
  * began is seen), with the record's row locked until the commit, so a
  * node that another took over never writes its effect; the effects after
  * o whose records are older than the batch are asked in the same round
- * trip. 1 yes, 0 no (o is then refused, TIDEMARK_EBUSY), -1 the batch is
- * lost. */
+ * trip. 1 yes, 0 no (o is then refused: TIDEMARK_EBUSY, another node's;
+ * TIDEMARK_EIO, no record), -1 the batch is lost. */
 static int effect_owned(pgstore *p, pop *batch, pop *o)
 {
     if (!o->extra)
@@ -664,7 +672,7 @@ static int run_batch(pgstore *p, pop *batch)
         int own = o->kind == OP_APPEND && o->effect ? effect_owned(p, batch, o) : 1;
         if (own <= 0) { /* refused: neither its effect nor its event is sent */
             o->run = 0;
-            o->w.q.status = TIDEMARK_EBUSY;
+            o->w.q.status = (o->flags & PG_FX_NORECORD) ? TIDEMARK_EIO : TIDEMARK_EBUSY;
             rc = own < 0 ? TIDEMARK_EIO : 0;
             continue;
         }
@@ -703,7 +711,7 @@ static void reset_ops(pop *batch)
         o->w.seq = 0;
         o->run = o->pre = 0;
         o->owned = 0;
-        o->flags &= ~PG_FX_FAILED;
+        o->flags &= ~(PG_FX_FAILED | PG_FX_NORECORD);
     }
 }
 

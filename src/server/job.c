@@ -67,6 +67,8 @@ static void call_unregister(tidemark_call_t *c)
 static void call_release(tidemark_call_t *c)
 {
     call_unregister(c); /* an inline call stays registered until its response settled */
+    if (c->late) /* before its claim goes (tm_call_free): a retry reads its record again */
+        tm_sess_call_settled(c->sess);
     if (c->effect_free)
         c->effect_free(c->effect_ud);
     tm_call_free(c);

@@ -607,6 +607,7 @@ static tidemark_call_t *call_new(tm_job *j, tm_req *r, const tm_msg *m, uint64_t
     c->mark = mark;
     c->modern = tm_job_is(j, TM_POST_MODERN);
     c->inline_run = j->inline_run;
+    c->late = j->late;
     c->t0_us = tm_now_us();
     tm_call_trace_start(c, r);
     return c;
@@ -617,7 +618,12 @@ static void call_start(tm_job *j, tidemark_call_t *c)
 {
     tm_sess *sess = j->sess;
     pthread_mutex_lock(&sess->mu);
-    if (!tm_map_get(sess->calls, c->reqkey) && tm_map_put(sess->calls, c->reqkey, c) == 0)
+    /* A late-begin call is not found by a retry here: its stream may be
+     * one no record will name (its begin lost to another node's). A retry
+     * meanwhile finds its claim held (record.h) and waits for it; the
+     * claim is let go once the call's response settled. */
+    if (!j->late && !tm_map_get(sess->calls, c->reqkey) &&
+        tm_map_put(sess->calls, c->reqkey, c) == 0)
         c->registered = 1;
     pthread_mutex_unlock(&sess->mu);
     if (tm_call_submit(j->srv, c) == 0)
@@ -676,18 +682,27 @@ static unsigned lone_call_hints(tidemark_server_t *srv, const post_msgs *pm)
 
 /* A lone tools/call of a tool declared non-blocking and idempotent runs on
  * this thread (server.h, TIDEMARK_TOOL_NONBLOCKING). */
+/* Whether a lone call of a tool with these hints, on a store shared by
+ * nodes, runs before its record's begin is answered (late_begin): an
+ * atomic 2025 call that is not idempotent (an idempotent one waits for its
+ * begin, begin_waits), where the store checks in the transaction of the
+ * call's effect that the record begun there is this node's. */
+static int late_begins(tidemark_server_t *srv, unsigned hints, unsigned flags)
+{
+    return tm_store_shared(srv->store) && tm_store_begins_later(srv->store) &&
+           !(flags & TM_POST_MODERN) && (hints & TIDEMARK_TOOL_ATOMIC) &&
+           !(hints & TIDEMARK_TOOL_IDEMPOTENT);
+}
+
 static int runs_inline(tidemark_server_t *srv, unsigned hints, unsigned flags)
 {
     if (!(hints & TIDEMARK_TOOL_NONBLOCKING))
         return 0;
     /* Atomic, not idempotent: where no other node could take a retry
-     * before this call's record is stored (server.h), or, for a 2025 call,
-     * where the store checks in the transaction of the call's effect that
-     * the record begun there is this node's (late_begin). */
+     * before this call's record is stored (server.h), or late_begins. */
     return (hints & TIDEMARK_TOOL_IDEMPOTENT) ||
            ((hints & TIDEMARK_TOOL_ATOMIC) &&
-            (!tm_store_shared(srv->store) ||
-             (!(flags & TM_POST_MODERN) && tm_store_begins_later(srv->store))));
+            (!tm_store_shared(srv->store) || late_begins(srv, hints, flags)));
 }
 
 /* A 2025 POST whose call's record another node began first (EEXIST of its
@@ -768,9 +783,10 @@ static late_begin *post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *
         j->open_deferred = open_deferred;
     }
     late_begin *late = NULL;
-    if (j->sse && j->inline_run && begin_waits(srv) && !tm_job_is(j, TM_POST_MODERN) &&
+    if (j->sse && j->inline_run && late_begins(srv, hints, flags) &&
         !(late = calloc(1, sizeof *late)))
         j->inline_run = 0; /* on a worker, its begin waited for */
+    j->late = late != NULL;
     uint64_t mark = tm_store_mark(srv->store);
     int rc = j->sse ? open_call_stream(srv, j, r, pm, late) : 0;
     if (rc == TIDEMARK_EEXIST && !tm_job_is(j, TM_POST_MODERN)) /* its identity began on another node */
@@ -796,6 +812,13 @@ static late_begin *post_submit_held(tidemark_server_t *srv, tm_req *r, tm_sess *
 static void late_begin_end(tidemark_server_t *srv, tm_req *r, post_msgs *pm, late_begin *lb)
 {
     int rc = tm_store_request_begin_await(srv->store, lb->ticket);
+    char key[TM_REQ_KEY_MAX];
+    if (tm_request_key(&pm->m[0], key) != 0)
+        key[0] = '\0';
+    /* the begin committed, the response not (a batch of its own that
+     * failed): its feed would wait for words already said */
+    if (rc == 0 && tm_call_write_pending(srv, lb->sess->id, key))
+        rc = TIDEMARK_EIO;
     if (rc == 0) {
         tm_feed_opts o = {.session = lb->sess->id, .stream = lb->stream, .after_seq = 0,
                           .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
@@ -807,8 +830,7 @@ static void late_begin_end(tidemark_server_t *srv, tm_req *r, post_msgs *pm, lat
     } else if (rc == TIDEMARK_EEXIST) { /* neither its effect nor its response was written */
         begun_elsewhere(srv, r, lb->sess, pm);
     } else {
-        char key[TM_REQ_KEY_MAX];
-        if (tm_request_key(&pm->m[0], key) == 0)
+        if (key[0])
             tm_call_begin_failed(srv, lb->sess->id, key);
         tm_reply_store_error(r, rc);
     }

@@ -44,7 +44,8 @@ typedef struct tm_sess {
     json_t *subs;            /* uri -> true: the resources subscribed to (a copy of
                                 the store's "sub:<uri>" attributes, for the limit) */
     tm_map *calls;           /* request id key -> tidemark_call_t (in flight) */
-    unsigned calls_gone;     /* calls that have left calls (tm_sess_calls_del) */
+    unsigned calls_gone;     /* calls that have left calls (tm_sess_calls_del), or settled
+                                outside it (tm_sess_call_settled) */
     tm_map *pending;         /* server request id key -> struct tm_waiter */
     int records_known;       /* every request record of this session is begun here:
                                 made by initialize on a store of one node (this
@@ -92,6 +93,8 @@ typedef struct tm_job {
     tm_req *lazy;       /* modern call: not answered yet (JSON at the end, or
                                 the stream once the call sends a notification) */
     int inline_run;          /* its one call runs here, not on a worker (post.c) */
+    int late;                /* ... before its record's begin is answered (post.c
+                                late_begin): not joinable by a retry */
     char pkey[24];           /* ... and its call's record key there ("e:<n>") */
     struct post_msgs *deferred; /* a 2025 quiet call running inline: its stream and record
                                    are opened only if it turns out to need them, by: */
@@ -142,6 +145,8 @@ struct tidemark_call {
     int inline_run;           /* runs on the thread that read its POST (NONBLOCKING); its
                                  entry in sess->calls stays until its response settled,
                                  its job cleared (under sess->mu) once that is queued */
+    int late;                 /* inline before its begin is answered (tm_job.late): in no
+                                 sess->calls; its settling moves calls_gone instead */
     int punt;                 /* inline, its handler said TIDEMARK_EAGAIN: to a worker */
     struct tm_durable_answer *answer; /* modern: its POST, answered when the response settles */
     int effect_rc;            /* its effect's result, set inside the commit (job.c) */
@@ -298,6 +303,9 @@ tm_sess *tm_sess_find_prefetch(tidemark_server_t *srv, const char *id, const cha
                                tm_req_prefetch *pf);
 /* Out of the session's calls (s->mu held). */
 void tm_sess_calls_del(tm_sess *s, const char *key);
+/* A call of s settled that was in no calls map (a late begin's): records
+ * read before now may be stale (tm_req_prefetch.gone). */
+void tm_sess_call_settled(tm_sess *s);
 /* The session's record keys, kept from now on (a new session, one node). */
 void tm_sess_know_records(tm_sess *s);
 /* key gets a request record (called before it is begun). */

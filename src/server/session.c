@@ -162,6 +162,13 @@ void tm_sess_calls_del(tm_sess *s, const char *key)
         s->calls_gone++;
 }
 
+void tm_sess_call_settled(tm_sess *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->calls_gone++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void tm_req_prefetch_clear(tm_req_prefetch *pf)
 {
     if (pf && pf->rc == 0)

@@ -454,17 +454,43 @@ static void test_effect_owners_batch(void **state)
     }
     tm_store_release(b);
     assert_int_equal(tm_store_sync(b), 0);
-    int want[5] = {TIDEMARK_EBUSY, 0, TIDEMARK_EBUSY, 0, 0}; /* a's; b's; finished; none; b's */
+    /* a's; b's; finished; none (test_effect_without_record); b's */
+    int want[5] = {TIDEMARK_EBUSY, 0, TIDEMARK_EBUSY, TIDEMARK_EIO, 0};
     for (int i = 0; i < 5; i++)
         assert_int_equal(t[i].status, want[i]);
     json_t *rows = NULL;
     assert_int_equal(tm_store_rows(a, "owned", &rows), 0);
     char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(txt, "[{\"id\":1,\"k\":\"two\"},{\"id\":2,\"k\":\"four\"},{\"id\":3,\"k\":\"five\"}]");
+    assert_string_equal(txt, "[{\"id\":1,\"k\":\"two\"},{\"id\":2,\"k\":\"five\"}]");
     free(txt);
     json_decref(rows);
     tm_store_close(a);
     tm_store_close(b);
+}
+
+/* An effect whose request record is not there (its begin's batch did not
+ * commit; its session is gone) is refused, typed, and writes nothing: run,
+ * nothing would say it ran, and a retry would run it again. */
+static void test_effect_without_record(void **state)
+{
+    (void)state;
+    tm_store *st = open_db(new_db(), NULL);
+    mk_session(st, "s");
+    open_stream(st, "s", NULL, "r1");
+    told t = {-1, 0};
+    tm_append_req q = {.session = "s", .stream = "r1", .data = "A", .len = 1, .request_key = "i:9",
+                       .effect = fx_owned_row, .effect_ud = "lost", .cb = told_fn, .cb_ud = &t};
+    assert_int_equal(tm_store_append_ex(st, &q), 0);
+    (void)tm_store_sync(st);
+    assert_int_equal(t.status, TIDEMARK_EIO);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(st, "owned", &rows), 0);
+    assert_int_equal(json_array_size(rows), 0);
+    json_decref(rows);
+    collected c = {0};
+    read_all(st, "s", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    tm_store_close(st);
 }
 
 /* ---- effects in SQL, committed with the result ------------------------------------------ */
@@ -1016,6 +1042,7 @@ int main(void)
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_effect_planning),
         cmocka_unit_test(test_row_counter_plain),
+        cmocka_unit_test(test_effect_without_record),
         cmocka_unit_test(test_writer_plans_probe),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_kv),
