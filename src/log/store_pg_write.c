@@ -55,10 +55,20 @@ static const char owners_sql[] =
     "CROSS JOIN LATERAL (SELECT state = 1 AND node = $1 AS mine FROM tm_requests "
     "WHERE session = u.s AND key = u.k LIMIT 1 FOR UPDATE) r ORDER BY u.i";
 
-/* Prepared on every writer connection besides the ops'. */
+/* Prepared on every writer connection besides the ops': the batch's own
+ * statements, then those around and in an effect (run_effect, txn_insert). */
 static const struct {
     const char *name, *sql;
-} batch_sql[] = {{"n", notify_sql}, {"w", owners_sql}};
+} batch_sql[] = {{"tb", "BEGIN"},
+                 {"tc", "COMMIT"},
+                 {"n", notify_sql},
+                 {"w", owners_sql},
+                 {"fs", "SAVEPOINT fx"},
+                 {"fa", "SET LOCAL plan_cache_mode = auto"},
+                 {"fg", "SET LOCAL plan_cache_mode = force_generic_plan"},
+                 {"fb", "ROLLBACK TO SAVEPOINT fx"},
+                 {"fr", "RELEASE SAVEPOINT fx"},
+                 {"fi", "SELECT tm_row_insert($1, $2)"}};
 
 pop *tm_pg_op_new(enum op_kind k)
 {
@@ -446,11 +456,11 @@ static int pipe_sync(pgstore *p, pop *upto, int upto_pre, int notify, int commit
     return lost || bad ? TIDEMARK_EIO : 0;
 }
 
-/* A statement of the running effect, sent without waiting (its result is
- * read with the op's). */
-static int fx_send(pgstore *p, const char *sql, int n, const char *const *v)
+/* A statement of the running effect, prepared as name (batch_sql), sent
+ * without waiting (its result is read with the op's). */
+static int fx_send(pgstore *p, const char *name, int n, const char *const *v)
 {
-    if (!PQsendQueryParams(p->wc, sql, n, NULL, v, NULL, NULL, 0)) {
+    if (!PQsendQueryPrepared(p->wc, name, n, v, NULL, NULL, 0)) {
         p->fx_broken = 1;
         return TIDEMARK_EIO;
     }
@@ -550,7 +560,7 @@ static int txn_insert(struct tidemark_txn *txn, const char *table, const char *d
 {
     pgstore *p = txn->impl;
     const char *v[2] = {table, doc};
-    return fx_send(p, "SELECT tm_row_insert($1, $2)", 2, v);
+    return fx_send(p, "fi", 2, v);
 }
 
 /* tidemark_txn_exec: the effect needs its answer, so what is in the
@@ -588,19 +598,18 @@ static int run_effect(pgstore *p, pop *o)
     /* the application's statements get PostgreSQL's usual planning, not
      * the writer's generic plans (tm_pg_connect); a rollback to the
      * savepoint undoes the SET LOCAL too */
-    if (fx_send(p, "SAVEPOINT fx", 0, NULL) != 0 ||
-        fx_send(p, "SET LOCAL plan_cache_mode = auto", 0, NULL) != 0)
+    if (fx_send(p, "fs", 0, NULL) != 0 || fx_send(p, "fa", 0, NULL) != 0)
         return TIDEMARK_EIO;
     struct tidemark_txn txn = {.ops = &pg_txn_ops, .impl = p};
     int rc = o->effect(o->effect_ud, &txn);
     if (rc && !p->fx_broken) {
         o->flags |= PG_FX_FAILED;
-        fx_send(p, "ROLLBACK TO SAVEPOINT fx", 0, NULL);
+        fx_send(p, "fb", 0, NULL);
     } else if (!p->fx_broken) {
-        fx_send(p, "SET LOCAL plan_cache_mode = force_generic_plan", 0, NULL);
+        fx_send(p, "fg", 0, NULL);
     }
     if (!p->fx_broken)
-        fx_send(p, "RELEASE SAVEPOINT fx", 0, NULL);
+        fx_send(p, "fr", 0, NULL);
     p->fx_op = NULL;
     return p->fx_broken ? TIDEMARK_EIO : 0;
 }
@@ -663,7 +672,7 @@ static int run_batch(pgstore *p, pop *batch)
     int note = notify_arrays(batch, &sessions, &names);
     int rc = note < 0 ? note : 0;
     if (rc == 0 && !(PQenterPipelineMode(p->wc) &&
-                     PQsendQueryParams(p->wc, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)))
+                     PQsendQueryPrepared(p->wc, "tb", 0, NULL, NULL, NULL, 0)))
         rc = TIDEMARK_EIO;
     p->pipe_begin = 1;
     p->pipe_from = batch;
@@ -684,7 +693,7 @@ static int run_batch(pgstore *p, pop *batch)
     const char *nv[3] = {p->node, sessions, names};
     if (rc == 0 && note == 0 && !PQsendQueryPrepared(p->wc, "n", 3, nv, NULL, NULL, 0))
         rc = TIDEMARK_EIO;
-    if (rc == 0 && !PQsendQueryParams(p->wc, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
+    if (rc == 0 && !PQsendQueryPrepared(p->wc, "tc", 0, NULL, NULL, NULL, 0))
         rc = TIDEMARK_EIO;
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "pg_before_commit");
     if (rc == 0)
