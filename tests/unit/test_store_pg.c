@@ -926,16 +926,7 @@ static void test_pool_drops_read_only(void **state)
 /* Nodes of database db whose lease holds now, on the database's clock. */
 static int leases_held(const char *db)
 {
-    char u[600];
-    uri_of(db, u, sizeof u);
-    PGconn *c = PQconnectdb(u);
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
-    PGresult *r = PQexec(c, "SELECT count(*) FROM tm_nodes WHERE until_ms > tm_now()");
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    int n = atoi(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    PQfinish(c);
-    return n;
+    return (int)admin_value(db, "SELECT count(*) FROM tm_nodes WHERE until_ms > tm_now()");
 }
 
 /* With its synchronous standby gone (as after a failover, until a standby
