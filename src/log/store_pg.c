@@ -225,7 +225,6 @@ static void hot_name(const char *sql, char name[24])
     snprintf(name, 24, "q%016llx", (unsigned long long)tm_str_hash(sql));
 }
 
-/* Prepare tm_pg_hot_sql on a new pooled connection. 0, or TIDEMARK_EIO. */
 int tm_pg_prepare(PGconn *c, const char *name, const char *sql)
 {
     PGresult *r = PQprepare(c, name, sql, 0, NULL);
@@ -236,6 +235,7 @@ int tm_pg_prepare(PGconn *c, const char *name, const char *sql)
     return ok ? 0 : TIDEMARK_EIO;
 }
 
+/* Prepare tm_pg_hot_sql on a new pooled connection. 0, or TIDEMARK_EIO. */
 static int prepare_hot(PGconn *c)
 {
     int rc = 0;
@@ -322,9 +322,20 @@ static PGresult *exec_prepared(PGconn *c, const char *sql, int n, const char *co
     return PQexecPrepared(c, name, n, vals, lens, fmts, rfmt);
 }
 
-static int query(pgstore *p, int prepare, const char *sql, int n, const char *const *vals,
-                 const int *lens, const int *fmts, int rfmt, PGresult **res)
+/* Whether sql is one of tm_pg_hot_sql (the same pointer): prepared on
+ * every pooled connection, run by name. */
+static int hot(const char *sql)
 {
+    for (const char *const *q = tm_pg_hot_sql; *q; q++)
+        if (*q == sql)
+            return 1;
+    return 0;
+}
+
+static int query(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
+                 const int *fmts, int rfmt, PGresult **res)
+{
+    int prepare = hot(sql);
     for (int attempt = 0; attempt < 2; attempt++) {
         PGconn *c = tm_pg_pool_get(p);
         if (!c)
@@ -357,23 +368,12 @@ static int query(pgstore *p, int prepare, const char *sql, int n, const char *co
 int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
                   const int *fmts, int rfmt, PGresult **res)
 {
-    return query(p, 0, sql, n, vals, lens, fmts, rfmt, res);
-}
-
-int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
-                   const int *fmts, int rfmt, PGresult **res)
-{
-    return query(p, 1, sql, n, vals, lens, fmts, rfmt, res);
+    return query(p, sql, n, vals, lens, fmts, rfmt, res);
 }
 
 int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt, PGresult **res)
 {
-    return query(p, 0, sql, n, vals, NULL, NULL, rfmt, res);
-}
-
-int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt, PGresult **res)
-{
-    return query(p, 1, sql, n, vals, NULL, NULL, rfmt, res);
+    return query(p, sql, n, vals, NULL, NULL, rfmt, res);
 }
 
 static void pool_drain(pgstore *p)

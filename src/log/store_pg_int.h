@@ -146,14 +146,9 @@ int tm_pg_query(pgstore *p, const char *sql, int n, const char *const *vals, int
 int tm_pg_query_f(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
                   const int *fmts, int rfmt, PGresult **res);
 /* The request path's reads (store_pg_read.c), NULL-terminated: prepared on
- * every pooled connection when it is made. */
+ * every pooled connection when it is made; tm_pg_query and tm_pg_query_f
+ * run one of them (the same pointer) by name. */
 extern const char *const tm_pg_hot_sql[];
-/* tm_pg_query and tm_pg_query_f for sql of tm_pg_hot_sql (the same
- * pointer), run as the statement prepared for it. */
-int tm_pg_query_p(pgstore *p, const char *sql, int n, const char *const *vals, int rfmt,
-                  PGresult **res);
-int tm_pg_query_fp(pgstore *p, const char *sql, int n, const char *const *vals, const int *lens,
-                   const int *fmts, int rfmt, PGresult **res);
 void tm_pg_epoch(pgstore *p, char out[TM_EPOCH_LEN + 1]);
 char *tm_pg_text_array(const char *const *v, size_t n);
 int64_t tm_pg_i64(const PGresult *r, int row, int col);

@@ -98,7 +98,7 @@ void tm_pg_forget_session(pgstore *p, const char *id)
     "FROM tm_requests "
 
 /* Prepared on each pooled connection when it is made (store_pg.c), run by
- * name (tm_pg_query_p): parsed and planned once a connection. */
+ * name when passed to tm_pg_query(_f): parsed and planned once a connection. */
 static const char sql_bounds[] = "SELECT first_retained, head, closed, trimmed_epoch FROM tm_streams "
                                  "WHERE session = $1 AND name = $2";
 static const char sql_page[] = "SELECT s.first_retained, s.head, e.seq, e.epoch, e.data "
@@ -121,7 +121,7 @@ int tm_pg_read_bounds(pgstore *p, const char *session, const char *name, tm_stre
 {
     const char *a[2] = {session, name};
     PGresult *r = NULL;
-    int rc = tm_pg_query_p(p, sql_bounds, 2, a, 0, &r);
+    int rc = tm_pg_query(p, sql_bounds, 2, a, 0, &r);
     if (rc)
         return TIDEMARK_EIO;
     rc = PQntuples(r) == 1 ? 0 : TIDEMARK_ENOTFOUND;
@@ -202,7 +202,7 @@ static int read_page(pgstore *p, const char *session, const char *stream, uint64
     snprintf(a2, sizeof a2, "%" PRIu64, after);
     snprintf(a3, sizeof a3, "%zu", max);
     const char *a[4] = {session, stream, a2, a3};
-    int rc = tm_pg_query_p(p, sql_page, 4, a, 1, r);
+    int rc = tm_pg_query(p, sql_page, 4, a, 1, r);
     if (rc)
         return TIDEMARK_EIO;
     if (PQntuples(*r) == 0) {
@@ -452,20 +452,13 @@ static int request_query(pgstore *p, const char *sql, int n, const char *const *
     return tm_pg_query_f(p, sql, n, a, lens, fmts, 1, r);
 }
 
-/* request_query for one of tm_pg_hot_sql. */
-static int request_query_p(pgstore *p, const char *sql, const char *const *a, PGresult **r)
-{
-    int lens[2] = {0, (int)strlen(a[1])}, fmts[2] = {0, 1};
-    return tm_pg_query_fp(p, sql, 2, a, lens, fmts, 1, r);
-}
-
 int tm_pg_request_get(tm_store *st, const char *session, const char *key, tm_request_rec *out)
 {
     pgstore *p = (pgstore *)st;
     const char *a[2] = {session, key};
     PGresult *r = NULL;
     memset(out, 0, sizeof *out);
-    if (request_query_p(p, sql_request, a, &r) != 0)
+    if (request_query(p, sql_request, 2, a, &r) != 0)
         return TIDEMARK_EIO;
     int rc = PQntuples(r) == 1 ? request_of_row(r, 0, out) : TIDEMARK_ENOTFOUND;
     PQclear(r);
@@ -482,7 +475,7 @@ int tm_pg_session_request_get(tm_store *st, const char *id, const char *key, tm_
     PGresult *r = NULL;
     memset(sess, 0, sizeof *sess);
     *req_rc = 1;
-    if (request_query_p(p, sql_session_request, a, &r) != 0)
+    if (request_query(p, sql_session_request, 2, a, &r) != 0)
         return TIDEMARK_EIO;
     int rc = PQntuples(r) == 1 ? session_of_row(r, 0, sess) : TIDEMARK_ENOTFOUND;
     if (rc == 0)
