@@ -165,10 +165,15 @@ static const char *sync_commit_level(const pgstore *p, const char *role)
     return p->opt.durability == TM_DURABILITY_PROCESS ? "local" : "on";
 }
 
+void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n)
+{
+    snprintf(out, n, "tidemark-%s-%s", role, p->node);
+}
+
 PGconn *tm_pg_connect(pgstore *p, const char *role)
 {
     char app[64];
-    snprintf(app, sizeof app, "tidemark-%s-%s", role, p->node);
+    tm_pg_app_name(p, role, app, sizeof app);
     /* The URI comes last: what it says wins over these defaults. A peer
      * that stops answering (a partition) breaks the connection within the
      * store timeout instead of TCP's minutes. */
@@ -187,14 +192,21 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
     /* The writer bounds its batches itself (it closes, never cancels, a
      * commit that waits too long); every other connection's statements,
      * small commits included, end with the store timeout. */
-    char set[192];
+    char set[256];
     int writer = strcmp(role, "write") == 0;
     /* The writer plans its prepared statements once (index lookups whatever
      * their parameters: planning each bind again cost more than running
-     * them); an effect's own SQL is planned as usual (run_effect). */
-    snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld%s",
-             sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms,
-             writer ? "; SET plan_cache_mode = force_generic_plan" : "");
+     * them); an effect's own SQL is planned as usual (run_effect). Its
+     * backend, left mid-batch (the connection lost without a FIN reaching
+     * the server), rolls back within the store timeout: in doubt no
+     * longer than that (tm_pg_doubts_wait). */
+    int n = snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld",
+                     sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms);
+    if (writer)
+        snprintf(set + n, sizeof set - (size_t)n,
+                 "; SET plan_cache_mode = force_generic_plan"
+                 "; SET idle_in_transaction_session_timeout = %lld",
+                 (long long)p->timeout_ms);
     PGresult *r = PQexec(c, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
@@ -746,18 +758,25 @@ static void pg_hold(tm_store *st, int on)
 }
 
 /* Whether doubt d has resolved, asked on connection c (to the server this
- * node writes to now): 1 when its backend is gone, or it was on another
- * server (a former primary's COMMIT can land here no more); 0 while it
- * runs; -1 when c could not say. */
-static int doubt_gone(PGconn *c, const pg_doubt *d)
+ * node writes to now): 1 when its backend is gone or idle (its batch
+ * committed or rolled back), or it was on another server (a former
+ * primary's COMMIT can land here no more); 0 while it runs or waits
+ * mid-transaction (the writer's backends end such a wait within the store
+ * timeout: idle_in_transaction_session_timeout); -1 when c could not say.
+ * The application name tells a pid reused behind one proxy address. */
+static int doubt_gone(pgstore *p, PGconn *c, const pg_doubt *d)
 {
     const char *host = PQhost(c), *port = PQport(c);
-    if (!host || !port || strcmp(host, d->host) != 0 || strcmp(port, d->port) != 0)
+    if (!host || !port || strcmp(host, d->host) != 0 || strcmp(port, d->port) != 0 ||
+        PQbackendPID(c) == d->pid)
         return 1;
-    char pid[16];
+    char pid[16], app[64];
     snprintf(pid, sizeof pid, "%d", d->pid);
-    const char *a[1] = {pid};
-    PGresult *r = tm_pg_exec(c, "SELECT 1 FROM pg_stat_activity WHERE pid = $1", 1, a, 0);
+    tm_pg_app_name(p, "write", app, sizeof app);
+    const char *a[2] = {pid, app};
+    PGresult *r = tm_pg_exec(c, "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND "
+                                "application_name = $2 AND state IN ('active', "
+                                "'idle in transaction')", 2, a, 0);
     if (!r)
         return -1;
     int gone = PQntuples(r) == 0;
@@ -770,9 +789,10 @@ static int same_doubt(const pg_doubt *a, const pg_doubt *b)
     return a->pid == b->pid && strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-int tm_pg_in_doubt(tm_store *st)
+/* Ask c about every doubt, forget those resolved: how many are left (0
+ * without a question when there are none), or -1 when c could not say. */
+static int doubts_left(pgstore *p, PGconn *c)
 {
-    pgstore *p = (pgstore *)st;
     pg_doubt d[PG_DOUBTS_MAX];
     pthread_mutex_lock(&p->d_mu);
     int n = p->ndoubts;
@@ -780,16 +800,12 @@ int tm_pg_in_doubt(tm_store *st)
     pthread_mutex_unlock(&p->d_mu);
     if (n == 0)
         return 0;
-    PGconn *c = tm_pg_pool_get(p);
-    if (!c)
-        return 1;
-    int gone[PG_DOUBTS_MAX], left = 0;
+    int gone[PG_DOUBTS_MAX], failed = 0;
     for (int i = 0; i < n; i++) {
-        int g = doubt_gone(c, &d[i]);
+        int g = failed ? -1 : doubt_gone(p, c, &d[i]);
+        failed |= g < 0;
         gone[i] = g == 1;
-        left += !gone[i];
     }
-    tm_pg_pool_put(p, c);
     pthread_mutex_lock(&p->d_mu); /* the writer may have added doubts meanwhile */
     int k = 0;
     for (int j = 0; j < p->ndoubts; j++) {
@@ -801,7 +817,36 @@ int tm_pg_in_doubt(tm_store *st)
     }
     p->ndoubts = k;
     pthread_mutex_unlock(&p->d_mu);
-    return k > 0 || left > 0;
+    return failed ? -1 : k;
+}
+
+int tm_pg_in_doubt(tm_store *st)
+{
+    pgstore *p = (pgstore *)st;
+    pthread_mutex_lock(&p->d_mu);
+    int n = p->ndoubts;
+    pthread_mutex_unlock(&p->d_mu);
+    if (n == 0)
+        return 0;
+    PGconn *c = tm_pg_pool_get(p);
+    if (!c)
+        return 1;
+    int left = doubts_left(p, c);
+    tm_pg_pool_put(p, c);
+    return left != 0;
+}
+
+int tm_pg_doubts_wait(pgstore *p)
+{
+    for (;;) {
+        int left = doubts_left(p, p->wc);
+        if (left <= 0)
+            return left == 0 ? 0 : TIDEMARK_EIO;
+        if (tm_now_ms() >= p->deadline)
+            return TIDEMARK_EBUSY;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static int pg_writable(tm_store *st)

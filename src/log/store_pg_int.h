@@ -132,7 +132,9 @@ struct pgstore {
 extern const struct tm_store_ops tm_pg_ops;
 extern const tm_writer_hooks tm_pg_writer_hooks;
 
-/* Connections (store_pg.c). role names the connection in application_name. */
+/* Connections (store_pg.c). role names the connection in application_name
+ * (tm_pg_app_name: "tidemark-<role>-<node>"). */
+void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n);
 PGconn *tm_pg_connect(pgstore *p, const char *role);
 PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt);
 PGconn *tm_pg_pool_get(pgstore *p);
@@ -213,6 +215,11 @@ void tm_pg_writer_lost(pgstore *p);
 /* tm_store_in_doubt: whether a backend left by tm_pg_writer_lost still runs
  * on the server this node writes to now (its COMMIT may still land). */
 int tm_pg_in_doubt(tm_store *st);
+/* Writer thread, connected: wait until no backend it left is in doubt on
+ * its server, so nothing it sends lands before (or, read by a recoverer
+ * that missed them, beside) writes still in doubt. 0; TIDEMARK_EBUSY at
+ * the batch's deadline; TIDEMARK_EIO when the connection could not say. */
+int tm_pg_doubts_wait(pgstore *p);
 /* Forget the hints of session id (deleted or expired). */
 void tm_pg_forget_session(pgstore *p, const char *id);
 /* A stream's hint, made when missing (c_mu held). NULL when out of memory. */

@@ -739,6 +739,24 @@ static int writer_ready(pgstore *p, size_t n)
     return 0;
 }
 
+/* Wait, until the batch's deadline, for the backends an earlier lost
+ * connection left with a COMMIT in doubt (tm_pg_doubts_wait): a batch sent
+ * beside them could take its seqs before theirs (they hold the streams'
+ * rows until a standby answers, then race for them), and a call run again
+ * on a read that missed them would write their events again. A batch
+ * refused here is sent nowhere: not committed, definitely. */
+static int doubts_cleared(pgstore *p, size_t n)
+{
+    int rc = tm_pg_doubts_wait(p);
+    if (rc == TIDEMARK_EBUSY)
+        TM_WARN("postgresql: a COMMIT of this node is still in doubt after %lld ms (waiting for "
+                "a standby): failing %zu queued write(s), none sent",
+                (long long)p->timeout_ms, n);
+    else if (rc)
+        tm_pg_writer_lost(p);
+    return rc;
+}
+
 /* commit hook. Always settles every op (the writer's failure path, which
  * fails the queue behind a batch, is for stores that hand out seqs before
  * they commit). A batch PostgreSQL rolled back for a deadlock or a
@@ -754,6 +772,8 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
         if (writer_ready(p, n) != 0)
             return fail_all(batch, TIDEMARK_EIO);
         if (atomic_load(&p->not_replicated))
+            return fail_all(batch, TIDEMARK_EIO);
+        if (doubts_cleared(p, n) != 0)
             return fail_all(batch, TIDEMARK_EIO);
         p->last_state[0] = p->last_error[0] = '\0';
         if (run_batch(p, batch) == 0)

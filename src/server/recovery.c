@@ -269,7 +269,9 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
     sid[TM_SESSION_ID_LEN] = '\0';
     /* Asked before the read: a COMMIT in doubt lands, then its backend
      * exits; "no doubt left" asked after a read that found nothing could
-     * hide a record that landed in between. */
+     * hide a record that landed in between. A record found started waits
+     * for the doubt too: a COMMIT in doubt may hold the call's own events
+     * (progress the re-run would read as not sent, and send again). */
     int doubt = tm_store_in_doubt(srv->store);
     TM_TEST_DELAY("TIDEMARK_RECOVER_READ_DELAY_MS"); /* a slow recoverer: a commit may land here */
     tm_request_rec rec;
@@ -287,6 +289,10 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
         return -1;
     }
     started = mine;
+    if (started && doubt) {
+        tm_request_rec_clear(&rec);
+        return -1;
+    }
     if (started)
         collect(p, &rec);
     tm_request_rec_clear(&rec);

@@ -38,6 +38,18 @@ if(NODE_EXECUTABLE AND TARGET tidemark-server-crashpoints)
   set_tests_properties(pg_unsettled_elsewhere PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77 LABELS "pg")
 endif()
 
+# pg_unsettled_progress: a streaming call whose writes wait for the only
+# synchronous standby (stopped) is unsettled; while its COMMITs are in doubt
+# the recoverer does not run it again (a re-run would read the stream
+# without them and send their progress again once they land). Once the
+# standby is back: one result, progress strictly rising, ids dense. 10-15 s.
+if(NODE_EXECUTABLE)
+  add_test(NAME pg_unsettled_progress
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/pg_unsettled_progress.mjs
+            $<TARGET_FILE:tidemark-server>)
+  set_tests_properties(pg_unsettled_progress PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS "pg")
+endif()
+
 # pg_failover: a primary and two synchronous standbys ('ANY 1 (s1, s2)'), two
 # tidemark-server nodes behind HAProxy, clients appending ledger entries and
 # streaming; kill -9 of the primary, the most advanced standby promoted, the
