@@ -167,7 +167,7 @@ static const char *sync_commit_level(const pgstore *p, const char *role)
 
 void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n)
 {
-    snprintf(out, n, "tidemark-%s-%s", role, p->node);
+    snprintf(out, n, PG_APP_PREFIX "%s-%s", role, p->node);
 }
 
 PGconn *tm_pg_connect(pgstore *p, const char *role)

@@ -133,7 +133,10 @@ extern const struct tm_store_ops tm_pg_ops;
 extern const tm_writer_hooks tm_pg_writer_hooks;
 
 /* Connections (store_pg.c). role names the connection in application_name
- * (tm_pg_app_name: "tidemark-<role>-<node>"). */
+ * (tm_pg_app_name: "tidemark-<role>-<node>"); PG_WRITER_APP and a node's
+ * name make its writer's. */
+#define PG_APP_PREFIX "tidemark-"
+#define PG_WRITER_APP PG_APP_PREFIX "write-"
 void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n);
 PGconn *tm_pg_connect(pgstore *p, const char *role);
 PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt);

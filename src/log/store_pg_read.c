@@ -526,10 +526,17 @@ int tm_pg_request_claim(tm_store *st, const char *session, const char *key)
     pgstore *p = (pgstore *)st;
     const char *a[4] = {session, key, p->node, may_judge(p) ? "t" : "f"};
     PGresult *r = NULL;
-    /* claimed (1 or 0: live elsewhere, taken, finished), and whether it exists */
+    /* claimed (1 or 0: live elsewhere, taken, finished), and whether it
+     * exists. Not while a backend of the owner's writer is active or inside
+     * a transaction here: a COMMIT of its (a dead node's batch waiting for
+     * a standby) may still land, and a re-run reading the stream before it
+     * would send its events again (tm_pg_doubts_wait, for the node's own). */
     if (request_query(p, "WITH c AS (UPDATE tm_requests r SET node = $3 WHERE session = $1 AND "
                          "key = $2 AND state = 1 AND node <> $3 AND $4::boolean AND NOT EXISTS "
                          "(SELECT 1 FROM tm_nodes n WHERE n.node = r.node AND n.until_ms > tm_now()) "
+                         "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE "
+                         "a.application_name = '" PG_WRITER_APP "' || r.node AND "
+                         "a.state IN ('active', 'idle in transaction')) "
                          "RETURNING 1) SELECT (SELECT count(*) FROM c), EXISTS (SELECT 1 FROM "
                          "tm_requests WHERE session = $1 AND key = $2)", 4, a, &r) != 0)
         return TIDEMARK_EIO;

@@ -318,6 +318,29 @@ static int count_rec(void *ud, const tm_request_rec *r)
     return 0;
 }
 
+/* A connection named as the writer of the node that owns record key of
+ * session, left inside a transaction. */
+static PGconn *owner_writer(int db, const char *session, const char *key)
+{
+    char name[16], u[600], sql[256];
+    snprintf(name, sizeof name, "t%d", db);
+    uri_of(name, u, sizeof u);
+    PGconn *c = PQconnectdb(u);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    snprintf(sql, sizeof sql, "SELECT node FROM tm_requests WHERE session = '%s' AND key = '%s'",
+             session, key);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 1);
+    snprintf(sql, sizeof sql, "SET application_name = 'tidemark-write-%s'; BEGIN",
+             PQgetvalue(r, 0, 0));
+    PQclear(r);
+    r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    return c;
+}
+
 static void test_request_claim(void **state)
 {
     (void)state;
@@ -346,7 +369,13 @@ static void test_request_claim(void **state)
     }
     assert_int_equal(l.n, 1);
     assert_true(now_ms() - t0 >= 3000); /* not at once: a's first 6 s */
+    /* A backend of the owner's writer inside a transaction (a COMMIT of a
+     * dead node that may still land): not taken over until it ends. */
+    PGconn *w = owner_writer(db, "s", "i:7");
+    assert_int_equal(tm_store_request_claim(a, "s", "i:7"), TIDEMARK_EBUSY);
+    PQclear(PQexec(w, "ROLLBACK"));
     assert_int_equal(tm_store_request_claim(a, "s", "i:7"), 0);
+    PQfinish(w);
     assert_int_equal(tm_store_request_claim(b, "s", "i:7"), TIDEMARK_EBUSY); /* a took it */
     assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 1);
     tm_append_req q = {.session = "s", .stream = "r1", .data = "{}", .len = 2,
