@@ -192,21 +192,30 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
     /* The writer bounds its batches itself (it closes, never cancels, a
      * commit that waits too long); every other connection's statements,
      * small commits included, end with the store timeout. */
-    char set[256];
+    char set[512];
     int writer = strcmp(role, "write") == 0;
-    /* The writer plans its prepared statements once (index lookups whatever
+    /* The name is set again here: a URI's application_name must not hide
+     * a writer from the claims of other nodes (tm_pg_request_claim). The
+     * writer plans its prepared statements once (index lookups whatever
      * their parameters: planning each bind again cost more than running
      * them); an effect's own SQL is planned as usual (run_effect). Its
-     * backend, left mid-batch (the connection lost without a FIN reaching
-     * the server), rolls back within the store timeout: in doubt no
-     * longer than that (tm_pg_doubts_wait). */
-    int n = snprintf(set, sizeof set, "SET synchronous_commit = %s; SET statement_timeout = %lld",
-                     sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms);
-    if (writer)
+     * backend, once left by a lost connection, ends within about the store
+     * timeout unless a COMMIT waits for a standby: a lock, an open
+     * transaction or a client gone silent does not keep it (and its doubt,
+     * tm_pg_doubts_wait) alive. */
+    int n = snprintf(set, sizeof set,
+                     "SET application_name = '%s'; SET synchronous_commit = %s; "
+                     "SET statement_timeout = %lld",
+                     app, sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms);
+    if (writer) {
+        long long t = (long long)p->timeout_ms;
         snprintf(set + n, sizeof set - (size_t)n,
                  "; SET plan_cache_mode = force_generic_plan"
-                 "; SET idle_in_transaction_session_timeout = %lld",
-                 (long long)p->timeout_ms);
+                 "; SET idle_in_transaction_session_timeout = %lld; SET lock_timeout = %lld"
+                 "; SET tcp_user_timeout = %lld; SET tcp_keepalives_idle = %lld"
+                 "; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = 3",
+                 t, t, t, t / 1000 > 1 ? t / 1000 : 1);
+    }
     PGresult *r = PQexec(c, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
@@ -758,35 +767,37 @@ static void pg_hold(tm_store *st, int on)
 }
 
 /* Whether doubt d has resolved, asked on connection c (to the server this
- * node writes to now): 1 when its backend is gone or idle (its batch
- * committed or rolled back), or it was on another server (a former
- * primary's COMMIT can land here no more); 0 while it runs or waits
- * mid-transaction (the writer's backends end such a wait within the store
- * timeout: idle_in_transaction_session_timeout); -1 when c could not say.
- * The application name tells a pid reused behind one proxy address. */
+ * node writes to now): 1 when its backend is not there (gone, or on another
+ * server: a former primary's COMMIT can land here no more), or idle (its
+ * batch committed or rolled back) since longer than twice the store
+ * timeout (the writer's kernel retransmits what it had sent no longer than
+ * the timeout: tcp_user_timeout); 0 while it may still commit; -1 when c
+ * could not say. A state not known to be settled (NULL, "disabled") is a
+ * doubt. */
 static int doubt_gone(pgstore *p, PGconn *c, const pg_doubt *d)
 {
-    const char *host = PQhost(c), *port = PQport(c);
-    if (!host || !port || strcmp(host, d->host) != 0 || strcmp(port, d->port) != 0 ||
-        PQbackendPID(c) == d->pid)
-        return 1;
-    char pid[16], app[64];
+    char pid[16], start[24];
     snprintf(pid, sizeof pid, "%d", d->pid);
-    tm_pg_app_name(p, "write", app, sizeof app);
-    const char *a[2] = {pid, app};
-    PGresult *r = tm_pg_exec(c, "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND "
-                                "application_name = $2 AND state IN ('active', "
-                                "'idle in transaction')", 2, a, 0);
+    snprintf(start, sizeof start, "%lld", d->start_us);
+    const char *a[2] = {pid, start};
+    PGresult *r = tm_pg_exec(c, "SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1 "
+                                "AND ($2::bigint = 0 OR (extract(epoch FROM backend_start) * "
+                                "1000000)::bigint = $2::bigint)", 2, a, 0);
     if (!r)
         return -1;
     int gone = PQntuples(r) == 0;
+    if (!gone) {
+        const char *st = PQgetvalue(r, 0, 0);
+        int settled = strcmp(st, "idle") == 0 || strcmp(st, "idle in transaction (aborted)") == 0;
+        gone = settled && tm_now_ms() - d->at > 2 * p->timeout_ms;
+    }
     PQclear(r);
     return gone;
 }
 
 static int same_doubt(const pg_doubt *a, const pg_doubt *b)
 {
-    return a->pid == b->pid && strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
+    return a->pid == b->pid && a->start_us == b->start_us;
 }
 
 /* Ask c about every doubt, forget those resolved: how many are left (0
@@ -838,11 +849,14 @@ int tm_pg_in_doubt(tm_store *st)
 
 int tm_pg_doubts_wait(pgstore *p)
 {
-    for (;;) {
+    for (int waited = 0;; waited = 1) {
         int left = doubts_left(p, p->wc);
-        if (left <= 0)
-            return left == 0 ? 0 : TIDEMARK_EIO;
-        if (tm_now_ms() >= p->deadline)
+        if (left < 0)
+            return TIDEMARK_EIO;
+        int64_t rest = p->deadline - tm_now_ms();
+        if (left == 0 && (!waited || rest >= p->timeout_ms / 2))
+            return 0;
+        if (rest <= 0 || left == 0) /* (too late to send: it would be in doubt itself) */
             return TIDEMARK_EBUSY;
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);

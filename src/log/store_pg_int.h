@@ -83,11 +83,14 @@ typedef struct pgstore pgstore;
 
 /* A writer's backend left behind with a COMMIT whose outcome is unknown
  * (the connection closed, never cancelled, while it waited for a standby):
- * it may still commit once a standby answers. Known by its server and pid. */
+ * it may still commit once a standby answers. Known by its pid and start
+ * (microseconds since 1970 on the server's clock; 0: not known): no other
+ * backend of any server has both. */
 #define PG_DOUBTS_MAX 64
 typedef struct pg_doubt {
     int pid;
-    char host[64], port[8];
+    long long start_us;
+    int64_t at;        /* monotonic ms it was left */
 } pg_doubt;
 struct pgstore {
     tm_store base;
@@ -97,6 +100,7 @@ struct pgstore {
     int64_t timeout_ms;
     tm_writer *writer;
     PGconn *wc;                /* the writer's connection (writer thread only) */
+    long long wc_start_us;     /* its backend's start (pg_doubt), writer thread only */
     int64_t deadline;          /* the writer's current batch (writer thread only) */
     int doubt;                 /* the last COMMIT drew a replication warning (writer thread) */
     /* The batch in the pipeline (writer thread): BEGIN's result not read yet,
@@ -219,9 +223,10 @@ void tm_pg_writer_lost(pgstore *p);
  * on the server this node writes to now (its COMMIT may still land). */
 int tm_pg_in_doubt(tm_store *st);
 /* Writer thread, connected: wait until no backend it left is in doubt on
- * its server, so nothing it sends lands before (or, read by a recoverer
- * that missed them, beside) writes still in doubt. 0; TIDEMARK_EBUSY at
- * the batch's deadline; TIDEMARK_EIO when the connection could not say. */
+ * its server, so nothing it sends lands before writes still in doubt. 0
+ * (and at least half the store timeout left for the batch);
+ * TIDEMARK_EBUSY at the batch's deadline; TIDEMARK_EIO when the connection
+ * could not say. */
 int tm_pg_doubts_wait(pgstore *p);
 /* Forget the hints of session id (deleted or expired). */
 void tm_pg_forget_session(pgstore *p, const char *id);

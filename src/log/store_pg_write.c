@@ -109,6 +109,16 @@ static void on_notice(void *ud, const PGresult *r)
         p->doubt = 1;
 }
 
+/* When c's backend started (pg_doubt), or 0 when it cannot be said. */
+static long long backend_start_us(PGconn *c)
+{
+    PGresult *r = tm_pg_exec(c, "SELECT (extract(epoch FROM backend_start) * 1000000)::bigint "
+                                "FROM pg_stat_activity WHERE pid = pg_backend_pid()", 0, NULL, 0);
+    long long v = r && PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+    PQclear(r);
+    return v;
+}
+
 int tm_pg_writer_connect(pgstore *p)
 {
     PGconn *c = tm_pg_connect(p, "write");
@@ -129,6 +139,7 @@ int tm_pg_writer_connect(pgstore *p)
     }
     PQsetNoticeReceiver(c, on_notice, p);
     tm_pg_check_replicated(p, c);
+    p->wc_start_us = backend_start_us(c);
     p->wc = c;
     if (atomic_exchange(&p->w_down, 0))
         TM_INFO("postgresql: writer connected again (%s:%s)", PQhost(c), PQport(c));
@@ -142,13 +153,10 @@ int tm_pg_writer_connect(pgstore *p)
 void tm_pg_writer_lost(pgstore *p)
 {
     int pid = p->wc ? PQbackendPID(p->wc) : 0;
-    const char *host = pid ? PQhost(p->wc) : NULL, *port = pid ? PQport(p->wc) : NULL;
-    if (pid && host && port) {
+    if (pid) {
         pthread_mutex_lock(&p->d_mu);
         pg_doubt *d = &p->doubts[p->ndoubts < PG_DOUBTS_MAX ? p->ndoubts++ : PG_DOUBTS_MAX - 1];
-        d->pid = pid;
-        snprintf(d->host, sizeof d->host, "%s", host);
-        snprintf(d->port, sizeof d->port, "%s", port);
+        *d = (pg_doubt){pid, p->wc_start_us, tm_now_ms()};
         pthread_mutex_unlock(&p->d_mu);
     }
     PQfinish(p->wc);
@@ -742,18 +750,21 @@ static int writer_ready(pgstore *p, size_t n)
 /* Wait, until the batch's deadline, for the backends an earlier lost
  * connection left with a COMMIT in doubt (tm_pg_doubts_wait): a batch sent
  * beside them could take its seqs before theirs (they hold the streams'
- * rows until a standby answers, then race for them), and a call run again
- * on a read that missed them would write their events again. A batch
- * refused here is sent nowhere: not committed, definitely. */
+ * rows until a standby answers, then race for them). A batch refused here
+ * is sent nowhere: not committed, definitely. */
 static int doubts_cleared(pgstore *p, size_t n)
 {
     int rc = tm_pg_doubts_wait(p);
-    if (rc == TIDEMARK_EBUSY)
+    if (rc == TIDEMARK_EBUSY) {
         TM_WARN("postgresql: a COMMIT of this node is still in doubt after %lld ms (waiting for "
                 "a standby): failing %zu queued write(s), none sent",
                 (long long)p->timeout_ms, n);
-    else if (rc)
-        tm_pg_writer_lost(p);
+    } else if (rc && PQstatus(p->wc) == CONNECTION_OK) {
+        TM_ERROR("postgresql: could not ask about a COMMIT in doubt (%s): failing %zu queued "
+                 "write(s), none sent", PQerrorMessage(p->wc), n);
+    } else if (rc) {
+        tm_pg_writer_lost(p); /* (nothing pending: its backend exits at our FIN) */
+    }
     return rc;
 }
 
