@@ -174,14 +174,16 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
 {
     char app[64];
     tm_pg_app_name(p, role, app, sizeof app);
-    /* The URI comes last: what it says wins over these defaults. A peer
-     * that stops answering (a partition) breaks the connection within the
-     * store timeout instead of TCP's minutes. */
+    /* The URI comes after these defaults: what it says wins over them,
+     * but for tcp_user_timeout, after it. A peer that stops answering (a
+     * partition) breaks the connection within the store timeout instead
+     * of TCP's minutes, and what the kernel had sent is retransmitted no
+     * longer than that (doubt_gone counts on it). */
     char tcp[24];
     snprintf(tcp, sizeof tcp, "%lld", (long long)p->timeout_ms);
-    const char *keys[] = {"connect_timeout", "application_name", "tcp_user_timeout", "keepalives_idle",
-                          "keepalives_interval", "keepalives_count", "dbname", NULL};
-    const char *vals[] = {"3", app, tcp, "5", "1", "3", p->uri, NULL};
+    const char *keys[] = {"connect_timeout", "application_name", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "dbname", "tcp_user_timeout", NULL};
+    const char *vals[] = {"3", app, "5", "1", "3", p->uri, tcp, NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c || PQstatus(c) != CONNECTION_OK) {
         TM_DEBUG("postgresql: connect (%s): %s", role, c ? PQerrorMessage(c) : "out of memory");
@@ -207,6 +209,10 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
                      "SET application_name = '%s'; SET synchronous_commit = %s; "
                      "SET statement_timeout = %lld",
                      app, sync_commit_level(p, role), writer ? 0LL : (long long)p->timeout_ms);
+    if (n < 0 || (size_t)n >= sizeof set) {
+        PQfinish(c);
+        return NULL;
+    }
     if (writer) {
         long long t = (long long)p->timeout_ms;
         snprintf(set + n, sizeof set - (size_t)n,
@@ -220,6 +226,7 @@ PGconn *tm_pg_connect(pgstore *p, const char *role)
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {
+        TM_WARN("postgresql: setting up a connection (%s) failed: %s", role, PQerrorMessage(c));
         PQfinish(c);
         return NULL;
     }
@@ -769,11 +776,11 @@ static void pg_hold(tm_store *st, int on)
 /* Whether doubt d has resolved, asked on connection c (to the server this
  * node writes to now): 1 when its backend is not there (gone, or on another
  * server: a former primary's COMMIT can land here no more), or idle (its
- * batch committed or rolled back) since longer than twice the store
- * timeout (the writer's kernel retransmits what it had sent no longer than
- * the timeout: tcp_user_timeout); 0 while it may still commit; -1 when c
- * could not say. A state not known to be settled (NULL, "disabled") is a
- * doubt. */
+ * batch committed or rolled back) and left more than twice the store
+ * timeout ago (the writer's kernel retransmits what it had sent no longer
+ * than the timeout: tcp_user_timeout); 0 while it may still commit; -1
+ * when c could not say. A state not known to be settled (NULL, "disabled")
+ * is a doubt. */
 static int doubt_gone(pgstore *p, PGconn *c, const pg_doubt *d)
 {
     char pid[16], start[24];
@@ -781,8 +788,9 @@ static int doubt_gone(pgstore *p, PGconn *c, const pg_doubt *d)
     snprintf(start, sizeof start, "%lld", d->start_us);
     const char *a[2] = {pid, start};
     PGresult *r = tm_pg_exec(c, "SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1 "
-                                "AND ($2::bigint = 0 OR (extract(epoch FROM backend_start) * "
-                                "1000000)::bigint = $2::bigint)", 2, a, 0);
+                                "AND pid <> pg_backend_pid() AND ($2::bigint = 0 OR "
+                                "(extract(epoch FROM backend_start) * 1000000)::bigint = "
+                                "$2::bigint)", 2, a, 0);
     if (!r)
         return -1;
     int gone = PQntuples(r) == 0;

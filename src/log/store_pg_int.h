@@ -224,9 +224,9 @@ void tm_pg_writer_lost(pgstore *p);
 int tm_pg_in_doubt(tm_store *st);
 /* Writer thread, connected: wait until no backend it left is in doubt on
  * its server, so nothing it sends lands before writes still in doubt. 0
- * (and at least half the store timeout left for the batch);
- * TIDEMARK_EBUSY at the batch's deadline; TIDEMARK_EIO when the connection
- * could not say. */
+ * (after a wait, only with half the store timeout left for the batch);
+ * TIDEMARK_EBUSY at the batch's deadline, or cleared too late;
+ * TIDEMARK_EIO when the connection could not say. */
 int tm_pg_doubts_wait(pgstore *p);
 /* Forget the hints of session id (deleted or expired). */
 void tm_pg_forget_session(pgstore *p, const char *id);

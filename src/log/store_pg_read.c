@@ -447,8 +447,8 @@ static int request_of_row_at(const PGresult *r, int i, int base, tm_request_rec 
  * second parameter, when there is one, is a key: bytes. */
 static int request_query(pgstore *p, const char *sql, int n, const char *const *a, PGresult **r)
 {
-    int lens[4] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0, 0}, fmts[4] = {0, n > 1, 0, 0};
-    assert(n >= 1 && n <= 4); /* every parameter has a length and a format here */
+    int lens[5] = {0, n > 1 ? (int)strlen(a[1]) : 0, 0, 0, 0}, fmts[5] = {0, n > 1, 0, 0, 0};
+    assert(n >= 1 && n <= 5); /* every parameter has a length and a format here */
     return tm_pg_query_f(p, sql, n, a, lens, fmts, 1, r);
 }
 
@@ -524,21 +524,27 @@ int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud)
 int tm_pg_request_claim(tm_store *st, const char *session, const char *key)
 {
     pgstore *p = (pgstore *)st;
-    const char *a[4] = {session, key, p->node, may_judge(p) ? "t" : "f"};
+    char settle[24];
+    snprintf(settle, sizeof settle, "%lld", 2 * (long long)p->timeout_ms);
+    const char *a[5] = {session, key, p->node, may_judge(p) ? "t" : "f", settle};
     PGresult *r = NULL;
     /* claimed (1 or 0: live elsewhere, taken, finished), and whether it
-     * exists. Not while a backend of the owner's writer is active or inside
-     * a transaction here: a COMMIT of its (a dead node's batch waiting for
-     * a standby) may still land, and a re-run reading the stream before it
-     * would send its events again (tm_pg_doubts_wait, for the node's own). */
+     * exists. Not while a backend of the owner's writer here may still
+     * commit (doubt_gone's rule, judged by the backend's own state_change:
+     * anything but idle, or idle for less than twice the store timeout; a
+     * state hidden from this role is a doubt): a dead node's batch waiting
+     * for a standby may still land, and a re-run reading the stream before
+     * it would send its events again. */
     if (request_query(p, "WITH c AS (UPDATE tm_requests r SET node = $3 WHERE session = $1 AND "
                          "key = $2 AND state = 1 AND node <> $3 AND $4::boolean AND NOT EXISTS "
                          "(SELECT 1 FROM tm_nodes n WHERE n.node = r.node AND n.until_ms > tm_now()) "
                          "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE "
                          "a.application_name = '" PG_WRITER_APP "' || r.node AND "
-                         "a.state IN ('active', 'idle in transaction')) "
+                         "(a.state IS NULL OR a.state NOT IN ('idle', 'idle in transaction "
+                         "(aborted)') OR a.state_change > clock_timestamp() - $5::bigint * "
+                         "interval '1 millisecond')) "
                          "RETURNING 1) SELECT (SELECT count(*) FROM c), EXISTS (SELECT 1 FROM "
-                         "tm_requests WHERE session = $1 AND key = $2)", 4, a, &r) != 0)
+                         "tm_requests WHERE session = $1 AND key = $2)", 5, a, &r) != 0)
         return TIDEMARK_EIO;
     int exists = PQgetlength(r, 0, 1) == 1 && PQgetvalue(r, 0, 1)[0] == 1;
     int rc = !exists ? TIDEMARK_ENOTFOUND : tm_pg_bin_i64(r, 0, 0) == 1 ? 0 : TIDEMARK_EBUSY;

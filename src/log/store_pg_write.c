@@ -147,12 +147,13 @@ int tm_pg_writer_connect(pgstore *p)
 }
 
 /* The connection is closed, never cancelled: a cancelled wait for a standby
- * would make an unreplicated commit visible. Its backend may still be
+ * would make an unreplicated commit visible. Unless PostgreSQL said why the
+ * batch failed (p->last_state: rolled back), its backend may still be
  * waiting for one, and commit when it answers: noted as a doubt until it is
  * gone (tm_pg_in_doubt). A new epoch for what follows. */
 void tm_pg_writer_lost(pgstore *p)
 {
-    int pid = p->wc ? PQbackendPID(p->wc) : 0;
+    int pid = p->wc && !p->last_state[0] ? PQbackendPID(p->wc) : 0;
     if (pid) {
         pthread_mutex_lock(&p->d_mu);
         pg_doubt *d = &p->doubts[p->ndoubts < PG_DOUBTS_MAX ? p->ndoubts++ : PG_DOUBTS_MAX - 1];
@@ -754,16 +755,18 @@ static int writer_ready(pgstore *p, size_t n)
  * is sent nowhere: not committed, definitely. */
 static int doubts_cleared(pgstore *p, size_t n)
 {
+    int64_t t0 = tm_now_ms();
     int rc = tm_pg_doubts_wait(p);
     if (rc == TIDEMARK_EBUSY) {
-        TM_WARN("postgresql: a COMMIT of this node is still in doubt after %lld ms (waiting for "
+        TM_WARN("postgresql: a COMMIT of this node was still in doubt after %lld ms (waiting for "
                 "a standby): failing %zu queued write(s), none sent",
-                (long long)p->timeout_ms, n);
+                (long long)(tm_now_ms() - t0), n);
     } else if (rc && PQstatus(p->wc) == CONNECTION_OK) {
         TM_ERROR("postgresql: could not ask about a COMMIT in doubt (%s): failing %zu queued "
                  "write(s), none sent", PQerrorMessage(p->wc), n);
     } else if (rc) {
-        tm_pg_writer_lost(p); /* (nothing pending: its backend exits at our FIN) */
+        snprintf(p->last_state, sizeof p->last_state, "08000"); /* nothing sent: no doubt */
+        tm_pg_writer_lost(p);
     }
     return rc;
 }

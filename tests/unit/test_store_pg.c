@@ -332,10 +332,12 @@ static PGconn *owner_writer(int db, const char *session, const char *key)
     PGresult *r = PQexec(c, sql);
     assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
     assert_int_equal(PQntuples(r), 1);
-    snprintf(sql, sizeof sql, "SET application_name = 'tidemark-write-%s'; BEGIN",
-             PQgetvalue(r, 0, 0));
+    snprintf(sql, sizeof sql, "SET application_name = 'tidemark-write-%s'", PQgetvalue(r, 0, 0));
     PQclear(r);
     r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQexec(c, "BEGIN");
     assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
     PQclear(r);
     return c;
@@ -345,7 +347,8 @@ static void test_request_claim(void **state)
 {
     (void)state;
     int db = new_db();
-    tm_store *owner = open_db(db, NULL), *a = open_db(db, NULL), *b = open_db(db, NULL);
+    tm_store_options quick = {.store_timeout_ms = 1000};
+    tm_store *owner = open_db(db, NULL), *a = open_db(db, &quick), *b = open_db(db, NULL);
     mk_session(owner, "s");
     open_stream(owner, "s", NULL, "r1");
     tm_request_rec r = {.session = "s", .key = "i:7", .tool = "t", .stream = "r1", .message = "{}"};
@@ -374,7 +377,17 @@ static void test_request_claim(void **state)
     PGconn *w = owner_writer(db, "s", "i:7");
     assert_int_equal(tm_store_request_claim(a, "s", "i:7"), TIDEMARK_EBUSY);
     PQclear(PQexec(w, "ROLLBACK"));
-    assert_int_equal(tm_store_request_claim(a, "s", "i:7"), 0);
+    /* idle, and still connected: settled once idle for twice a's store
+     * timeout (1 s here), not before */
+    long long t1 = now_ms();
+    assert_int_equal(tm_store_request_claim(a, "s", "i:7"), TIDEMARK_EBUSY);
+    int claimed = TIDEMARK_EBUSY;
+    while (claimed == TIDEMARK_EBUSY && now_ms() - t1 < 10000) {
+        usleep(100 * 1000);
+        claimed = tm_store_request_claim(a, "s", "i:7");
+    }
+    assert_int_equal(claimed, 0);
+    assert_true(now_ms() - t1 >= 1500);
     PQfinish(w);
     assert_int_equal(tm_store_request_claim(b, "s", "i:7"), TIDEMARK_EBUSY); /* a took it */
     assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 1);
