@@ -165,15 +165,10 @@ static const char *sync_commit_level(const pgstore *p, const char *role)
     return p->opt.durability == TM_DURABILITY_PROCESS ? "local" : "on";
 }
 
-void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n)
-{
-    snprintf(out, n, PG_APP_PREFIX "%s-%s", role, p->node);
-}
-
 PGconn *tm_pg_connect(pgstore *p, const char *role)
 {
     char app[64];
-    tm_pg_app_name(p, role, app, sizeof app);
+    snprintf(app, sizeof app, PG_APP_PREFIX "%s-%s", role, p->node);
     /* The URI comes after these defaults: what it says wins over them,
      * but for tcp_user_timeout, after it. A peer that stops answering (a
      * partition) breaks the connection within the store timeout instead

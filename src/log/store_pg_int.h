@@ -137,11 +137,10 @@ extern const struct tm_store_ops tm_pg_ops;
 extern const tm_writer_hooks tm_pg_writer_hooks;
 
 /* Connections (store_pg.c). role names the connection in application_name
- * (tm_pg_app_name: "tidemark-<role>-<node>"); PG_WRITER_APP and a node's
- * name make its writer's. */
+ * ("tidemark-<role>-<node>"); PG_WRITER_APP and a node's name make its
+ * writer's. */
 #define PG_APP_PREFIX "tidemark-"
 #define PG_WRITER_APP PG_APP_PREFIX "write-"
-void tm_pg_app_name(const pgstore *p, const char *role, char *out, size_t n);
 PGconn *tm_pg_connect(pgstore *p, const char *role);
 PGresult *tm_pg_exec(PGconn *c, const char *sql, int n, const char *const *vals, int rfmt);
 PGconn *tm_pg_pool_get(pgstore *p);
@@ -218,7 +217,10 @@ int tm_pg_kv_create(tm_store *st, const char *key, const void *val, size_t len);
 
 /* The writer's connection (store_pg_write.c): connect, lost. */
 int tm_pg_writer_connect(pgstore *p);
-void tm_pg_writer_lost(pgstore *p);
+/* The writer's connection is gone (closed here). may_commit: a batch was
+ * sent on it that PostgreSQL did not answer, so its COMMIT may still land
+ * (noted as a doubt). */
+void tm_pg_writer_lost(pgstore *p, int may_commit);
 /* tm_store_in_doubt: whether a backend left by tm_pg_writer_lost still runs
  * on the server this node writes to now (its COMMIT may still land). */
 int tm_pg_in_doubt(tm_store *st);

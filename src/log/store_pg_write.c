@@ -147,13 +147,12 @@ int tm_pg_writer_connect(pgstore *p)
 }
 
 /* The connection is closed, never cancelled: a cancelled wait for a standby
- * would make an unreplicated commit visible. Unless PostgreSQL said why the
- * batch failed (p->last_state: rolled back), its backend may still be
- * waiting for one, and commit when it answers: noted as a doubt until it is
- * gone (tm_pg_in_doubt). A new epoch for what follows. */
-void tm_pg_writer_lost(pgstore *p)
+ * would make an unreplicated commit visible. With may_commit its backend may
+ * still be waiting for one, and commit when it answers: noted as a doubt
+ * until it is gone (tm_pg_in_doubt). A new epoch for what follows. */
+void tm_pg_writer_lost(pgstore *p, int may_commit)
 {
-    int pid = p->wc && !p->last_state[0] ? PQbackendPID(p->wc) : 0;
+    int pid = p->wc && may_commit ? PQbackendPID(p->wc) : 0;
     if (pid) {
         pthread_mutex_lock(&p->d_mu);
         pg_doubt *d = &p->doubts[p->ndoubts < PG_DOUBTS_MAX ? p->ndoubts++ : PG_DOUBTS_MAX - 1];
@@ -765,8 +764,7 @@ static int doubts_cleared(pgstore *p, size_t n)
         TM_ERROR("postgresql: could not ask about a COMMIT in doubt (%s): failing %zu queued "
                  "write(s), none sent", PQerrorMessage(p->wc), n);
     } else if (rc) {
-        snprintf(p->last_state, sizeof p->last_state, "08000"); /* nothing sent: no doubt */
-        tm_pg_writer_lost(p);
+        tm_pg_writer_lost(p, 0); /* nothing sent on it */
     }
     return rc;
 }
@@ -799,7 +797,7 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
                 p->last_state, p->last_state[0] ? ": " : "",
                 p->last_error[0] ? p->last_error : PQerrorMessage(p->wc),
                 retry ? ": rolled back, tried again" : ": treated as not acknowledged");
-        tm_pg_writer_lost(p);
+        tm_pg_writer_lost(p, !p->last_state[0]); /* PostgreSQL's error: rolled back */
         if (!retry) {
             fail_all(batch, TIDEMARK_EIO);
             break;

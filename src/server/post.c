@@ -539,6 +539,18 @@ static int begin_records(tidemark_server_t *srv, tm_job *j, tm_req *r, post_msgs
     return 0;
 }
 
+/* Answer r with a POST's call stream of session sid, from its start, each
+ * event as it commits. */
+static int attach_call_stream(tidemark_server_t *srv, tm_req *r, const char *sid,
+                              const char *stream)
+{
+    tm_feed_opts o = {.session = sid, .stream = stream, .after_seq = 0,
+                      .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
+                      .defer = 1};
+    tm_req_add_header(r, "Mcp-Session-Id", sid);
+    return tm_feed_attach(srv, r, &o);
+}
+
 /* A POST with calls is answered with the stream they write to: opened,
  * its records begun and its priming event queued, then attached. On failure
  * nothing runs: a 2025 POST is answered here with the error (but for
@@ -561,9 +573,6 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
         rc = begin_records(srv, j, r, pm, late);
     if (rc == 0 && priming && !begin_waits(srv))
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
-    tm_feed_opts o = {.session = sess->id, .stream = j->stream, .after_seq = 0,
-                      .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
-                      .defer = 1};
     if (tm_job_is(j, TM_POST_MODERN)) {
         if (rc == 0)
             j->lazy = r; /* answered as JSON, or attached by the call's first notification */
@@ -573,10 +582,8 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
         return rc;
     if (rc == 0 && late) /* attached once its begin's answer is known (late_begin_end) */
         return 0;
-    if (rc == 0) {
-        tm_req_add_header(r, "Mcp-Session-Id", sess->id);
-        rc = tm_feed_attach(srv, r, &o);
-    }
+    if (rc == 0)
+        rc = attach_call_stream(srv, r, sess->id, j->stream);
     if (rc) { /* answered here; nothing runs unrecorded */
         tm_reply_store_error(r, rc);
         j->sse = 0;
@@ -820,11 +827,7 @@ static void late_begin_end(tidemark_server_t *srv, tm_req *r, post_msgs *pm, lat
     if (rc == 0 && tm_call_write_pending(srv, lb->sess->id, key))
         rc = TIDEMARK_EIO;
     if (rc == 0) {
-        tm_feed_opts o = {.session = lb->sess->id, .stream = lb->stream, .after_seq = 0,
-                          .retry_ms = srv->cfg.retry_ms, .announce_durable = srv->cfg.emit_early,
-                          .defer = 1};
-        tm_req_add_header(r, "Mcp-Session-Id", lb->sess->id);
-        rc = tm_feed_attach(srv, r, &o);
+        rc = attach_call_stream(srv, r, lb->sess->id, lb->stream);
         if (rc) /* committed: a retry is answered from its record */
             tm_reply_store_error(r, rc);
     } else if (rc == TIDEMARK_EEXIST) { /* neither its effect nor its response was written */

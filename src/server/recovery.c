@@ -283,16 +283,12 @@ static int failed_record(tidemark_server_t *srv, const char *k, pending *p)
     int started = rec.state == TM_REQ_STARTED;
     /* Nodes sharing the store: one that took it over after this node's
      * lease lapsed finishes it (never both: the stream would run twice). */
-    int mine = started ? tm_store_request_mine(srv->store, sid, nl + 1) : 0;
-    if (mine < 0) {
+    int mine = started && !doubt ? tm_store_request_mine(srv->store, sid, nl + 1) : 0;
+    if (mine < 0 || (started && doubt)) {
         tm_request_rec_clear(&rec);
         return -1;
     }
     started = mine;
-    if (started && doubt) {
-        tm_request_rec_clear(&rec);
-        return -1;
-    }
     if (started)
         collect(p, &rec);
     tm_request_rec_clear(&rec);
