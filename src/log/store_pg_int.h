@@ -50,7 +50,7 @@ typedef struct pop {
     unsigned run;             /* append leading a run of appends to its stream sent as one
                                  statement: the run's length; 0: a follower in a run */
     unsigned pre;             /* results owed before its own (its effect's statements) */
-    signed char owned;        /* an effect's record: 1 this node's, -1 not (or none), 0 not asked */
+    signed char owned;        /* -1: its effect refused (record not this node's started one) */
     char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was written with */
 } pop;
 
@@ -108,6 +108,7 @@ struct pgstore {
     int pipe_begin;
     pop *pipe_from;
     pop *fx_op;
+    pop *refused;              /* the effect whose record check aborted the batch, or NULL */
     int fx_broken;             /* a sync inside the effect failed: the batch is lost */
     char last_state[6];        /* SQLSTATE of the batch's first failed statement, or "" */
     char last_error[160];      /* its message */

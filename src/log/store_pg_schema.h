@@ -17,7 +17,7 @@
 #define TM_STORE_PG_SCHEMA_H
 
 /* The version this build writes; a database recording a higher one is refused. */
-#define TM_PG_SCHEMA_VERSION 3
+#define TM_PG_SCHEMA_VERSION 4
 
 /* The advisory lock key taken while migrating (any constant; "tidemark"). */
 #define TM_PG_LOCK_KEY "7516391447221381"
@@ -217,6 +217,25 @@ static const char *const tm_pg_migrations[TM_PG_SCHEMA_VERSION] = {
     "  END IF;\n"
     "  INSERT INTO tm_rows(tbl, id, doc) VALUES (p_tbl, v, p_doc);\n"
     "  RETURN v;\n"
+    "END $$;",
+    /* 4: tm_req_mine, sent in the writer's pipeline before an effect:
+     * the record is locked until the commit when it is started and this
+     * node's; otherwise it raises, which aborts the batch at once (no
+     * statement after it runs, the effect's included) without a round
+     * trip to ask first. TM001: no record; TM002: finished or another
+     * node's. */
+    "CREATE FUNCTION tm_req_mine(p_session text, p_key bytea, p_node text) RETURNS void"
+    " LANGUAGE plpgsql AS $$\n"
+    "DECLARE q record;\n"
+    "BEGIN\n"
+    "  SELECT state, node INTO q FROM tm_requests WHERE session = p_session AND key = p_key\n"
+    "    FOR UPDATE;\n"
+    "  IF NOT FOUND THEN\n"
+    "    RAISE EXCEPTION 'no request record' USING ERRCODE = 'TM001';\n"
+    "  ELSIF q.state <> 1 OR q.node <> p_node THEN\n"
+    "    RAISE EXCEPTION 'the request record is not this node''s started one'\n"
+    "      USING ERRCODE = 'TM002';\n"
+    "  END IF;\n"
     "END $$;",
 };
 

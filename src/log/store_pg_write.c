@@ -38,22 +38,17 @@ static const char *const op_sql[] = {
 static const char *const op_name[] = {"a", "c", "o", "sc", "st", "sd", "sa", "rb"};
 #define NKINDS ((int)(sizeof op_sql / sizeof op_sql[0]))
 
-/* The batch's NOTIFY (notify_arrays), and whose records the effects are
- * (ask_owners). Both are prepared once per connection with generic plans
- * (tm_pg_writer_connect), made while the tables may still be empty: each
- * row is looked up by its key in a LATERAL subquery with LIMIT 1, which
- * the planner cannot turn into a join, so the plan is one index probe a
- * row and never a hash join over a sequential scan of a whole table. */
+/* The batch's NOTIFY (notify_arrays). Prepared once per connection with a
+ * generic plan (tm_pg_writer_connect), made while the tables may still be
+ * empty: each row is looked up by its key in a LATERAL subquery with
+ * LIMIT 1, which the planner cannot turn into a join, so the plan is one
+ * index probe a row and never a hash join over a sequential scan of a
+ * whole table. */
 static const char notify_sql[] =
     "SELECT pg_notify('tm_commits', CASE WHEN length(p) > 7900 THEN $1 || E'\\n*' ELSE p END) "
     "FROM (SELECT $1 || E'\\n' || coalesce(string_agg(u.se || E'\\t' || u.na || E'\\t' || "
     "s.head, E'\\n'), '') AS p FROM unnest($2::text[], $3::text[]) AS u(se, na) CROSS JOIN "
     "LATERAL (SELECT head FROM tm_streams WHERE session = u.se AND name = u.na LIMIT 1) s) q";
-
-static const char owners_sql[] =
-    "SELECT u.i, r.mine FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS u(s, k, i) "
-    "CROSS JOIN LATERAL (SELECT state = 1 AND node = $1 AS mine FROM tm_requests "
-    "WHERE session = u.s AND key = u.k LIMIT 1 FOR UPDATE) r ORDER BY u.i";
 
 /* Prepared on every writer connection besides the ops': the batch's own
  * statements, then those around and in an effect (run_effect, txn_insert). */
@@ -62,7 +57,7 @@ static const struct {
 } batch_sql[] = {{"tb", "BEGIN"},
                  {"tc", "COMMIT"},
                  {"n", notify_sql},
-                 {"w", owners_sql},
+                 {"fm", "SELECT tm_req_mine($1, $2, $3)"},
                  {"fs", "SAVEPOINT fx"},
                  {"fa", "SET LOCAL plan_cache_mode = auto"},
                  {"fg", "SET LOCAL plan_cache_mode = force_generic_plan"},
@@ -409,13 +404,27 @@ static int expect_ok(pgstore *p, int *lost)
     return bad;
 }
 
+/* Read the results o's effect owes so far (its record's check, then its
+ * statements). A check that raised names o as refused (p->refused): the
+ * first error of a pipeline is the only one, the rest are skipped. */
+static int read_pre(pgstore *p, pop *o, int *lost)
+{
+    int bad = 0;
+    for (; o->pre && !*lost; o->pre--) {
+        if (!expect_ok(p, lost))
+            continue;
+        bad = 1;
+        if (!p->refused && strncmp(p->last_state, "TM00", 4) == 0)
+            p->refused = o;
+    }
+    return bad;
+}
+
 /* Read what op o owes: its effect's statements, then its own result (a
  * follower in a run owes nothing: its leader's result is the run's). */
 static int read_op(pgstore *p, pop *o, int *lost)
 {
-    int bad = 0;
-    for (; o->pre && !*lost; o->pre--)
-        bad |= expect_ok(p, lost);
+    int bad = read_pre(p, o, lost);
     if (o->kind == OP_APPEND && o->run == 0)
         return bad;
     PGresult *r = *lost ? NULL : query_result(p, lost);
@@ -444,8 +453,8 @@ static int pipe_sync(pgstore *p, pop *upto, int upto_pre, int notify, int commit
     for (pop *o = p->pipe_from; !lost && o != upto; o = op_next(o))
         bad |= read_op(p, o, &lost);
     p->pipe_from = upto;
-    for (; upto && upto_pre && upto->pre && !lost; upto->pre--)
-        bad |= expect_ok(p, &lost);
+    if (upto && upto_pre)
+        bad |= read_pre(p, upto, &lost);
     if (!lost && notify)
         bad |= expect_ok(p, &lost);
     if (!lost && commit) {
@@ -478,88 +487,23 @@ static int fx_send(pgstore *p, const char *name, int n, const char *const *v)
 
 /* ---- atomic effects ------------------------------------------------------------------- */
 
-/* Whether o's record is begun earlier in this batch (then only a read
- * after that begin can tell whose it is). */
-static int begun_in_batch(pop *batch, pop *o)
+/* The check that o's record is started and this node's (tm_req_mine),
+ * sent before its effect: if not, PostgreSQL aborts the batch there and
+ * nothing after it runs (read_pre names o). The record's row stays locked
+ * until the commit, so a node whose call another took over never writes
+ * its effect. In the transaction's own scope, not the effect's savepoint:
+ * a row locked by a subtransaction and updated by its parent (the
+ * response's tm_append) would take a MultiXact. */
+static int mine_send(pgstore *p, pop *o)
 {
-    for (pop *x = batch; x && x != o; x = op_next(x))
-        if (x->kind == OP_REQ_BEGIN && strcmp(x->session, o->session) == 0 && strcmp(x->name, o->extra) == 0)
-            return 1;
+    const char *v[3] = {o->session, o->extra, p->node};
+    int len[3] = {0, (int)strlen(o->extra), 0}, fmt[3] = {0, 1, 0};
+    if (!PQsendQueryPrepared(p->wc, "fm", 3, v, len, fmt, 0)) {
+        p->fx_broken = 1;
+        return TIDEMARK_EIO;
+    }
+    o->pre++;
     return 0;
-}
-
-/* Ask in one statement whose records the effects from o on are (those
- * whose record no op of this batch begins), locking the records' rows
- * until the commit; sets each one's owned. A record that is not there is
- * nobody's: its begin failed (an earlier batch that did not commit, while
- * this one does) or its session is gone, and an effect run then would
- * have no record to say it ran, so a retry would run it again: refused
- * (PG_FX_NORECORD). Returns 0 or TIDEMARK_EIO. */
-static int ask_owners(pgstore *p, pop *batch, pop *o)
-{
-    tm_buf se, ke;
-    tm_buf_init(&se, (size_t)64 << 20);
-    tm_buf_init(&ke, (size_t)64 << 20);
-    int rc = tm_buf_adds(&se, "{") | tm_buf_adds(&ke, "{");
-    unsigned n = 0;
-    for (pop *x = o; x && rc == 0; x = op_next(x)) {
-        if (x->kind != OP_APPEND || !x->effect || !x->extra || x->owned || (x != o && begun_in_batch(batch, x)))
-            continue;
-        x->owned = 2; /* asked now; no row: no record */
-        char *one = tm_pg_text_array((const char *const *)&x->session, 1);
-        rc = one ? tm_buf_printf(&se, "%s%.*s", n ? "," : "", (int)strlen(one) - 2, one + 1) : TIDEMARK_ENOMEM;
-        free(one);
-        rc |= tm_buf_adds(&ke, n ? ",\"\\\\x" : "\"\\\\x");
-        for (const unsigned char *c = (const unsigned char *)x->extra; *c && rc == 0; c++)
-            rc = tm_buf_printf(&ke, "%02x", *c);
-        rc |= tm_buf_adds(&ke, "\"");
-        n++;
-    }
-    rc |= tm_buf_adds(&se, "}") | tm_buf_adds(&ke, "}");
-    const char *v[3] = {p->node, se.data, ke.data};
-    PGresult *r = rc ? NULL : PQexecPrepared(p->wc, "w", 3, v, NULL, NULL, 0);
-    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-    if (!ok)
-        tm_pg_note_error(p, r);
-    /* row i names the i-th op asked (owned 2, in order): mark after counting */
-    for (int i = 0; ok && i < PQntuples(r); i++) {
-        long want = strtol(PQgetvalue(r, i, 0), NULL, 10), k = 0;
-        for (pop *x = o; x; x = op_next(x))
-            if (x->kind == OP_APPEND && (x->owned >= 2 || x->owned <= -2) && ++k == want)
-                x->owned = PQgetvalue(r, i, 1)[0] == 't' ? 3 : -2;
-    }
-    for (pop *x = o; x; x = op_next(x)) {
-        if (x->kind != OP_APPEND || (x->owned < 2 && x->owned > -2))
-            continue;
-        if (x->owned == 2)
-            x->flags |= PG_FX_NORECORD;
-        x->owned = x->owned == 3 ? 1 : -1;
-    }
-    PQclear(r);
-    tm_buf_free(&se);
-    tm_buf_free(&ke);
-    return ok ? 0 : TIDEMARK_EIO;
-}
-
-/* Whether o's effect may run: its request record (if any) is started and
- * this node's. Read after everything queued before o (a record this batch
- * began is seen), with the record's row locked until the commit, so a
- * node that another took over never writes its effect; the effects after
- * o whose records are older than the batch are asked in the same round
- * trip. 1 yes, 0 no (o is then refused: TIDEMARK_EBUSY, another node's;
- * TIDEMARK_EIO, no record), -1 the batch is lost. */
-static int effect_owned(pgstore *p, pop *batch, pop *o)
-{
-    if (!o->extra)
-        return 1;
-    if (o->owned)
-        return o->owned > 0;
-    if (pipe_sync(p, o, 0, 0, 0) != 0 || !PQexitPipelineMode(p->wc))
-        return -1;
-    int rc = ask_owners(p, batch, o);
-    if (rc != 0 || !PQenterPipelineMode(p->wc))
-        return -1;
-    return o->owned > 0;
 }
 
 /* tidemark_txn_insert: pipelined, no wait. A row that fails to insert fails
@@ -603,6 +547,8 @@ static int run_effect(pgstore *p, pop *o)
 {
     p->fx_op = o;
     p->fx_broken = 0;
+    if (o->extra && mine_send(p, o) != 0)
+        return TIDEMARK_EIO;
     /* the application's statements get PostgreSQL's usual planning, not
      * the writer's generic plans (tm_pg_connect); a rollback to the
      * savepoint undoes the SET LOCAL too */
@@ -684,13 +630,12 @@ static int run_batch(pgstore *p, pop *batch)
         rc = TIDEMARK_EIO;
     p->pipe_begin = 1;
     p->pipe_from = batch;
+    p->refused = NULL;
     for (pop *o = batch, *next; o && rc == 0; o = next) {
         next = op_next(o);
-        int own = o->kind == OP_APPEND && o->effect ? effect_owned(p, batch, o) : 1;
-        if (own <= 0) { /* refused: neither its effect nor its event is sent */
+        if (o->owned < 0) { /* refused: neither its effect nor its event is sent */
             o->run = 0;
             o->w.q.status = (o->flags & PG_FX_NORECORD) ? TIDEMARK_EIO : TIDEMARK_EBUSY;
-            rc = own < 0 ? TIDEMARK_EIO : 0;
             continue;
         }
         if (o->kind == OP_APPEND && o->effect)
@@ -720,16 +665,38 @@ static int fail_all(pop *batch, int rc)
     return 0;
 }
 
-/* Back to what the ops were before a try that PostgreSQL rolled back. */
+/* Back to what the ops were before a try that PostgreSQL rolled back; an
+ * effect found refused stays refused (a record never becomes this node's
+ * started one again). */
 static void reset_ops(pop *batch)
 {
     for (pop *o = batch; o; o = op_next(o)) {
         o->w.q.status = 0;
         o->w.seq = 0;
         o->run = o->pre = 0;
-        o->owned = 0;
-        o->flags &= ~(PG_FX_FAILED | PG_FX_NORECORD);
+        o->flags &= ~PG_FX_FAILED;
     }
+}
+
+/* After a batch PostgreSQL aborted at an effect's record check: mark that
+ * effect refused and end the transaction, keeping the connection when the
+ * ROLLBACK goes through. 1 when the batch is to be tried again without it,
+ * 0 when no check failed. */
+static int refusal_taken(pgstore *p)
+{
+    pop *o = p->refused;
+    if (!o)
+        return 0;
+    o->owned = -1;
+    if (strcmp(p->last_state, "TM001") == 0)
+        o->flags |= PG_FX_NORECORD;
+    TM_DEBUG("postgresql: record %s: %s; the batch is tried again without its effect", o->extra,
+             p->last_error);
+    PGresult *r = PQexitPipelineMode(p->wc) ? PQexec(p->wc, "ROLLBACK") : NULL;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        tm_pg_writer_lost(p, 0); /* PostgreSQL's error: rolled back */
+    PQclear(r);
+    return 1;
 }
 
 /* Connect (until the batch's deadline). 0, or TIDEMARK_EIO. */
@@ -780,7 +747,7 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
     pop *batch = (pop *)wbatch;
     TM_TEST_DELAY("TIDEMARK_COMMIT_DELAY_MS"); /* a slow store: nothing of the batch sent yet */
     p->deadline = tm_now_ms() + p->timeout_ms;
-    for (int attempt = 0;; attempt++) {
+    for (int attempt = 0;;) {
         if (writer_ready(p, n) != 0)
             return fail_all(batch, TIDEMARK_EIO);
         if (atomic_load(&p->not_replicated))
@@ -790,8 +757,12 @@ static int w_commit(void *be, tm_wop *wbatch, size_t n)
         p->last_state[0] = p->last_error[0] = '\0';
         if (run_batch(p, batch) == 0)
             break;
-        int retry = attempt < 5 && (strcmp(p->last_state, "40P01") == 0 ||
-                                    strcmp(p->last_state, "40001") == 0);
+        if (refusal_taken(p)) { /* one effect fewer each time: ends */
+            reset_ops(batch);
+            continue;
+        }
+        int retry = attempt++ < 5 && (strcmp(p->last_state, "40P01") == 0 ||
+                                      strcmp(p->last_state, "40001") == 0);
         TM_WARN("postgresql: a batch of %zu write(s) %s (%s%s%s)%s", n,
                 p->last_state[0] ? "failed" : "failed or its commit was not confirmed",
                 p->last_state, p->last_state[0] ? ": " : "",
@@ -1217,8 +1188,8 @@ int tm_pg_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durabl
 /* Queued as a waited op, but not waited for here: a hold this thread has
  * keeps it (and what the thread queues next) back until released. An
  * effect or a response that completes the record, queued after it in the
- * same batch, asks PostgreSQL whose the record is after the begin ran
- * (begun_in_batch, tm_append's p_req check): if the key was another
+ * same batch, has PostgreSQL check whose the record is after the begin
+ * ran (mine_send, tm_append's p_req check): if the key was another
  * node's first, they write nothing. */
 int tm_pg_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket)
 {
