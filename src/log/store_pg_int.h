@@ -110,6 +110,7 @@ struct pgstore {
     pop *fx_op;
     pop *refused;              /* the effect whose record check aborted the batch, or NULL */
     int fx_broken;             /* a sync inside the effect failed: the batch is lost */
+    int fx_planned;            /* the running effect set plan_cache_mode = auto (txn_exec) */
     char last_state[6];        /* SQLSTATE of the batch's first failed statement, or "" */
     char last_error[160];      /* its message */
     pthread_mutex_t e_mu;      /* epoch */

@@ -520,6 +520,12 @@ static int txn_insert(struct tidemark_txn *txn, const char *table, const char *d
 static int txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args, size_t nargs)
 {
     pgstore *p = txn->impl;
+    /* the application's statements get PostgreSQL's usual planning, not
+     * the writer's generic plans (tm_pg_connect), until the effect ends;
+     * a rollback to the savepoint undoes the SET LOCAL too */
+    if (!p->fx_planned && fx_send(p, "fa", 0, NULL) != 0)
+        return TIDEMARK_EIO;
+    p->fx_planned = 1;
     if (pipe_sync(p, p->fx_op, 1, 0, 0) != 0 || !PQexitPipelineMode(p->wc)) {
         p->fx_broken = 1;
         return TIDEMARK_EIO;
@@ -547,19 +553,17 @@ static int run_effect(pgstore *p, pop *o)
 {
     p->fx_op = o;
     p->fx_broken = 0;
+    p->fx_planned = 0;
     if (o->extra && mine_send(p, o) != 0)
         return TIDEMARK_EIO;
-    /* the application's statements get PostgreSQL's usual planning, not
-     * the writer's generic plans (tm_pg_connect); a rollback to the
-     * savepoint undoes the SET LOCAL too */
-    if (fx_send(p, "fs", 0, NULL) != 0 || fx_send(p, "fa", 0, NULL) != 0)
+    if (fx_send(p, "fs", 0, NULL) != 0)
         return TIDEMARK_EIO;
     struct tidemark_txn txn = {.ops = &pg_txn_ops, .impl = p};
     int rc = o->effect(o->effect_ud, &txn);
     if (rc && !p->fx_broken) {
         o->flags |= PG_FX_FAILED;
         fx_send(p, "fb", 0, NULL);
-    } else if (!p->fx_broken) {
+    } else if (!p->fx_broken && p->fx_planned) {
         fx_send(p, "fg", 0, NULL);
     }
     if (!p->fx_broken)
