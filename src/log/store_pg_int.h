@@ -107,7 +107,8 @@ struct pgstore {
      * the first op whose results are not read yet, the op whose effect runs. */
     int pipe_begin;
     pop *pipe_from;
-    pop *fx_op;
+    pop *fx_op;                /* the op whose effect runs */
+    pop *fx_lead;              /* the run it ends (its first op; fx_op when alone) */
     pop *refused;              /* the effect whose record check aborted the batch, or NULL */
     int fx_broken;             /* a sync inside the effect failed: the batch is lost */
     int fx_planned;            /* the running effect set plan_cache_mode = auto (txn_exec) */

@@ -208,28 +208,35 @@ static const char *append_bytes(const pop *o, size_t *len)
     return failed ? o->alt : o->data;
 }
 
-/* Whether o may follow prev in one run: the same stream, no effect, and
- * prev neither ends the stream nor completes a record. */
+/* Whether o may follow prev in one run: the same stream, prev neither
+ * ends the stream nor completes a record (so only a run's last op can
+ * have an effect: it runs before the run is sent), and o is not refused. */
 static int joins_run(const pop *prev, const pop *o)
 {
-    return o->kind == OP_APPEND && !o->effect && !prev->effect && !prev->extra &&
+    return o->kind == OP_APPEND && o->owned >= 0 && !prev->effect && !prev->extra &&
            !(prev->flags & TM_APPEND_FINAL) && strcmp(prev->session, o->session) == 0 &&
            strcmp(prev->name, o->name) == 0;
 }
 
-/* Send the run of appends that o leads as one tm_append; marks its
- * followers. Returns the op after the run (via *next), 0 or TIDEMARK_EIO. */
-static int send_run(pgstore *p, pop *o, const char *epoch, pop **next)
+/* Mark the run of appends that o leads (its length in o->run, 0 in its
+ * followers'); returns its last op. */
+static pop *run_mark(pop *o)
 {
     pop *last = o;
     unsigned n = 1;
-    while (last->w.q.next && n < BATCH_MAX && joins_run(last, (pop *)last->w.q.next)) {
-        last = (pop *)last->w.q.next;
+    while (last->w.q.next && n < BATCH_MAX && joins_run(last, op_next(last))) {
+        last = op_next(last);
         last->run = 0;
         n++;
     }
     o->run = n;
-    *next = (pop *)last->w.q.next;
+    return last;
+}
+
+/* Send the run of appends from o to last (run_mark) as one tm_append.
+ * 0 or TIDEMARK_EIO. */
+static int send_run(pgstore *p, pop *o, pop *last, const char *epoch)
+{
     tm_buf blob, lens;
     tm_buf_init(&blob, (size_t)1 << 31);
     tm_buf_init(&lens, (size_t)1 << 24);
@@ -420,13 +427,17 @@ static int read_pre(pgstore *p, pop *o, int *lost)
     return bad;
 }
 
-/* Read what op o owes: its effect's statements, then its own result (a
- * follower in a run owes nothing: its leader's result is the run's). */
+/* Read what op o owes: its effect's statements, then its own result. A
+ * run's leader reads what its followers' effect statements owe (sent
+ * before the run) and then the run's result; a follower owes nothing. */
 static int read_op(pgstore *p, pop *o, int *lost)
 {
     int bad = read_pre(p, o, lost);
     if (o->kind == OP_APPEND && o->run == 0)
         return bad;
+    pop *x = o;
+    for (unsigned i = 1; o->kind == OP_APPEND && i < o->run; i++)
+        bad |= read_pre(p, x = op_next(x), lost);
     PGresult *r = *lost ? NULL : query_result(p, lost);
     if (r && (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK))
         take_result(o, r);
@@ -439,11 +450,12 @@ static int read_op(pgstore *p, pop *o, int *lost)
 }
 
 /* Sync the pipeline and read what it owes, in order: BEGIN (if not read
- * yet), the ops from p->pipe_from up to `upto` (exclusive; with upto_pre,
- * also upto's effect statements so far), NOTIFY (notify), COMMIT (commit).
- * Returns 0, or TIDEMARK_EIO when anything failed (the transaction is then
- * lost). */
-static int pipe_sync(pgstore *p, pop *upto, int upto_pre, int notify, int commit)
+ * yet), the ops from p->pipe_from up to `upto` (exclusive; with pre_of,
+ * also the effect statements so far of the ops from upto to pre_of: the
+ * running effect's, whose op may end a run upto leads), NOTIFY (notify),
+ * COMMIT (commit). Returns 0, or TIDEMARK_EIO when anything failed (the
+ * transaction is then lost). */
+static int pipe_sync(pgstore *p, pop *upto, pop *pre_of, int notify, int commit)
 {
     int lost = !PQpipelineSync(p->wc), bad = 0;
     PGresult *r;
@@ -453,8 +465,8 @@ static int pipe_sync(pgstore *p, pop *upto, int upto_pre, int notify, int commit
     for (pop *o = p->pipe_from; !lost && o != upto; o = op_next(o))
         bad |= read_op(p, o, &lost);
     p->pipe_from = upto;
-    if (upto && upto_pre)
-        bad |= read_pre(p, upto, &lost);
+    for (pop *x = pre_of ? upto : NULL; x; x = x == pre_of ? NULL : op_next(x))
+        bad |= read_pre(p, x, &lost);
     if (!lost && notify)
         bad |= expect_ok(p, &lost);
     if (!lost && commit) {
@@ -526,7 +538,7 @@ static int txn_exec(struct tidemark_txn *txn, const char *sql, const char *const
     if (!p->fx_planned && fx_send(p, "fa", 0, NULL) != 0)
         return TIDEMARK_EIO;
     p->fx_planned = 1;
-    if (pipe_sync(p, p->fx_op, 1, 0, 0) != 0 || !PQexitPipelineMode(p->wc)) {
+    if (pipe_sync(p, p->fx_lead, p->fx_op, 0, 0) != 0 || !PQexitPipelineMode(p->wc)) {
         p->fx_broken = 1;
         return TIDEMARK_EIO;
     }
@@ -546,11 +558,13 @@ static int txn_exec(struct tidemark_txn *txn, const char *sql, const char *const
 static const struct tm_txn_ops pg_txn_ops = {.name = "postgresql", .insert = txn_insert,
                                              .exec = txn_exec};
 
-/* Run o's effect in a savepoint of the open transaction: its statements
- * commit with the result, or leave no trace and the fallback bytes are
- * written instead. TIDEMARK_EIO: the batch is lost. */
-static int run_effect(pgstore *p, pop *o)
+/* Run o's effect in a savepoint of the open transaction, before the run
+ * lead leads and o ends is sent: its statements commit with the result,
+ * or leave no trace and the fallback bytes are written instead.
+ * TIDEMARK_EIO: the batch is lost. */
+static int run_effect(pgstore *p, pop *lead, pop *o)
 {
+    p->fx_lead = lead;
     p->fx_op = o;
     p->fx_broken = 0;
     p->fx_planned = 0;
@@ -642,10 +656,16 @@ static int run_batch(pgstore *p, pop *batch)
             o->w.q.status = (o->flags & PG_FX_NORECORD) ? TIDEMARK_EIO : TIDEMARK_EBUSY;
             continue;
         }
-        if (o->kind == OP_APPEND && o->effect)
-            rc = run_effect(p, o);
+        if (o->kind != OP_APPEND) {
+            rc = send_op(p, o, epoch);
+            continue;
+        }
+        pop *last = run_mark(o);
+        next = op_next(last);
+        if (last->effect)
+            rc = run_effect(p, o, last);
         if (rc == 0)
-            rc = o->kind == OP_APPEND ? send_run(p, o, epoch, &next) : send_op(p, o, epoch);
+            rc = send_run(p, o, last, epoch);
     }
     const char *nv[3] = {p->node, sessions, names};
     if (rc == 0 && note == 0 && !PQsendQueryPrepared(p->wc, "n", 3, nv, NULL, NULL, 0))
@@ -654,7 +674,7 @@ static int run_batch(pgstore *p, pop *batch)
         rc = TIDEMARK_EIO;
     TM_CRASH_POINT("TIDEMARK_SERVER_CRASH", "pg_before_commit");
     if (rc == 0)
-        rc = pipe_sync(p, NULL, 0, note == 0, 1);
+        rc = pipe_sync(p, NULL, NULL, note == 0, 1);
     if (rc == 0 && !PQexitPipelineMode(p->wc))
         rc = TIDEMARK_EIO;
     free(sessions);

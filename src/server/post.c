@@ -562,16 +562,18 @@ static int open_call_stream(tidemark_server_t *srv, tm_job *j, tm_req *r, post_m
     int rc = tm_store_stream_open(srv->store, sess->id, NULL, j->stream);
     int priming = strcmp(sess->version, TIDEMARK_PROTOCOL_2025_11_25) == 0;
     /* The priming event goes after the records, so it never commits before
-     * them; but where each begin is waited for (begin_waits) it goes first,
-     * to commit with the first record rather than in a commit of its own:
-     * the stream is attached, and anything of it sent, only once every
-     * record is durable. A POST whose begin fails leaves that stream
-     * unattached (nobody is told its ids). */
-    if (rc == 0 && priming && begin_waits(srv))
+     * them; but where each begin is waited for (begin_waits, not late) it
+     * goes first, to commit with the first record rather than in a commit
+     * of its own: the stream is attached, and anything of it sent, only
+     * once every record is durable. A POST whose begin fails leaves that
+     * stream unattached (nobody is told its ids). After a late begin it
+     * sits next to the call's response: both go in one statement. */
+    int first = priming && begin_waits(srv) && !late;
+    if (rc == 0 && first)
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     if (rc == 0)
         rc = begin_records(srv, j, r, pm, late);
-    if (rc == 0 && priming && !begin_waits(srv))
+    if (rc == 0 && priming && !first)
         rc = tm_store_append(srv->store, sess->id, j->stream, "", 0, 0, NULL, NULL);
     if (tm_job_is(j, TM_POST_MODERN)) {
         if (rc == 0)

@@ -460,6 +460,66 @@ static void test_effect_owner(void **state)
     tm_store_close(b);
 }
 
+/* An effect's append may end a run of appends to its stream (a priming
+ * event, then the response): sent as one statement after the effect. When
+ * the effect's record is another node's, the batch is tried again without
+ * it: the events before and after it are written, it is refused whole. */
+static void test_effect_ends_run(void **state)
+{
+    (void)state;
+    int db = new_db();
+    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
+    mk_session(a, "s");
+    open_stream(a, "s", NULL, "r1");
+    open_stream(b, "s", NULL, "r33");
+    tm_request_rec ra = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
+    tm_request_rec rb = {.session = "s", .key = "i:2", .tool = "t", .stream = "r33", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
+    told t[4] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
+    tm_store_hold(b);
+    assert_int_equal(tm_store_request_begin(b, &rb, 0), 0);
+    tm_append_req q[4] = {
+        {.session = "s", .stream = "r33", .data = "p", .len = 1},
+        {.session = "s", .stream = "r33", .data = "A", .len = 1, .request_key = "i:1",
+         .effect = fx_owned_row, .effect_ud = "refused"}, /* a's record */
+        {.session = "s", .stream = "r33", .data = "q", .len = 1},
+        {.session = "s", .stream = "r33", .data = "B", .len = 1, .request_key = "i:2",
+         .effect = fx_owned_row, .effect_ud = "mine"}};
+    for (int i = 0; i < 4; i++) {
+        q[i].cb = told_fn;
+        q[i].cb_ud = &t[i];
+        assert_int_equal(tm_store_append_ex(b, &q[i]), 0);
+    }
+    tm_store_release(b);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_int_equal(t[0].status, 0);
+    assert_int_equal(t[0].seq, 1);
+    assert_int_equal(t[1].status, TIDEMARK_EBUSY);
+    assert_int_equal(t[2].status, 0);
+    assert_int_equal(t[2].seq, 2);
+    assert_int_equal(t[3].status, 0);
+    assert_int_equal(t[3].seq, 3);
+    collected c = {0};
+    read_all(b, "s", "r33", 0, 10, &c);
+    assert_int_equal(c.n, 3);
+    assert_memory_equal(c.data[0], "p", 1);
+    assert_memory_equal(c.data[1], "q", 1);
+    assert_memory_equal(c.data[2], "B", 1);
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(a, "owned", &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(txt, "[{\"id\":1,\"k\":\"mine\"}]");
+    free(txt);
+    json_decref(rows);
+    tm_request_rec got = {0};
+    assert_int_equal(tm_store_request_get(a, "s", "i:2", &got), 0);
+    assert_int_equal(got.state, TM_REQ_COMPLETED);
+    assert_memory_equal(got.response, "B", 1);
+    tm_request_rec_clear(&got);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
 /* The owners of a batch's effects are asked together: each effect still
  * gets its own answer (a record begun in the batch, another node's, a
  * finished one, none at all). */
@@ -1072,6 +1132,7 @@ int main(void)
         cmocka_unit_test(test_request_claim),
         cmocka_unit_test(test_effect_owner),
         cmocka_unit_test(test_effect_owners_batch),
+        cmocka_unit_test(test_effect_ends_run),
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_effect_planning),
         cmocka_unit_test(test_row_counter_plain),
