@@ -244,6 +244,7 @@ static int append_response(tm_job *j, json_t *response, tidemark_call_t *c, int 
             keep_final(j, c ? c->reqkey : "", &kept, len, r.effect != NULL);
     }
     int rc = bytes ? tm_store_append_ex(srv->store, &r) : TIDEMARK_ENOMEM;
+    j->ended |= rc == 0 && last;
     if (rc) {
         TM_WARN("session %s stream %s: response not appended: %s", TM_SID(j->sess->id), j->stream,
                 tidemark_strerror(rc));
@@ -278,12 +279,15 @@ void tm_job_complete(tm_job *j, json_t *response, tidemark_call_t *c)
         tm_call_trace_end(c, response);
     pthread_mutex_lock(&j->mu);
     int last = --j->remaining == 0;
+    /* Nothing but the submit hold left: this response is the stream's last
+     * event, and ends it (no close of its own after it). */
+    int ends = last || (j->held && j->remaining == 1);
     if (j->lazy && response && !j->final)
         j->final = json_incref(response);
     if (j->sse) {
         if (response)
-            keep_call = append_response(j, response, c, last);
-        else if (last && !atomic_load(&srv->stopping))
+            keep_call = append_response(j, response, c, ends);
+        else if (last && !j->ended && !atomic_load(&srv->stopping))
             if (tm_store_close_stream(srv->store, j->sess->id, j->stream) != 0)
                 TM_WARN("stream %s: not closed (its reader ends it at the next failure)", j->stream);
         json_decref(response);

@@ -445,6 +445,7 @@ static tm_job *job_new(tidemark_server_t *srv, tm_sess *sess, tm_req *r, post_ms
     j->responses = json_array();
     pthread_mutex_init(&j->mu, NULL);
     j->remaining = (int)(pm->nreq + pm->ninvalid) + 1; /* +1 held while submitting */
+    j->held = 1;
     return j;
 }
 
@@ -678,6 +679,9 @@ static void submit_requests(tm_job *j, tm_req *r, post_msgs *pm, uint64_t mark)
     }
     if (j->deferred) /* its call ran here without needing its stream */
         j->deferred = NULL;
+    pthread_mutex_lock(&j->mu);
+    j->held = 0;
+    pthread_mutex_unlock(&j->mu);
     tm_job_complete(j, NULL, NULL); /* release the submit hold */
 }
 

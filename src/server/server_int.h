@@ -87,6 +87,8 @@ typedef struct tm_job {
     char stream[TM_STREAM_MAX];
     pthread_mutex_t mu;
     int remaining;
+    int held;                /* the submit hold is one of remaining (post.c); under mu */
+    int ended;               /* a response ended the stream (TM_APPEND_FINAL); under mu */
     json_t *responses;       /* JSON mode: collected responses */
     json_t *root;            /* the parsed body, kept alive for the calls */
     unsigned flags;          /* TM_POST_MODERN, TM_POST_EPHEMERAL, TM_POST_POOLED */
