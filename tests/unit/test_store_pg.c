@@ -417,14 +417,33 @@ static int fx_owned_row(void *ud, tm_txn *txn)
     return rc;
 }
 
+/* Two nodes on one database: session s, a's stream r1, b's stream r33. */
+static void two_nodes(tm_store **a, tm_store **b)
+{
+    int db = new_db();
+    *a = open_db(db, NULL);
+    *b = open_db(db, NULL);
+    mk_session(*a, "s");
+    open_stream(*a, "s", NULL, "r1");
+    open_stream(*b, "s", NULL, "r33");
+}
+
+/* The rows of table as compact JSON with sorted keys must be want. */
+static void expect_rows(tm_store *st, const char *table, const char *want)
+{
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_rows(st, table, &rows), 0);
+    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(txt, want);
+    free(txt);
+    json_decref(rows);
+}
+
 static void test_effect_owner(void **state)
 {
     (void)state;
-    int db = new_db();
-    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
-    mk_session(a, "s");
-    open_stream(a, "s", NULL, "r1");
-    open_stream(b, "s", NULL, "r33");
+    tm_store *a, *b;
+    two_nodes(&a, &b);
     tm_request_rec r = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
     assert_int_equal(tm_store_request_begin(a, &r, 1), 0);
     told tb = {-1, 0}, ta = {-1, 0};
@@ -441,12 +460,7 @@ static void test_effect_owner(void **state)
     assert_int_equal(tm_store_append_ex(a, &q), 0);
     assert_int_equal(tm_store_sync(a), 0);
     assert_int_equal(ta.status, 0);
-    json_t *rows = NULL;
-    assert_int_equal(tm_store_rows(b, "owned", &rows), 0);
-    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(txt, "[{\"id\":1,\"k\":\"a\"}]");
-    free(txt);
-    json_decref(rows);
+    expect_rows(b, "owned", "[{\"id\":1,\"k\":\"a\"}]");
     collected c = {0};
     read_all(b, "s", "r33", 0, 10, &c);
     assert_int_equal(c.n, 0);
@@ -467,11 +481,8 @@ static void test_effect_owner(void **state)
 static void test_effect_ends_run(void **state)
 {
     (void)state;
-    int db = new_db();
-    tm_store *a = open_db(db, NULL), *b = open_db(db, NULL);
-    mk_session(a, "s");
-    open_stream(a, "s", NULL, "r1");
-    open_stream(b, "s", NULL, "r33");
+    tm_store *a, *b;
+    two_nodes(&a, &b);
     tm_request_rec ra = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
     tm_request_rec rb = {.session = "s", .key = "i:2", .tool = "t", .stream = "r33", .message = "{}"};
     assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
@@ -505,12 +516,7 @@ static void test_effect_ends_run(void **state)
     assert_memory_equal(c.data[0], "p", 1);
     assert_memory_equal(c.data[1], "q", 1);
     assert_memory_equal(c.data[2], "B", 1);
-    json_t *rows = NULL;
-    assert_int_equal(tm_store_rows(a, "owned", &rows), 0);
-    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(txt, "[{\"id\":1,\"k\":\"mine\"}]");
-    free(txt);
-    json_decref(rows);
+    expect_rows(a, "owned", "[{\"id\":1,\"k\":\"mine\"}]");
     tm_request_rec got = {0};
     assert_int_equal(tm_store_request_get(a, "s", "i:2", &got), 0);
     assert_int_equal(got.state, TM_REQ_COMPLETED);
@@ -560,12 +566,7 @@ static void test_effect_owners_batch(void **state)
     int want[5] = {TIDEMARK_EBUSY, 0, TIDEMARK_EBUSY, TIDEMARK_EIO, 0};
     for (int i = 0; i < 5; i++)
         assert_int_equal(t[i].status, want[i]);
-    json_t *rows = NULL;
-    assert_int_equal(tm_store_rows(a, "owned", &rows), 0);
-    char *txt = json_dumps(rows, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(txt, "[{\"id\":1,\"k\":\"two\"},{\"id\":2,\"k\":\"five\"}]");
-    free(txt);
-    json_decref(rows);
+    expect_rows(a, "owned", "[{\"id\":1,\"k\":\"two\"},{\"id\":2,\"k\":\"five\"}]");
     tm_store_close(a);
     tm_store_close(b);
 }
