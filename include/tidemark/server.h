@@ -520,8 +520,12 @@ TIDEMARK_API int tidemark_call_close_stream(tidemark_call_t *call);
 /* An effect: runs inside the store transaction that commits the tool's
  * result (tidemark_txn_t, txn.h), writing with tidemark_txn_insert (rows,
  * every store; on Redis the one way to an atomic effect) or tidemark_txn_exec
- * (SQL: SQLite and memory stores); return 0, or a negative code to discard
- * the effect (the call then ends with an effect_failed error). */
+ * (SQL: SQLite, PostgreSQL and memory stores); return 0, or a negative code
+ * to discard the effect (the call then ends with an effect_failed error).
+ * A store may call it again for the same commit after rolling a try back
+ * (PostgreSQL: a deadlock, or another call's effect in the batch refused):
+ * only what it writes through txn is kept, once, so it must do nothing
+ * else that lasts. */
 typedef int (*tidemark_effect_fn)(tidemark_txn_t *txn, void *ud);
 
 /* From a tool handler: commit fn's rows in the same transaction as the

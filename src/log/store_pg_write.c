@@ -489,6 +489,8 @@ static int pipe_sync(pgstore *p, pop *upto, pop *pre_of, int notify, int commit)
  * without waiting (its result is read with the op's). */
 static int fx_send(pgstore *p, const char *name, int n, const char *const *v)
 {
+    if (p->fx_broken) /* after a failed sync nothing more goes in the pipeline */
+        return TIDEMARK_EIO;
     if (!PQsendQueryPrepared(p->wc, name, n, v, NULL, NULL, 0)) {
         p->fx_broken = 1;
         return TIDEMARK_EIO;
@@ -532,6 +534,8 @@ static int txn_insert(struct tidemark_txn *txn, const char *table, const char *d
 static int txn_exec(struct tidemark_txn *txn, const char *sql, const char *const *args, size_t nargs)
 {
     pgstore *p = txn->impl;
+    if (p->fx_broken)
+        return TIDEMARK_EIO;
     /* the application's statements get PostgreSQL's usual planning, not
      * the writer's generic plans (tm_pg_connect), until the effect ends;
      * a rollback to the savepoint undoes the SET LOCAL too */

@@ -526,9 +526,65 @@ static void test_effect_ends_run(void **state)
     tm_store_close(b);
 }
 
-/* The owners of a batch's effects are asked together: each effect still
- * gets its own answer (a record begun in the batch, another node's, a
- * finished one, none at all). */
+/* An effect that runs SQL and goes on after its txn_exec failed (its
+ * record is another node's, found at the sync inside it): nothing more
+ * enters the aborted pipeline, the batch is rolled back on the same
+ * connection (the epoch stays) and tried again without it. */
+static int fx_exec_then_row(void *ud, tm_txn *txn)
+{
+    const char *args[1] = {ud};
+    (void)tidemark_txn_exec(txn, "INSERT INTO ledger(k) VALUES (?1)", args, 1);
+    json_t *row = json_pack("{s:s}", "k", (const char *)ud);
+    (void)tidemark_txn_insert(txn, "owned", row);
+    json_decref(row);
+    return 0;
+}
+
+static void test_effect_exec_refused(void **state)
+{
+    (void)state;
+    tm_store *a, *b;
+    two_nodes(&a, &b);
+    assert_int_equal(tm_store_exec_schema(b, "CREATE TABLE IF NOT EXISTS ledger(k text UNIQUE)"), 0);
+    tm_request_rec ra = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
+    assert_int_equal(tm_store_append(b, "s", "r33", "z", 1, 0, NULL, NULL), 0);
+    assert_int_equal(tm_store_sync(b), 0);
+    told t[3] = {{-1, 0}, {-1, 0}, {-1, 0}};
+    tm_append_req q[3] = {
+        {.session = "s", .stream = "r33", .data = "p", .len = 1},
+        {.session = "s", .stream = "r33", .data = "A", .len = 1, .request_key = "i:1",
+         .effect = fx_exec_then_row, .effect_ud = "x"}, /* a's record */
+        {.session = "s", .stream = "r33", .data = "q", .len = 1}};
+    tm_store_hold(b);
+    for (int i = 0; i < 3; i++) {
+        q[i].cb = told_fn;
+        q[i].cb_ud = &t[i];
+        assert_int_equal(tm_store_append_ex(b, &q[i]), 0);
+    }
+    tm_store_release(b);
+    assert_int_equal(tm_store_sync(b), 0);
+    assert_int_equal(t[0].status, 0);
+    assert_int_equal(t[1].status, TIDEMARK_EBUSY);
+    assert_int_equal(t[2].status, 0);
+    collected c = {0};
+    read_all(b, "s", "r33", 0, 10, &c);
+    assert_int_equal(c.n, 3);
+    assert_memory_equal(c.data[1], "p", 1);
+    assert_memory_equal(c.data[2], "q", 1);
+    assert_string_equal(c.epoch[1], c.epoch[0]); /* no reconnect */
+    expect_rows(b, "owned", "[]");
+    json_t *rows = NULL;
+    assert_int_equal(tm_store_query(b, "SELECT k FROM ledger", NULL, 0, &rows), 0);
+    assert_int_equal(json_array_size(rows), 0);
+    json_decref(rows);
+    tm_store_close(a);
+    tm_store_close(b);
+}
+
+/* Several effects of one batch, their records checked in the pipeline:
+ * each gets its own answer (a record begun in the batch, another node's,
+ * a finished one, none at all). */
 static void test_effect_owners_batch(void **state)
 {
     (void)state;
@@ -1134,6 +1190,7 @@ int main(void)
         cmocka_unit_test(test_effect_owner),
         cmocka_unit_test(test_effect_owners_batch),
         cmocka_unit_test(test_effect_ends_run),
+        cmocka_unit_test(test_effect_exec_refused),
         cmocka_unit_test(test_effects_sql),
         cmocka_unit_test(test_effect_planning),
         cmocka_unit_test(test_row_counter_plain),
