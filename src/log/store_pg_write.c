@@ -436,7 +436,7 @@ static int read_op(pgstore *p, pop *o, int *lost)
     if (o->kind == OP_APPEND && o->run == 0)
         return bad;
     pop *x = o;
-    for (unsigned i = 1; o->kind == OP_APPEND && i < o->run; i++)
+    for (unsigned i = 1; i < o->run; i++) /* run: appends only */
         bad |= read_pre(p, x = op_next(x), lost);
     PGresult *r = *lost ? NULL : query_result(p, lost);
     if (r && (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK))
@@ -486,17 +486,24 @@ static int pipe_sync(pgstore *p, pop *upto, pop *pre_of, int notify, int commit)
 }
 
 /* A statement of the running effect, prepared as name (batch_sql), sent
- * without waiting (its result is read with the op's). */
-static int fx_send(pgstore *p, const char *name, int n, const char *const *v)
+ * without waiting (its result is read with the op's); len and fmt as
+ * libpq's (NULL: all text). */
+static int fx_send_f(pgstore *p, const char *name, int n, const char *const *v, const int *len,
+                     const int *fmt)
 {
     if (p->fx_broken) /* after a failed sync nothing more goes in the pipeline */
         return TIDEMARK_EIO;
-    if (!PQsendQueryPrepared(p->wc, name, n, v, NULL, NULL, 0)) {
+    if (!PQsendQueryPrepared(p->wc, name, n, v, len, fmt, 0)) {
         p->fx_broken = 1;
         return TIDEMARK_EIO;
     }
     p->fx_op->pre++;
     return 0;
+}
+
+static int fx_send(pgstore *p, const char *name, int n, const char *const *v)
+{
+    return fx_send_f(p, name, n, v, NULL, NULL);
 }
 
 /* ---- atomic effects ------------------------------------------------------------------- */
@@ -512,12 +519,7 @@ static int mine_send(pgstore *p, pop *o)
 {
     const char *v[3] = {o->session, o->extra, p->node};
     int len[3] = {0, (int)strlen(o->extra), 0}, fmt[3] = {0, 1, 0};
-    if (!PQsendQueryPrepared(p->wc, "fm", 3, v, len, fmt, 0)) {
-        p->fx_broken = 1;
-        return TIDEMARK_EIO;
-    }
-    o->pre++;
-    return 0;
+    return fx_send_f(p, "fm", 3, v, len, fmt); /* p->fx_op is o */
 }
 
 /* tidemark_txn_insert: pipelined, no wait. A row that fails to insert fails

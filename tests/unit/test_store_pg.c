@@ -439,6 +439,30 @@ static void expect_rows(tm_store *st, const char *table, const char *want)
     json_decref(rows);
 }
 
+/* Queue the n appends q under one hold (one batch), each telling t[i];
+ * wait until they settled. */
+static void append_batch(tm_store *st, tm_append_req *q, told *t, int n)
+{
+    tm_store_hold(st);
+    for (int i = 0; i < n; i++) {
+        t[i] = (told){-1, 0};
+        q[i].cb = told_fn;
+        q[i].cb_ud = &t[i];
+        assert_int_equal(tm_store_append_ex(st, &q[i]), 0);
+    }
+    tm_store_release(st);
+    assert_int_equal(tm_store_sync(st), 0);
+}
+
+/* Stream s/name holds exactly the one-byte events of want, in order. */
+static void expect_bytes(tm_store *st, const char *name, const char *want, collected *c)
+{
+    read_all(st, "s", name, 0, 10, c);
+    assert_int_equal(c->n, strlen(want));
+    for (size_t i = 0; i < c->n; i++)
+        assert_memory_equal(c->data[i], want + i, 1);
+}
+
 static void test_effect_owner(void **state)
 {
     (void)state;
@@ -486,9 +510,8 @@ static void test_effect_ends_run(void **state)
     tm_request_rec ra = {.session = "s", .key = "i:1", .tool = "t", .stream = "r1", .message = "{}"};
     tm_request_rec rb = {.session = "s", .key = "i:2", .tool = "t", .stream = "r33", .message = "{}"};
     assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
-    told t[4] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
-    tm_store_hold(b);
-    assert_int_equal(tm_store_request_begin(b, &rb, 0), 0);
+    told t[4];
+    assert_int_equal(tm_store_request_begin(b, &rb, 0), 0); /* queued, not waited for */
     tm_append_req q[4] = {
         {.session = "s", .stream = "r33", .data = "p", .len = 1},
         {.session = "s", .stream = "r33", .data = "A", .len = 1, .request_key = "i:1",
@@ -496,13 +519,7 @@ static void test_effect_ends_run(void **state)
         {.session = "s", .stream = "r33", .data = "q", .len = 1},
         {.session = "s", .stream = "r33", .data = "B", .len = 1, .request_key = "i:2",
          .effect = fx_owned_row, .effect_ud = "mine"}};
-    for (int i = 0; i < 4; i++) {
-        q[i].cb = told_fn;
-        q[i].cb_ud = &t[i];
-        assert_int_equal(tm_store_append_ex(b, &q[i]), 0);
-    }
-    tm_store_release(b);
-    assert_int_equal(tm_store_sync(b), 0);
+    append_batch(b, q, t, 4);
     assert_int_equal(t[0].status, 0);
     assert_int_equal(t[0].seq, 1);
     assert_int_equal(t[1].status, TIDEMARK_EBUSY);
@@ -511,11 +528,7 @@ static void test_effect_ends_run(void **state)
     assert_int_equal(t[3].status, 0);
     assert_int_equal(t[3].seq, 3);
     collected c = {0};
-    read_all(b, "s", "r33", 0, 10, &c);
-    assert_int_equal(c.n, 3);
-    assert_memory_equal(c.data[0], "p", 1);
-    assert_memory_equal(c.data[1], "q", 1);
-    assert_memory_equal(c.data[2], "B", 1);
+    expect_bytes(b, "r33", "pqB", &c);
     expect_rows(a, "owned", "[{\"id\":1,\"k\":\"mine\"}]");
     tm_request_rec got = {0};
     assert_int_equal(tm_store_request_get(a, "s", "i:2", &got), 0);
@@ -550,28 +563,18 @@ static void test_effect_exec_refused(void **state)
     assert_int_equal(tm_store_request_begin(a, &ra, 1), 0);
     assert_int_equal(tm_store_append(b, "s", "r33", "z", 1, 0, NULL, NULL), 0);
     assert_int_equal(tm_store_sync(b), 0);
-    told t[3] = {{-1, 0}, {-1, 0}, {-1, 0}};
+    told t[3];
     tm_append_req q[3] = {
         {.session = "s", .stream = "r33", .data = "p", .len = 1},
         {.session = "s", .stream = "r33", .data = "A", .len = 1, .request_key = "i:1",
          .effect = fx_exec_then_row, .effect_ud = "x"}, /* a's record */
         {.session = "s", .stream = "r33", .data = "q", .len = 1}};
-    tm_store_hold(b);
-    for (int i = 0; i < 3; i++) {
-        q[i].cb = told_fn;
-        q[i].cb_ud = &t[i];
-        assert_int_equal(tm_store_append_ex(b, &q[i]), 0);
-    }
-    tm_store_release(b);
-    assert_int_equal(tm_store_sync(b), 0);
+    append_batch(b, q, t, 3);
     assert_int_equal(t[0].status, 0);
     assert_int_equal(t[1].status, TIDEMARK_EBUSY);
     assert_int_equal(t[2].status, 0);
     collected c = {0};
-    read_all(b, "s", "r33", 0, 10, &c);
-    assert_int_equal(c.n, 3);
-    assert_memory_equal(c.data[1], "p", 1);
-    assert_memory_equal(c.data[2], "q", 1);
+    expect_bytes(b, "r33", "zpq", &c);
     assert_string_equal(c.epoch[1], c.epoch[0]); /* no reconnect */
     expect_rows(b, "owned", "[]");
     json_t *rows = NULL;
