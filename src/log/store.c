@@ -45,6 +45,11 @@ int tm_store_request_mine(tm_store *st, const char *session, const char *key)
     return st->ops->request_mine ? st->ops->request_mine(st, session, key) : 1;
 }
 
+int tm_store_request_adopt(tm_store *st, const char *session, const char *key)
+{
+    return st->ops->request_adopt ? st->ops->request_adopt(st, session, key) : 0;
+}
+
 int tm_store_request_claim(tm_store *st, const char *session, const char *key)
 {
     return st->ops->request_claim ? st->ops->request_claim(st, session, key) : 0;

@@ -181,6 +181,10 @@ struct tm_store_ops {
     /* With request_claim: 1 when the record is started and this node's, 0
      * when it is not (absent, finished, another node's), or an error. */
     int (*request_mine)(tm_store *st, const char *session, const char *key);
+    /* With request_claim: make a started record this node's, whoever's it
+     * was (the caller won the right to run it another way); 0, or
+     * TIDEMARK_EBUSY (finished), TIDEMARK_ENOTFOUND, an error. */
+    int (*request_adopt)(tm_store *st, const char *session, const char *key);
     /* Optional (NULL: always writable, a mark of 0, sync_since = sync). */
     int (*writable)(tm_store *st);
     uint64_t (*mark)(tm_store *st);
@@ -252,6 +256,13 @@ int tm_store_request_claim(tm_store *st, const char *session, const char *key);
  * finished, or another node's), or an error code. Always 1 on
  * single-process backends. */
 int tm_store_request_mine(tm_store *st, const char *session, const char *key);
+/* Make a started record this node's although another node began or holds
+ * it: for a caller that won the right to run it another way (a task's
+ * input round, claimed once across nodes; the cancel of a task waiting for
+ * input), so that this node's effect and response pass the store's check
+ * that the record is this node's. 0, TIDEMARK_EBUSY when it is finished,
+ * TIDEMARK_ENOTFOUND. Always 0 on single-process backends. */
+int tm_store_request_adopt(tm_store *st, const char *session, const char *key);
 /* Close and free. */
 void tm_store_close(tm_store *st);
 /* Current writer epoch (16 hex digits). */

@@ -959,6 +959,7 @@ const struct tm_store_ops tm_pg_ops = {
     .publish = pg_publish,
     .request_claim = tm_pg_request_claim,
     .request_mine = tm_pg_request_mine,
+    .request_adopt = tm_pg_request_adopt,
     .hold = pg_hold,
     .kv_get = tm_pg_kv_get,
     .kv_create = tm_pg_kv_create,

@@ -211,6 +211,7 @@ int tm_pg_session_request_get(tm_store *st, const char *id, const char *key, tm_
 int tm_pg_requests_unfinished(tm_store *st, tm_request_visitor fn, void *ud);
 int tm_pg_request_claim(tm_store *st, const char *session, const char *key);
 int tm_pg_request_mine(tm_store *st, const char *session, const char *key);
+int tm_pg_request_adopt(tm_store *st, const char *session, const char *key);
 int tm_pg_exec_schema(tm_store *st, const char *sql);
 int tm_pg_query_json(tm_store *st, const char *sql, const char *const *args, size_t nargs,
                      json_t **rows);

@@ -552,6 +552,22 @@ int tm_pg_request_claim(tm_store *st, const char *session, const char *key)
     return rc;
 }
 
+int tm_pg_request_adopt(tm_store *st, const char *session, const char *key)
+{
+    pgstore *p = (pgstore *)st;
+    const char *a[3] = {session, key, p->node};
+    PGresult *r = NULL;
+    if (request_query(p, "WITH c AS (UPDATE tm_requests SET node = $3 WHERE session = $1 AND "
+                         "key = $2 AND state = 1 RETURNING 1) SELECT (SELECT count(*) FROM c), "
+                         "EXISTS (SELECT 1 FROM tm_requests WHERE session = $1 AND key = $2)",
+                      3, a, &r) != 0)
+        return TIDEMARK_EIO;
+    int exists = PQgetlength(r, 0, 1) == 1 && PQgetvalue(r, 0, 1)[0] == 1;
+    int rc = !exists ? TIDEMARK_ENOTFOUND : tm_pg_bin_i64(r, 0, 0) == 1 ? 0 : TIDEMARK_EBUSY;
+    PQclear(r);
+    return rc;
+}
+
 int tm_pg_request_mine(tm_store *st, const char *session, const char *key)
 {
     pgstore *p = (pgstore *)st;

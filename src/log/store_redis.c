@@ -2625,12 +2625,11 @@ static int r_request_get(tm_store *st, const char *session, const char *key, tm_
     return 0;
 }
 
-static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+static rop *begin_op(const tm_request_rec *rec)
 {
-    rstore *r = (rstore *)st;
     rop *o = op_new(OP_REQ_BEGIN);
     if (!o)
-        return TIDEMARK_ENOMEM;
+        return NULL;
     o->session = tm_strdup(rec->session);
     o->rrec.key = tm_strdup(rec->key);
     o->rrec.tool = tm_strdup(rec->tool);
@@ -2638,8 +2637,17 @@ static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
     o->rrec.message = tm_strdup(rec->message);
     if (!o->session || !o->rrec.key) {
         op_free(o);
-        return TIDEMARK_ENOMEM;
+        return NULL;
     }
+    return o;
+}
+
+static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_durable)
+{
+    rstore *r = (rstore *)st;
+    rop *o = begin_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
     if (!wait_durable) {
         o->w.thread = pthread_self(); /* its failure is told to this thread's sync() */
         o->w.report = 1;
@@ -2847,16 +2855,18 @@ static int r_publish(tm_store *st, const char *channel, const void *data, size_t
     return rc;
 }
 
-static int r_request_claim(tm_store *st, const char *session, const char *key)
+/* claim.lua: take a started record whose node's lease lapsed, or (adopt)
+ * whoever's it is. */
+static int claim_eval(rstore *r, const char *session, const char *key, int adopt)
 {
-    rstore *r = (rstore *)st;
     args a = {0};
-    arg_str(&a, "EVAL"); /* claim.lua */
+    arg_str(&a, "EVAL");
     arg_str(&a, r->claim_src);
     arg_str(&a, "1");
     arg_fmt(&a, "tm:{%s}:q:%s", session, key);
     arg_str(&a, r->wid);
     arg_str(&a, "tm:node:");
+    arg_str(&a, adopt ? "1" : "0");
     redisReply *x = NULL;
     int rc = pool_one(r, &a, &x);
     if (rc)
@@ -2867,6 +2877,16 @@ static int r_request_claim(tm_store *st, const char *session, const char *key)
         rc = (int)x->integer;
     freeReplyObject(x);
     return rc;
+}
+
+static int r_request_claim(tm_store *st, const char *session, const char *key)
+{
+    return claim_eval((rstore *)st, session, key, 0);
+}
+
+static int r_request_adopt(tm_store *st, const char *session, const char *key)
+{
+    return claim_eval((rstore *)st, session, key, 1);
 }
 
 static int r_request_mine(tm_store *st, const char *session, const char *key)
@@ -3141,6 +3161,7 @@ static const struct tm_store_ops redis_ops = {
     .publish = r_publish,
     .request_claim = r_request_claim,
     .request_mine = r_request_mine,
+    .request_adopt = r_request_adopt,
     .hold = r_hold,
 };
 

@@ -425,6 +425,8 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
     if (rc == 0 && before > 0 && took == before) {
         json_int_t n = json_integer_value(json_object_get(json_object_get(v.attrs, "ir"), "n"));
         rc = claim_round(srv, id, n);
+        if (rc == 0) /* the round runs here: the record is this node's now */
+            rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
         if (rc == 0)
             rc = tm_task_start(srv, id, v.rec.stream, v.rec.message, 0);
         else if (rc == TIDEMARK_EEXIST) /* another node's update completed the round */
@@ -435,6 +437,21 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
         return tm_jsonrpc_error(m->id, TM_RPC_INTERNAL_ERROR, "The answers could not be recorded",
                                 "store_failed", NULL);
     return tm_jsonrpc_result(m->id, json_object());
+}
+
+/* A task waiting for input runs nowhere: it ends here, cancelled, its
+ * record made this node's first (finished meanwhile: nothing to do). */
+static int cancel_waiting(tidemark_server_t *srv, const char *id, const task_view *v)
+{
+    int rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
+    if (rc)
+        return rc == TIDEMARK_EBUSY ? 0 : rc;
+    json_t *msg = json_loads(v->rec.message ? v->rec.message : "", JSON_ALLOW_NUL, NULL);
+    rc = tm_task_finish(srv, id, v->rec.stream,
+                        tm_jsonrpc_error(json_object_get(msg, "id"), TM_RPC_REQUEST_CANCELLED,
+                                         "Task cancelled", "cancelled", NULL));
+    json_decref(msg);
+    return rc;
 }
 
 /* Cooperative: the flag is durable; the run (here, or on another node by its
@@ -451,14 +468,8 @@ static json_t *task_cancel(tidemark_server_t *srv, const tm_msg *m, const char *
         rc = tm_store_session_set_attr(srv->store, id, "cancel", "true");
         json_t *q = outstanding(v.attrs);
         int here = rc == 0 && tm_task_cancel_local(srv, id);
-        if (rc == 0 && !here && json_object_size(q) > 0) {
-            json_t *msg = json_loads(v.rec.message ? v.rec.message : "", JSON_ALLOW_NUL, NULL);
-            rc = tm_task_finish(srv, id, v.rec.stream,
-                                tm_jsonrpc_error(json_object_get(msg, "id"),
-                                                 TM_RPC_REQUEST_CANCELLED, "Task cancelled",
-                                                 "cancelled", NULL));
-            json_decref(msg);
-        }
+        if (rc == 0 && !here && json_object_size(q) > 0)
+            rc = cancel_waiting(srv, id, &v);
         json_decref(q);
     }
     view_clear(&v);

@@ -22,7 +22,12 @@ if(NODE_EXECUTABLE AND TARGET tidemark-everything)
   add_test(NAME modern_cluster_pg
     COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/modern_cluster.mjs
             $<TARGET_FILE:tidemark-everything>)
-  set_tests_properties(multinode_conformance_pg modern_cluster_pg PROPERTIES TIMEOUT 240
+  # tasks.mjs's two-node run: a task's input answered, or its cancel asked,
+  # on the node that did not begin it
+  add_test(NAME tasks_pg
+    COMMAND ${NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/tasks.mjs
+            $<TARGET_FILE:tidemark-everything> redis)
+  set_tests_properties(multinode_conformance_pg modern_cluster_pg tasks_pg PROPERTIES TIMEOUT 240
                        SKIP_RETURN_CODE 77 ENVIRONMENT "TM_STORE=pg" LABELS "nosan;pg;modern")
 endif()
 if(NODE_EXECUTABLE)

@@ -3,6 +3,7 @@
 //   node tasks.mjs BIN memory|sqlite|redis      create -> get -> completed (on
 //       Redis the get on the other node), cancel, input_required +
 //       tasks/update, TTL expiry, a re-issued creation, the gates
+//       (TM_STORE=pg with redis: two nodes on PostgreSQL instead)
 //   node tasks.mjs BIN crash-sqlite|crash-redis  kill -9 of the node running
 //       a ledger_append task: the restarted server (SQLite) or the survivor
 //       (Redis) finishes it, the ledger entry exists exactly once; an
@@ -10,6 +11,7 @@
 import { checker, until, serversFor, startServer, stopServer } from "./mcp_http.mjs";
 import { modern, modernPost, modernLedgerCount, KEY } from "./modern_http.mjs";
 import { Cluster, missingTools } from "./multinode_env.mjs";
+import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -86,6 +88,14 @@ async function input(a, b) {
   const d = await settled(a, c.taskId, "completed").catch(() => null);
   t.check("the task resumes with the answer and completes",
     /Deleted x\.txt/.test(d?.result?.result?.content?.[0]?.text ?? ""), JSON.stringify(d?.result));
+  // cancelled on the other node while it waits for input: it runs nowhere, so
+  // that node ends it (on a shared store, as the record's node from then on)
+  const w2 = (await call(a, "confirm_delete", { filename: "y.txt" })).response?.result;
+  await settled(a, w2?.taskId, "input_required").catch(() => null);
+  const ack = await task(b, "tasks/cancel", { taskId: w2?.taskId });
+  const e = await settled(a, w2?.taskId, "cancelled", 8000).catch(() => null);
+  t.check("a task waiting for input, cancelled on the other node, ends cancelled",
+    ack.response?.result?.resultType === "complete" && !!e, JSON.stringify(ack.response));
 }
 
 // subscriptions/listen with taskIds: the acknowledgement agrees to the
@@ -173,6 +183,15 @@ async function crash(startOn, kill, after) {
     f?.result?.error?.data?.reason === "outcome_unknown", JSON.stringify(f?.result));
 }
 
+// Two nodes on one store: Redis, or PostgreSQL with TM_STORE=pg.
+async function twoNodes() {
+  const c = new StoreCluster({ bin, nodes: 2 });
+  await c.startRedis();
+  await c.startNode(0);
+  await c.startNode(1);
+  return { urls: [c.nodes[0].url, c.nodes[1].url], stop: () => c.stop() };
+}
+
 async function main() {
   if (kind === "crash-sqlite") {
     const db = "sqlite:" + join(mkdtempSync(join(tmpdir(), "tidemark-tasks-")), "t.db");
@@ -193,8 +212,8 @@ async function main() {
     } finally { await c.stop(); }
     return;
   }
-  const s = await serversFor(bin, kind);
-  if (!s) { console.log("SKIP: no redis-server"); return; }
+  if (kind === "redis") skipUnlessStoreTools({ withLb: false }); // exit 77
+  const s = kind === "redis" ? await twoNodes() : await serversFor(bin, kind);
   try {
     const [a, b] = s.urls;
     await lifecycle(a, b);

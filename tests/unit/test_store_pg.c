@@ -402,6 +402,14 @@ static void test_request_claim(void **state)
     assert_memory_equal(got.response, "{}", 2);
     tm_request_rec_clear(&got);
     assert_int_equal(tm_store_request_mine(a, "s", "i:7"), 0); /* finished */
+    /* adopt: a started record, whoever's and however live, becomes this node's */
+    tm_request_rec r2 = {.session = "s", .key = "i:8", .tool = "t", .stream = "r1", .message = "{}"};
+    assert_int_equal(tm_store_request_begin(a, &r2, 1), 0);
+    assert_int_equal(tm_store_request_adopt(b, "s", "i:8"), 0);
+    assert_int_equal(tm_store_request_mine(b, "s", "i:8"), 1);
+    assert_int_equal(tm_store_request_mine(a, "s", "i:8"), 0);
+    assert_int_equal(tm_store_request_adopt(b, "s", "i:7"), TIDEMARK_EBUSY); /* finished */
+    assert_int_equal(tm_store_request_adopt(b, "s", "i:9"), TIDEMARK_ENOTFOUND);
     tm_store_close(a);
     tm_store_close(b);
 }

@@ -368,6 +368,15 @@ static void test_request_claim(void **state)
     tm_request_rec_clear(&got);
     assert_int_equal(tm_store_request_claim(b, "s", key), TIDEMARK_EBUSY); /* finished */
     assert_int_equal(tm_store_request_mine(a, "s", key), 0);
+    /* adopt: a started record, whoever's and however live, becomes this node's */
+    tm_request_rec r2 = {.session = "s", .key = "s:2", .tool = "t", .stream = "r1"};
+    assert_int_equal(tm_store_request_begin(a, &r2, 1), 0);
+    assert_int_equal(tm_store_request_claim(b, "s", "s:2"), TIDEMARK_EBUSY); /* a lives */
+    assert_int_equal(tm_store_request_adopt(b, "s", "s:2"), 0);
+    assert_int_equal(tm_store_request_mine(b, "s", "s:2"), 1);
+    assert_int_equal(tm_store_request_mine(a, "s", "s:2"), 0);
+    assert_int_equal(tm_store_request_adopt(b, "s", key), TIDEMARK_EBUSY); /* finished */
+    assert_int_equal(tm_store_request_adopt(b, "s", "s:absent"), TIDEMARK_ENOTFOUND);
     tm_store_close(a);
     tm_store_close(b);
 }
