@@ -246,7 +246,7 @@ int tm_store_publish(tm_store *st, const char *channel, const void *data, size_t
  * requests must then be claimed (tm_store_request_claim) before recovery,
  * and recovery runs periodically, not only at start-up. */
 int tm_store_shared(const tm_store *st);
-/* Whether tm_store_request_begin_later is there (PostgreSQL). */
+/* Whether tm_store_request_begin_later is there (PostgreSQL, Redis). */
 int tm_store_begins_later(const tm_store *st);
 /* Claim a started request record left by a node whose lease lapsed.
  * 0: this node owns it now; TIDEMARK_EBUSY: live elsewhere or claimed.

@@ -2657,6 +2657,31 @@ static int r_request_begin(tm_store *st, const tm_request_rec *rec, int wait_dur
     return run_sync(r, o);
 }
 
+/* Queued as a waited op, not waited for here (store.h). The response that
+ * completes the record, queued after it, carries the effect's rows, and
+ * append.lua refuses it whole when the record is another node's or
+ * finished: a begin that lost (EEXIST) leaves neither row nor response. */
+static int r_request_begin_later(tm_store *st, const tm_request_rec *rec, void **ticket)
+{
+    rstore *r = (rstore *)st;
+    rop *o = begin_op(rec);
+    if (!o)
+        return TIDEMARK_ENOMEM;
+    o->w.q.sync = 1;
+    enqueue(r, o);
+    *ticket = o;
+    return 0;
+}
+
+static int r_request_begin_await(tm_store *st, void *ticket)
+{
+    rstore *r = (rstore *)st;
+    rop *o = ticket;
+    int rc = tm_writer_await(r->writer, &o->w);
+    op_free(o);
+    return rc;
+}
+
 typedef struct rec_vec {
     tm_request_rec *v;
     size_t n, cap;
@@ -3146,6 +3171,8 @@ static const struct tm_store_ops redis_ops = {
     .request_get = r_request_get,
     .session_request_get = r_session_request_get,
     .request_begin = r_request_begin,
+    .request_begin_later = r_request_begin_later,
+    .request_begin_await = r_request_begin_await,
     .requests_unfinished = r_requests_unfinished,
     .exec_schema = r_exec_schema,
     .query = r_query,

@@ -508,6 +508,95 @@ static void test_effect_once_across_nodes(void **state)
     }
 }
 
+/* A late begin (begin_later): the begin, the effect's rows and the response
+ * that completes the record go in one MULTI/EXEC, and append.lua writes
+ * the response and its rows only when the record is this node's started
+ * one. A begin another node won first answers EEXIST and leaves neither;
+ * a response to a finished record is refused too, and rows under a record
+ * that is not there. */
+static void keep_status(void *ud, int status, uint64_t seq)
+{
+    (void)seq;
+    *(int *)ud = status;
+}
+
+static void test_late_begin(void **state)
+{
+    (void)state;
+    int db = g_next_db++;
+    tm_store *n1 = open_db(db, NULL), *n2 = open_db(db, NULL);
+    assert_true(tm_store_begins_later(n2));
+    mk_session(n1, "s");
+    open_stream(n1, "s", NULL, "r1");
+    open_stream(n1, "s", NULL, "r2");
+    open_stream(n1, "s", NULL, "r3");
+    tm_request_rec r = {.session = "s", .key = "s:k1", .tool = "t", .stream = "r1"};
+    assert_int_equal(tm_store_request_begin(n1, &r, 1), 0);
+    /* n2 begins s:k1 late and completes it with an effect: n1 had it first */
+    void *ticket = NULL;
+    tm_request_rec r2 = {.session = "s", .key = "s:k1", .tool = "t", .stream = "r2"};
+    tm_append_req lost = {.session = "s", .stream = "r2", .data = "L", .len = 1,
+                          .flags = TM_APPEND_FINAL, .request_key = "s:k1",
+                          .effect = fx_insert, .effect_ud = "lost"};
+    int st_lost = 1, st_won = 1, st_again = 1;
+    lost.cb = keep_status;
+    lost.cb_ud = &st_lost;
+    tm_store_hold(n2);
+    assert_int_equal(tm_store_request_begin_later(n2, &r2, &ticket), 0);
+    assert_int_equal(tm_store_append_ex(n2, &lost), 0);
+    tm_store_release(n2);
+    assert_int_equal(tm_store_request_begin_await(n2, ticket), TIDEMARK_EEXIST);
+    assert_int_equal(tm_store_sync(n2), 0);
+    assert_int_equal(st_lost, TIDEMARK_EBUSY); /* the response was refused */
+    collected c = {0};
+    read_all(n1, "s", "r2", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    assert_int_equal(tm_store_request_mine(n1, "s", "s:k1"), 1); /* still n1's, started */
+    /* a late begin that wins: begin, row and response together */
+    tm_request_rec r3 = {.session = "s", .key = "s:k2", .tool = "t", .stream = "r3"};
+    tm_append_req won = {.session = "s", .stream = "r3", .data = "W", .len = 1,
+                         .flags = TM_APPEND_FINAL, .request_key = "s:k2",
+                         .effect = fx_insert, .effect_ud = "won", .cb = keep_status,
+                         .cb_ud = &st_won};
+    tm_store_hold(n2);
+    assert_int_equal(tm_store_request_begin_later(n2, &r3, &ticket), 0);
+    assert_int_equal(tm_store_append_ex(n2, &won), 0);
+    tm_store_release(n2);
+    assert_int_equal(tm_store_request_begin_await(n2, ticket), 0);
+    assert_int_equal(tm_store_sync(n2), 0);
+    assert_int_equal(st_won, 0);
+    tm_request_rec got;
+    assert_int_equal(tm_store_request_get(n1, "s", "s:k2", &got), 0);
+    assert_int_equal(got.state, TM_REQ_COMPLETED);
+    assert_memory_equal(got.response, "W", 1);
+    tm_request_rec_clear(&got);
+    /* n1 answering the record n2 finished: refused, no row */
+    tm_append_req late = {.session = "s", .stream = "r1", .data = "X", .len = 1,
+                          .flags = TM_APPEND_FINAL, .request_key = "s:k2",
+                          .effect = fx_insert, .effect_ud = "again", .cb = keep_status,
+                          .cb_ud = &st_again};
+    assert_int_equal(tm_store_append_ex(n1, &late), 0);
+    assert_int_equal(tm_store_sync(n1), 0);
+    assert_int_equal(st_again, TIDEMARK_EBUSY);
+    read_all(n1, "s", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    /* rows under a record that is not there: nothing would say they ran */
+    int st_ghost = 1;
+    tm_append_req ghost = {.session = "s", .stream = "r1", .data = "G", .len = 1,
+                           .request_key = "s:none", .effect = fx_insert, .effect_ud = "ghost",
+                           .cb = keep_status, .cb_ud = &st_ghost};
+    assert_int_equal(tm_store_append_ex(n1, &ghost), 0);
+    assert_int_equal(tm_store_sync(n1), 0);
+    assert_int_equal(st_ghost, TIDEMARK_EIO);
+    read_all(n1, "s", "r1", 0, 10, &c);
+    assert_int_equal(c.n, 0);
+    char keys[64];
+    ledger_keys(n1, keys, sizeof keys);
+    assert_string_equal(keys, "won");
+    tm_store_close(n2);
+    tm_store_close(n1);
+}
+
 /* sessions_each pages through tm:sessions: every session once, whatever the
  * page size, while sessions are being deleted meanwhile. */
 typedef struct visit {
@@ -1278,6 +1367,7 @@ int main(void)
         cmocka_unit_test(test_sessions_with_attr),
         cmocka_unit_test(test_effects),
         cmocka_unit_test(test_effect_once_across_nodes),
+        cmocka_unit_test(test_late_begin),
         cmocka_unit_test(test_sessions_each_pages),
         cmocka_unit_test(test_sessions_expire),
         cmocka_unit_test(test_concurrent_pipelined),
