@@ -16,7 +16,9 @@
 #              Redis power when redis-server is here)
 #   echo, ledger_append   tidemark-rps, 1 and 16 connections, SECONDS (2)
 #              each, on SQLite power (echo writes nothing: durability is
-#              measured by ledger_append and stream)
+#              measured by ledger_append and stream); ledger_append from 16
+#              connections on Redis power too (both sides on one
+#              redis-server, databases 1 and 2, never at once)
 #   resume     GET with Last-Event-ID of a 1,000-event stream, ms (SQLite power)
 #   RSS        STREAMS (10000) open GET streams on a fresh memory server
 #              (tidemark-streams), MB, once per side
@@ -187,6 +189,11 @@ for r in $(seq "$rounds"); do
             done
         done
     done
+    if [ -n "$rport" ]; then
+        for side in "${order[@]}"; do
+            add "ledger_append_16conn_calls/s_redis" "$side" "$(rps "${url[$side.redis]}" ledger_append 16)"
+        done
+    fi
     for side in "${order[@]}"; do add "resume_1000_ms_sqlpower" "$side" "$(resume_ms "${url[$side.sqlpower]}")"; done
 done
 for side in base new; do for s in "${stores[@]}"; do stop "$side.$s"; done; done
