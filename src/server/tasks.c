@@ -439,13 +439,19 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
     return tm_jsonrpc_result(m->id, json_object());
 }
 
-/* A task waiting for input runs nowhere: it ends here, cancelled, its
- * record made this node's first (finished meanwhile: nothing to do). */
+/* A task waiting for input runs nowhere: it ends here, cancelled. Its
+ * round is claimed first, as an update that completes it would: won, no
+ * update can run the round any more and the record is made this node's;
+ * lost, an update on another node runs it now and sees the cancel flag
+ * (as may a finish meanwhile: nothing to do). */
 static int cancel_waiting(tidemark_server_t *srv, const char *id, const task_view *v)
 {
-    int rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
+    json_int_t n = json_integer_value(json_object_get(json_object_get(v->attrs, "ir"), "n"));
+    int rc = claim_round(srv, id, n);
+    if (rc == 0)
+        rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
     if (rc)
-        return rc == TIDEMARK_EBUSY ? 0 : rc;
+        return rc == TIDEMARK_EBUSY || rc == TIDEMARK_EEXIST ? 0 : rc;
     json_t *msg = json_loads(v->rec.message ? v->rec.message : "", JSON_ALLOW_NUL, NULL);
     rc = tm_task_finish(srv, id, v->rec.stream,
                         tm_jsonrpc_error(json_object_get(msg, "id"), TM_RPC_REQUEST_CANCELLED,

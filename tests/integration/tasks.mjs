@@ -10,7 +10,7 @@
 //       external_call task cut the same way ends failed, outcome_unknown
 import { checker, until, serversFor, startServer, stopServer } from "./mcp_http.mjs";
 import { modern, modernPost, modernLedgerCount, KEY } from "./modern_http.mjs";
-import { Cluster, missingTools } from "./multinode_env.mjs";
+import { Cluster } from "./multinode_env.mjs";
 import { StoreCluster, skipUnlessStoreTools } from "./store_env.mjs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -202,7 +202,7 @@ async function main() {
     return;
   }
   if (kind === "crash-redis") {
-    if (missingTools().includes("redis-server")) { console.log("SKIP: no redis-server"); return; }
+    skipUnlessStoreTools({ withLb: false, store: "redis" }); // exit 77
     const c = new Cluster({ bin, nodes: 2 });
     try {
       await c.startRedis();
