@@ -50,7 +50,6 @@ typedef struct pop {
     unsigned run;             /* append leading a run of appends to its stream sent as one
                                  statement: the run's length; 0: a follower in a run */
     unsigned pre;             /* results owed before its own (its effect's statements) */
-    signed char owned;        /* -1: its effect refused (record not this node's started one) */
     char epoch[TM_EPOCH_LEN + 1]; /* append: the epoch it was written with */
 } pop;
 
@@ -176,6 +175,8 @@ void tm_pg_check_replicated(pgstore *p, PGconn *c);
 /* Ops (store_pg_write.c). */
 #define PG_FX_FAILED 0x100u /* an append's effect failed: its fallback is written */
 #define PG_FX_NORECORD 0x200u /* an append's effect has no request record: refused */
+#define PG_FX_REFUSED 0x400u  /* an append's effect refused (its record not this node's
+                                 started one, or none): neither it nor its event is sent */
 pop *tm_pg_op_new(enum op_kind k);
 void tm_pg_op_free(pop *o);
 char *tm_pg_placeholders(const char *sql);

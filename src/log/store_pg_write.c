@@ -213,7 +213,7 @@ static const char *append_bytes(const pop *o, size_t *len)
  * have an effect: it runs before the run is sent), and o is not refused. */
 static int joins_run(const pop *prev, const pop *o)
 {
-    return o->kind == OP_APPEND && o->owned >= 0 && !prev->effect && !prev->extra &&
+    return o->kind == OP_APPEND && !(o->flags & PG_FX_REFUSED) && !prev->effect && !prev->extra &&
            !(prev->flags & TM_APPEND_FINAL) && strcmp(prev->session, o->session) == 0 &&
            strcmp(prev->name, o->name) == 0;
 }
@@ -657,7 +657,7 @@ static int run_batch(pgstore *p, pop *batch)
     p->refused = NULL;
     for (pop *o = batch, *next; o && rc == 0; o = next) {
         next = op_next(o);
-        if (o->owned < 0) { /* refused: neither its effect nor its event is sent */
+        if (o->flags & PG_FX_REFUSED) { /* neither its effect nor its event is sent */
             o->run = 0;
             o->w.q.status = (o->flags & PG_FX_NORECORD) ? TIDEMARK_EIO : TIDEMARK_EBUSY;
             continue;
@@ -717,9 +717,7 @@ static int refusal_taken(pgstore *p)
     pop *o = p->refused;
     if (!o)
         return 0;
-    o->owned = -1;
-    if (strcmp(p->last_state, "TM001") == 0)
-        o->flags |= PG_FX_NORECORD;
+    o->flags |= PG_FX_REFUSED | (strcmp(p->last_state, "TM001") == 0 ? PG_FX_NORECORD : 0);
     TM_DEBUG("postgresql: record %s: %s; the batch is tried again without its effect", o->extra,
              p->last_error);
     PGresult *r = PQexitPipelineMode(p->wc) ? PQexec(p->wc, "ROLLBACK") : NULL;

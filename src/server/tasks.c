@@ -391,6 +391,17 @@ static int claim_round(tidemark_server_t *srv, const char *id, json_int_t n)
     return rc ? rc : tm_store_session_create(srv->store, &rec);
 }
 
+/* Claim the round v waits in (claim_round) and, won, make the task's
+ * record this node's: the store completes a record, and writes an effect
+ * under it, only for the node it names. 0, TIDEMARK_EEXIST (another node
+ * took the round), TIDEMARK_EBUSY (the task is finished) or an error. */
+static int take_round(tidemark_server_t *srv, const char *id, const task_view *v)
+{
+    json_int_t n = json_integer_value(json_object_get(json_object_get(v->attrs, "ir"), "n"));
+    int rc = claim_round(srv, id, n);
+    return rc ? rc : tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
+}
+
 /* Store the answers to what is outstanding (others are ignored); when none
  * is left, run the handler again with them. */
 static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *id,
@@ -423,10 +434,7 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
     }
     json_decref(q);
     if (rc == 0 && before > 0 && took == before) {
-        json_int_t n = json_integer_value(json_object_get(json_object_get(v.attrs, "ir"), "n"));
-        rc = claim_round(srv, id, n);
-        if (rc == 0) /* the round runs here: the record is this node's now */
-            rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
+        rc = take_round(srv, id, &v);
         if (rc == 0)
             rc = tm_task_start(srv, id, v.rec.stream, v.rec.message, 0);
         else if (rc == TIDEMARK_EEXIST) /* another node's update completed the round */
@@ -446,10 +454,7 @@ static json_t *task_update(tidemark_server_t *srv, const tm_msg *m, const char *
  * (as may a finish meanwhile: nothing to do). */
 static int cancel_waiting(tidemark_server_t *srv, const char *id, const task_view *v)
 {
-    json_int_t n = json_integer_value(json_object_get(json_object_get(v->attrs, "ir"), "n"));
-    int rc = claim_round(srv, id, n);
-    if (rc == 0)
-        rc = tm_store_request_adopt(srv->store, id, TM_TASK_RECORD);
+    int rc = take_round(srv, id, v);
     if (rc)
         return rc == TIDEMARK_EBUSY || rc == TIDEMARK_EEXIST ? 0 : rc;
     json_t *msg = json_loads(v->rec.message ? v->rec.message : "", JSON_ALLOW_NUL, NULL);
