@@ -10,7 +10,13 @@
  *     tidemark-rps (bench/rps.c) takes it as the echo or ledger answer.
  * Every answer carries the same Mcp-Session-Id; the JSON-RPC id is not read.
  *
- *   tidemark-floor [--port N] [--threads N]     (0 / one per core)
+ * With --commit PATH, every answer but a notification's first commits one
+ * row, as tidemark-sqlite-floor's one-row loop does (a fresh SQLite database
+ * in WAL mode, synchronous=FULL, one INSERT in BEGIN IMMEDIATE .. COMMIT; one
+ * connection, one commit at a time): the most any server could do for a
+ * serial call that commits before it answers, on this machine.
+ *
+ *   tidemark-floor [--port N] [--threads N] [--commit PATH]   (0 / one per core)
  *
  * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
  */
@@ -19,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +43,46 @@ typedef struct fconn {
 } fconn;
 
 static int g_listen;
+static sqlite3 *g_db; /* --commit: under g_db_mu */
+static sqlite3_stmt *g_ins;
+static pthread_mutex_t g_db_mu = PTHREAD_MUTEX_INITIALIZER;
+static long g_rows;
+
+static int commit_open(const char *path)
+{
+    char p[4096];
+    unlink(path);
+    snprintf(p, sizeof p, "%s-wal", path);
+    unlink(p);
+    if (sqlite3_open(path, &g_db) != SQLITE_OK ||
+        sqlite3_exec(g_db,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                     "CREATE TABLE ledger(id INTEGER PRIMARY KEY, entry TEXT NOT NULL,"
+                     " created_ms INTEGER NOT NULL)",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(g_db, "INSERT INTO ledger(entry, created_ms) VALUES(?, ?)", -1, &g_ins,
+                           NULL) != SQLITE_OK) {
+        fprintf(stderr, "tidemark-floor: %s: %s\n", path, g_db ? sqlite3_errmsg(g_db) : "cannot open");
+        return -1;
+    }
+    return 0;
+}
+
+/* One row, committed (fsync'd) before the caller answers; 0 when it was. */
+static int commit_row(const char *entry)
+{
+    pthread_mutex_lock(&g_db_mu);
+    int ok = sqlite3_exec(g_db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+    if (ok) {
+        sqlite3_bind_text(g_ins, 1, entry, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(g_ins, 2, ++g_rows);
+        ok = sqlite3_step(g_ins) == SQLITE_DONE;
+        sqlite3_reset(g_ins);
+        ok = sqlite3_exec(g_db, ok ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK && ok;
+    }
+    pthread_mutex_unlock(&g_db_mu);
+    return ok ? 0 : -1;
+}
 
 /* The first string value inside "arguments":{...} of body, at most cap-1 bytes. */
 static void first_arg(const char *body, char *out, size_t cap)
@@ -58,6 +105,8 @@ static int answer(int fd, const char *body)
         return bench_send_all(fd, out, (size_t)n);
     }
     first_arg(body, arg, sizeof arg);
+    if (g_db && commit_row(arg) != 0)
+        return -1;
     int e = snprintf(ev, sizeof ev,
                      "event: message\ndata: {\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"%s\"}]},"
                      "\"jsonrpc\":\"2.0\",\"id\":1}\n\n",
@@ -166,12 +215,17 @@ static int listen_on(int port)
 int main(int argc, char **argv)
 {
     int port = 0, threads = 0;
+    const char *commit = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--port") == 0)
             port = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--commit") == 0)
+            commit = argv[i + 1];
     }
+    if (commit && commit_open(commit) != 0)
+        return 1;
     if (threads <= 0)
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads <= 0 || threads > 256 || listen_on(port)) {
