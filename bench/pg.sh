@@ -12,6 +12,13 @@
 #                  and one tools/call stream of 10,000 progress events read to
 #                  its end (curl): durable streamed events/s
 #   sqlite         tidemark-server on SQLite power, the same figures, for reference
+#   pgcall         pgbench running a ledger_append's own transaction on the pg
+#                  server's schema, with no server in the way: the stream's open,
+#                  the record's begin and check, the row in a savepoint, the
+#                  priming event and response (tm_append), the NOTIFY, COMMIT, in
+#                  one pipeline, 1 and 16 clients: the most a call that commits
+#                  what ours does could reach (each client a transaction of its
+#                  own; the server's writer groups calls into batches instead)
 #   base           with PG_BASE_BUILD=DIR (the build directory of another
 #                  commit's worktree, e.g. build-compare/base-<sha>/build that
 #                  make bench-compare leaves): its tidemark-server on the same
@@ -75,6 +82,33 @@ if [ -n "$base" ]; then
 fi
 start sqlite --store "sqlite:$scratch/tm.db"
 
+# A ledger_append's transaction as the pg server's writer sends it (its
+# statements and their arguments as PostgreSQL's statement log shows them),
+# under a new request key each time, for session $sid of node $node.
+call_sql() {
+    local resp
+    resp="$(printf '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"appended"}],"structuredContent":{"entry":"bench","key":"%s/i:1"}}}' "$sid" |
+        od -An -tx1 | tr -d ' \n')"
+    cat <<SQL
+\\set k random(1, 1000000000000)
+\\startpipeline
+BEGIN;
+INSERT INTO tm_streams(session, name) SELECT :sid, 'b' || :k WHERE EXISTS (SELECT 1 FROM tm_sessions WHERE id = :sid) ON CONFLICT (session, name) DO UPDATE SET closed = false RETURNING head;
+SELECT tm_req_begin(:sid, convert_to('b:' || :k, 'UTF8'), 'ledger_append', 'b' || :k, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ledger_append","arguments":{"entry":"bench"}}}', tm_now(), :node);
+SELECT tm_req_mine(:sid, convert_to('b:' || :k, 'UTF8'), :node);
+SAVEPOINT fx;
+SELECT tm_row_insert('ledger', '{"created_ms":1796590371313,"entry":"bench","request_key":"$sid/i:1","session":"$sid"}');
+RELEASE SAVEPOINT fx;
+SELECT tm_append(:sid, 'b' || :k, '0123456789abcdef', '\\x$resp'::bytea, ARRAY[0, $((${#resp} / 2))], true, convert_to('b:' || :k, 'UTF8'), tm_now(), 0, NULL, :node);
+SELECT pg_notify('tm_commits', :node || E'\\n' || :sid || E'\\tb' || :k || E'\\t2');
+COMMIT;
+\\endpipeline
+SQL
+}
+pgcall_tps() { # CLIENTS
+    "$pgbin/pgbench" -n -M prepared -f "$scratch/call.sql" -D "sid=$sid" -D "node=$node" -c "$1" -j "$1" \
+        -T "$secs" "$primary" 2>"$scratch/pgcall.err" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
 pgbench_tps() { # CLIENTS
     "$pgbin/pgbench" -n -f "$scratch/ceiling.sql" -c "$1" -j "$1" -T "$secs" "$primary" 2>/dev/null |
         sed -n 's/^tps = \([0-9.]*\).*/\1/p'
@@ -83,12 +117,15 @@ rps() { # TARGET CONNS
     "$bin/tidemark-rps" --url "${url[$1]}" --era legacy --tool ledger_append --conns "$2" \
         --seconds "$secs" | sed -n 's/.* rps=\([0-9.]*\) .*/\1/p'
 }
-stream_eps() { # TARGET: one tools/call stream of 10,000 progress events, read to the end
-    local sid t0 t1 n
-    sid="$(curl -s -D- -o /dev/null -X POST "${url[$1]}" -H 'content-type: application/json' \
+new_session() { # TARGET -> its new session's id
+    curl -s -D- -o /dev/null -X POST "${url[$1]}" -H 'content-type: application/json' \
         -H 'accept: application/json, text/event-stream' \
         -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
-        tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')"
+        tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p'
+}
+stream_eps() { # TARGET: one tools/call stream of 10,000 progress events, read to the end
+    local sid t0 t1 n
+    sid="$(new_session "$1")"
     t0="$(date +%s.%N)"
     n="$(curl -sN -X POST "${url[$1]}" -H 'content-type: application/json' \
         -H 'accept: application/json, text/event-stream' -H "mcp-session-id: $sid" \
@@ -98,6 +135,10 @@ stream_eps() { # TARGET: one tools/call stream of 10,000 progress events, read t
     t1="$(date +%s.%N)"
     awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }'
 }
+sid="$(new_session pg)"
+node=pgbench # its records are its own: tm_req_mine and tm_append check the node they name
+[ -n "$sid" ] || { log "no session on the pg server: $(tail -2 "$scratch/pg.log")"; exit 1; }
+call_sql >"$scratch/call.sql"
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 declare -A runs
@@ -114,10 +155,12 @@ for r in $(seq 1 "$reps"); do
     log "round $r of $reps"
     measure pgbench1 pgbench_tps 1
     measure pg1 rps pg 1
+    measure pgcall1 pgcall_tps 1
     [ -n "$base" ] && measure base1 rps base 1
     measure sqlite1 rps sqlite 1
     measure pgbench16 pgbench_tps 16
     measure pg16 rps pg 16
+    measure pgcall16 pgcall_tps 16
     [ -n "$base" ] && measure base16 rps base 16
     measure sqlite16 rps sqlite 16
     measure pgstream stream_eps pg
@@ -133,11 +176,14 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b 
     printf '%-44s %12s %12s\n' "pgbench one-row insert+commit (tps)" "$(m pgbench1)" "$(m pgbench16)"
     printf '%-44s %12s %12s\n' "tidemark ledger_append, PostgreSQL (calls/s)" "$(m pg1)" "$(m pg16)"
     printf '%-44s %12s %12s\n' "tidemark ledger_append, SQLite power" "$(m sqlite1)" "$(m sqlite16)"
+    printf '%-44s %12s %12s\n' "pgbench of a ledger_append's transaction" "$(m pgcall1)" "$(m pgcall16)"
+    printf '%-44s %12s %12s  (no server: the ceiling of a call)\n' "... / pgbench one-row" \
+        "$(ratio "$(m pgcall1)" "$(m pgbench1)")" "$(ratio "$(m pgcall16)" "$(m pgbench16)")"
     printf '%-44s %12s %12s  (targets 0.7, 0.8)\n' "PostgreSQL / pgbench" \
         "$(ratio "$(m pg1)" "$(m pgbench1)")" "$(ratio "$(m pg16)" "$(m pgbench16)")"
     printf 'durable streamed events/s, one stream of 10,000: PostgreSQL %s (target >= 50000), SQLite power %s\n' \
         "$(m pgstream)" "$(m sqlitestream)"
-    keys="pgbench1 pg1 sqlite1 pgbench16 pg16 sqlite16 pgstream sqlitestream"
+    keys="pgbench1 pg1 pgcall1 sqlite1 pgbench16 pg16 pgcall16 sqlite16 pgstream sqlitestream"
     if [ -n "$base" ]; then
         printf '%-44s %12s %12s  stream %s\n' "base $base_rev ledger_append, PostgreSQL" \
             "$(m base1)" "$(m base16)" "$(m basestream)"
