@@ -24,13 +24,15 @@
 #                  make bench-compare leaves): its tidemark-server on the same
 #                  cluster, the same figures as pg, interleaved with them
 # Medians are printed with the ratios the targets name; the report goes to
+# PG_BENCH_OUT when set (the smoke test's /dev/null), else to
 # bench/results/pg-YYYYMMDD-HHMMSS.txt. Exit 77 when PostgreSQL is not installed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-build}"
 reps="${2:-3}"
 secs="${3:-5}"
-bin="$here/$build/bin"
+case "$build" in /*) ;; *) build="$here/$build" ;; esac # BUILD: absolute, or from the top
+bin="$build/bin"
 for b in tidemark-server tidemark-rps; do
     [ -x "$bin/$b" ] || { echo "pg.sh: $bin/$b is missing (cmake --build $build)" >&2; exit 1; }
 done
@@ -38,7 +40,7 @@ pgbin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)"
 [ -x "$pgbin/pgbench" ] || { echo "pg.sh: pgbench not installed: skipped" >&2; exit 77; }
 scratch="$(mktemp -d /tmp/tm-bench-pg-XXXXXX)"
 mkdir -p "$here/bench/results"
-out="$here/bench/results/pg-$(date +%Y%m%d-%H%M%S).txt"
+out="${PG_BENCH_OUT:-$here/bench/results/pg-$(date +%Y%m%d-%H%M%S).txt}"
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -105,9 +107,15 @@ COMMIT;
 \\endpipeline
 SQL
 }
-pgcall_tps() { # CLIENTS
-    "$pgbin/pgbench" -n -M prepared -f "$scratch/call.sql" -D "sid=$sid" -D "node=$node" -c "$1" -j "$1" \
-        -T "$secs" "$primary" 2>"$scratch/pgcall.err" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+pgcall_tps() { # CLIENTS; no figure when a statement failed
+    local o rc=0
+    o="$("$pgbin/pgbench" -n -M prepared -f "$scratch/call.sql" -D "sid=$sid" -D "node=$node" -c "$1" \
+        -j "$1" -T "$secs" "$primary" 2>"$scratch/pgcall.err")" || rc=1
+    if [ "$rc" -ne 0 ] || grep -q 'aborted\|ERROR' "$scratch/pgcall.err"; then
+        grep -m2 -i 'error\|aborted' "$scratch/pgcall.err" >&2
+        return 1
+    fi
+    printf '%s\n' "$o" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 pgbench_tps() { # CLIENTS
     "$pgbin/pgbench" -n -f "$scratch/ceiling.sql" -c "$1" -j "$1" -T "$secs" "$primary" 2>/dev/null |
@@ -142,13 +150,15 @@ call_sql >"$scratch/call.sql"
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 declare -A runs
-measure() { # KEY CMD...: one figure into runs[KEY]; a failed one is said, not kept
+failed=0
+measure() { # KEY CMD...: one figure into runs[KEY]; a failed one is said, not kept, and fails the run
     local key=$1 v
     shift
     if v="$("$@")" && [ -n "$v" ]; then
         runs[$key]+="$v"$'\n'
     else
-        log "$key: $* failed: $(tail -2 "$scratch"/*.log 2>/dev/null | tr '\n' ' ')"
+        log "$key: $* failed: $(tail -2 "$scratch"/*.log "$scratch"/*.err 2>/dev/null | tr '\n' ' ')"
+        failed=1
     fi
 }
 for r in $(seq 1 "$reps"); do
@@ -197,3 +207,4 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b 
     done
 } | tee "$out"
 log "report: ${out#$here/}"
+exit "$failed"
