@@ -54,6 +54,8 @@ static int commit_open(const char *path)
     unlink(path);
     snprintf(p, sizeof p, "%s-wal", path);
     unlink(p);
+    snprintf(p, sizeof p, "%s-shm", path);
+    unlink(p);
     if (sqlite3_open(path, &g_db) != SQLITE_OK ||
         sqlite3_exec(g_db,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
@@ -80,6 +82,8 @@ static int commit_row(const char *entry)
         sqlite3_reset(g_ins);
         ok = sqlite3_exec(g_db, ok ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK && ok;
     }
+    if (!ok) /* the connection is cut: the load generator counts an error */
+        fprintf(stderr, "tidemark-floor: commit failed: %s\n", sqlite3_errmsg(g_db));
     pthread_mutex_unlock(&g_db_mu);
     return ok ? 0 : -1;
 }

@@ -215,7 +215,7 @@ printf 'the same with a row in each of 10 tables a commit (9 at a random place: 
 printf 'ledger_append commit writes): commits/s %s  p50_us %s  p99_us %s\n' "$raw10" \
     "$(field p50_us <"$scratch/raw10" | median)" "$(field p99_us <"$scratch/raw10" | median)"
 floorc="$(field rps <"$scratch/floorc" | median)"
-printf 'the floor server committing one such row before each answer (--commit), ledger_append\n'
+printf 'the floor server committing the one-row loop'"'"'s row before each answer (--commit), ledger_append\n'
 printf 'from 1 conn: calls/s %s  p50_ms %s  p99_ms %s; %s x the loop: the most any server reaches\n' \
     "$floorc" "$(field p50_ms <"$scratch/floorc" | median)" "$(field p99_ms <"$scratch/floorc" | median)" \
     "$(ratio "$floorc" "$raw")"
@@ -232,7 +232,7 @@ verdict "1 conn echo: tidemark memory / floor" "$(floor_ratio memory echo 1)" 0.
 verdict "1 conn ledger_append: SQLite power / raw loop" "$(ratio "$(rps_of sqlpower ledger_append 1)" "$raw")" 0.80
 printf '%-52s %6.2f (no target: the pages a commit writes)\n' "1 conn ledger_append: SQLite power / 10-table loop" \
     "$(ratio "$(rps_of sqlpower ledger_append 1)" "$raw10")"
-printf '%-52s %6.2f (no target: the ceiling of the one above)\n' "1 conn ledger_append: floor + one-row commit / raw loop" \
+printf '%-52s %6.2f (no target: the ceiling of the 0.80 above)\n' "1 conn ledger_append: floor + one-row commit / raw loop" \
     "$(ratio "$floorc" "$raw")"
 if [ -z "${skipped[redis]:-}" ]; then
     verdict "16 conns echo: Redis power (1 node) / floor" "$(floor_ratio redis echo 16)" 0.15

@@ -1,9 +1,9 @@
 # The HTTP side-by-side benchmark runs (floor, TypeScript SDK, tidemark on
 # memory / SQLite / Redis, echo and ledger_append, the raw SQLite loop, many
 # streams and one fan-out, every answer checked): a smoke run of
-# bench/http.sh, 0.5 s per cell, 500 streams and 5,000 sessions (above the
-# default per-address session limit, which the scale rows lift); numbers not
-# judged.
+# bench/http.sh, 0.5 s per cell, 500 streams, and 5,000 sessions in the
+# flat-latency rows (above the default per-address session limit, which
+# those rows lift); numbers not judged.
 add_test(NAME bench_http_smoke
   COMMAND bash ${CMAKE_SOURCE_DIR}/bench/http.sh ${CMAKE_BINARY_DIR} 1 0.5 500)
 set_tests_properties(bench_http_smoke PROPERTIES TIMEOUT 300 LABELS bench)

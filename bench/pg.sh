@@ -12,13 +12,16 @@
 #                  and one tools/call stream of 10,000 progress events read to
 #                  its end (curl): durable streamed events/s
 #   sqlite         tidemark-server on SQLite power, the same figures, for reference
-#   pgcall         pgbench running a ledger_append's own transaction on the pg
-#                  server's schema, with no server in the way: the stream's open,
-#                  the record's begin and check, the row in a savepoint, the
-#                  priming event and response (tm_append), the NOTIFY, COMMIT, in
-#                  one pipeline, 1 and 16 clients: the most a call that commits
-#                  what ours does could reach (each client a transaction of its
-#                  own; the server's writer groups calls into batches instead)
+#   pgcall         one pgbench client running the statements the pg server's
+#                  writer sends for ledger_appends, on that server's schema, with
+#                  no server in the way: per call the stream's open, the record's
+#                  begin and check, the row in a savepoint, the priming event and
+#                  response (tm_append); per transaction one NOTIFY and COMMIT, in
+#                  one pipeline. 1 call a transaction (a serial call), and 16 (a
+#                  batch as large as 16 connections can make): calls/s, the
+#                  most a call that commits what ours does reaches from 1 and
+#                  from 16 connections (16 clients of a transaction each would
+#                  queue on the ledger's row counter and the NOTIFY lock)
 #   base           with PG_BASE_BUILD=DIR (the build directory of another
 #                  commit's worktree, e.g. build-compare/base-<sha>/build that
 #                  make bench-compare leaves): its tidemark-server on the same
@@ -84,38 +87,46 @@ if [ -n "$base" ]; then
 fi
 start sqlite --store "sqlite:$scratch/tm.db"
 
-# A ledger_append's transaction as the pg server's writer sends it (its
-# statements and their arguments as PostgreSQL's statement log shows them),
-# under a new request key each time, for session $sid of node $node.
-call_sql() {
-    local resp
+# N ledger_appends in one transaction, as the pg server's writer sends a
+# batch of N calls (their statements and arguments as PostgreSQL's statement
+# log shows them, one NOTIFY naming every stream), each under a new request
+# key, for session $sid of node $node.
+call_sql() { # N
+    local resp i k notify=""
     resp="$(printf '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"appended"}],"structuredContent":{"entry":"bench","key":"%s/i:1"}}}' "$sid" |
         od -An -tx1 | tr -d ' \n')"
-    cat <<SQL
-\\set k random(1, 1000000000000)
-\\startpipeline
-BEGIN;
-INSERT INTO tm_streams(session, name) SELECT :sid, 'b' || :k WHERE EXISTS (SELECT 1 FROM tm_sessions WHERE id = :sid) ON CONFLICT (session, name) DO UPDATE SET closed = false RETURNING head;
-SELECT tm_req_begin(:sid, convert_to('b:' || :k, 'UTF8'), 'ledger_append', 'b' || :k, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ledger_append","arguments":{"entry":"bench"}}}', tm_now(), :node);
-SELECT tm_req_mine(:sid, convert_to('b:' || :k, 'UTF8'), :node);
+    for i in $(seq 1 "$1"); do
+        echo "\\set k$i random(1, 1000000000000)"
+    done
+    printf '%s\n' '\startpipeline' 'BEGIN;'
+    for i in $(seq 1 "$1"); do
+        k=":k$i"
+        cat <<SQL
+INSERT INTO tm_streams(session, name) SELECT :sid, 'b' || $k WHERE EXISTS (SELECT 1 FROM tm_sessions WHERE id = :sid) ON CONFLICT (session, name) DO UPDATE SET closed = false RETURNING head;
+SELECT tm_req_begin(:sid, convert_to('b:' || $k, 'UTF8'), 'ledger_append', 'b' || $k, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ledger_append","arguments":{"entry":"bench"}}}', tm_now(), :node);
+SELECT tm_req_mine(:sid, convert_to('b:' || $k, 'UTF8'), :node);
 SAVEPOINT fx;
 SELECT tm_row_insert('ledger', '{"created_ms":1796590371313,"entry":"bench","request_key":"$sid/i:1","session":"$sid"}');
 RELEASE SAVEPOINT fx;
-SELECT tm_append(:sid, 'b' || :k, '0123456789abcdef', '\\x$resp'::bytea, ARRAY[0, $((${#resp} / 2))], true, convert_to('b:' || :k, 'UTF8'), tm_now(), 0, NULL, :node);
-SELECT pg_notify('tm_commits', :node || E'\\n' || :sid || E'\\tb' || :k || E'\\t2');
+SELECT tm_append(:sid, 'b' || $k, '0123456789abcdef', '\\x$resp'::bytea, ARRAY[0, $((${#resp} / 2))], true, convert_to('b:' || $k, 'UTF8'), tm_now(), 0, NULL, :node);
+SQL
+        notify="$notify || E'\\n' || :sid || E'\\tb' || $k || E'\\t2'"
+    done
+    cat <<SQL
+SELECT pg_notify('tm_commits', :node $notify);
 COMMIT;
 \\endpipeline
 SQL
 }
-pgcall_tps() { # CLIENTS; no figure when a statement failed
+pgcall_cps() { # N: calls/s of one pgbench client running call_sql N; no figure when a statement failed
     local o rc=0
-    o="$("$pgbin/pgbench" -n -M prepared -f "$scratch/call.sql" -D "sid=$sid" -D "node=$node" -c "$1" \
-        -j "$1" -T "$secs" "$primary" 2>"$scratch/pgcall.err")" || rc=1
+    o="$("$pgbin/pgbench" -n -M prepared -f "$scratch/call$1.sql" -D "sid=$sid" -D "node=$node" -c 1 \
+        -j 1 -T "$secs" "$primary" 2>"$scratch/pgcall.err")" || rc=1
     if [ "$rc" -ne 0 ] || grep -q 'aborted\|ERROR' "$scratch/pgcall.err"; then
         grep -m2 -i 'error\|aborted' "$scratch/pgcall.err" >&2
         return 1
     fi
-    printf '%s\n' "$o" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+    printf '%s\n' "$o" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | awk -v n="$1" '{printf "%.0f\n", $1 * n}'
 }
 pgbench_tps() { # CLIENTS
     "$pgbin/pgbench" -n -f "$scratch/ceiling.sql" -c "$1" -j "$1" -T "$secs" "$primary" 2>/dev/null |
@@ -143,10 +154,11 @@ stream_eps() { # TARGET: one tools/call stream of 10,000 progress events, read t
     t1="$(date +%s.%N)"
     awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }'
 }
-sid="$(new_session pg)"
+sid="$(new_session pg || true)"
 node=pgbench # its records are its own: tm_req_mine and tm_append check the node they name
 [ -n "$sid" ] || { log "no session on the pg server: $(tail -2 "$scratch/pg.log")"; exit 1; }
-call_sql >"$scratch/call.sql"
+call_sql 1 >"$scratch/call1.sql"
+call_sql 16 >"$scratch/call16.sql"
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 declare -A runs
@@ -165,19 +177,19 @@ for r in $(seq 1 "$reps"); do
     log "round $r of $reps"
     measure pgbench1 pgbench_tps 1
     measure pg1 rps pg 1
-    measure pgcall1 pgcall_tps 1
+    measure pgcall1 pgcall_cps 1
     [ -n "$base" ] && measure base1 rps base 1
     measure sqlite1 rps sqlite 1
     measure pgbench16 pgbench_tps 16
     measure pg16 rps pg 16
-    measure pgcall16 pgcall_tps 16
+    measure pgcall16 pgcall_cps 16
     [ -n "$base" ] && measure base16 rps base 16
     measure sqlite16 rps sqlite 16
     measure pgstream stream_eps pg
     [ -n "$base" ] && measure basestream stream_eps base
     measure sqlitestream stream_eps sqlite
 done
-m() { printf '%s' "${runs[$1]}" | grep -v '^$' | median; }
+m() { printf '%s' "${runs[$1]:-}" | grep -v '^$' | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b }'; }
 {
     echo "bench/pg.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git -C "$here" rev-parse --short HEAD) reps=$reps seconds=$secs"
@@ -186,8 +198,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b 
     printf '%-44s %12s %12s\n' "pgbench one-row insert+commit (tps)" "$(m pgbench1)" "$(m pgbench16)"
     printf '%-44s %12s %12s\n' "tidemark ledger_append, PostgreSQL (calls/s)" "$(m pg1)" "$(m pg16)"
     printf '%-44s %12s %12s\n' "tidemark ledger_append, SQLite power" "$(m sqlite1)" "$(m sqlite16)"
-    printf '%-44s %12s %12s\n' "pgbench of a ledger_append's transaction" "$(m pgcall1)" "$(m pgcall16)"
-    printf '%-44s %12s %12s  (no server: the ceiling of a call)\n' "... / pgbench one-row" \
+    printf '%-44s %12s %12s  (1 / 16 calls a transaction)\n' "pgbench of ledger_append's statements (calls/s)" \
+        "$(m pgcall1)" "$(m pgcall16)"
+    printf '%-44s %12s %12s  (no server: the ceiling of the targets)\n' "... / pgbench one-row" \
         "$(ratio "$(m pgcall1)" "$(m pgbench1)")" "$(ratio "$(m pgcall16)" "$(m pgbench16)")"
     printf '%-44s %12s %12s  (targets 0.7, 0.8)\n' "PostgreSQL / pgbench" \
         "$(ratio "$(m pg1)" "$(m pgbench1)")" "$(ratio "$(m pg16)" "$(m pgbench16)")"
@@ -203,7 +216,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b 
     fi
     echo "every round:"
     for k in $keys; do
-        printf '  %-12s %s\n' "$k" "$(printf '%s' "${runs[$k]}" | tr '\n' ' ')"
+        printf '  %-12s %s\n' "$k" "$(printf '%s' "${runs[$k]:-}" | tr '\n' ' ')"
     done
 } | tee "$out"
 log "report: ${out#$here/}"
