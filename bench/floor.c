@@ -16,12 +16,21 @@
  * connection, one commit at a time): the most any server could do for a
  * serial call that commits before it answers, on this machine.
  *
- *   tidemark-floor [--port N] [--threads N] [--commit PATH]   (0 / one per core)
+ * With --redis HOST:PORT, every such answer first has its entry appended to
+ * a Redis list, and the answers wait for it the way tidemark's Redis store
+ * groups writes: one writer thread sends every entry queued meanwhile in one
+ * MULTI / RPUSH ... / EXEC (under appendfsync always, one fsync) and
+ * answers them all when EXEC returns: the most any server could do for a
+ * call that commits one small write to that Redis, from many connections.
+ *
+ *   tidemark-floor [--port N] [--threads N] [--commit PATH] [--redis HOST:PORT]
+ *                                                   (port 0, a thread per core)
  *
  * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
  */
 #include "net.h"
 #include <errno.h>
+#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -38,9 +47,25 @@
 
 typedef struct fconn {
     int fd;
+    int pending; /* --redis: answers queued, not yet sent (under g_q_mu) */
+    int dead;    /* --redis: closed by its peer while answers were queued */
     size_t have;
     char buf[BUF];
 } fconn;
+
+/* --redis: one answer waiting for its entry's EXEC. */
+typedef struct qitem {
+    fconn *c;
+    char *out;
+    size_t n;
+    char entry[512];
+    struct qitem *next;
+} qitem;
+
+static redisContext *g_redis;
+static pthread_mutex_t g_q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_q_cv = PTHREAD_COND_INITIALIZER;
+static qitem *g_qhead, **g_qtail = &g_qhead;
 
 static int g_listen;
 static sqlite3 *g_db; /* --commit: under g_db_mu */
@@ -99,8 +124,11 @@ static void first_arg(const char *body, char *out, size_t cap)
         snprintf(out, cap, "%.*s", (int)(e - v), v);
 }
 
-static int answer(int fd, const char *body)
+static int queue_answer(fconn *c, const char *entry, const char *out, size_t n);
+
+static int answer(fconn *c, const char *body)
 {
+    int fd = c->fd;
     char arg[512], ev[1024], out[2048];
     int n;
     if (strstr(body, "\"method\":\"notifications/")) {
@@ -119,6 +147,8 @@ static int answer(int fd, const char *body)
                  "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "Mcp-Session-Id: floor\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n",
                  (unsigned)e, ev);
+    if (g_redis)
+        return queue_answer(c, arg, out, (size_t)n);
     return bench_send_all(fd, out, (size_t)n);
 }
 
@@ -138,7 +168,7 @@ static int serve(fconn *c)
             return 0;
         char save = c->buf[hlen + blen];
         c->buf[hlen + blen] = 0;
-        int rc = answer(c->fd, c->buf + hlen);
+        int rc = answer(c, c->buf + hlen);
         c->buf[hlen + blen] = save;
         memmove(c->buf, c->buf + hlen + blen, c->have - hlen - blen);
         c->have -= hlen + blen;
@@ -146,6 +176,104 @@ static int serve(fconn *c)
         if (rc)
             return -1;
     }
+}
+
+static void conn_free(fconn *c)
+{
+    close(c->fd);
+    free(c);
+}
+
+static int queue_answer(fconn *c, const char *entry, const char *out, size_t n)
+{
+    qitem *it = malloc(sizeof *it);
+    if (!it || !(it->out = malloc(n))) {
+        free(it);
+        return -1;
+    }
+    memcpy(it->out, out, n);
+    it->n = n;
+    it->c = c;
+    snprintf(it->entry, sizeof it->entry, "%s", entry);
+    it->next = NULL;
+    pthread_mutex_lock(&g_q_mu);
+    c->pending++;
+    *g_qtail = it;
+    g_qtail = &it->next;
+    pthread_cond_signal(&g_q_cv);
+    pthread_mutex_unlock(&g_q_mu);
+    return 0;
+}
+
+/* MULTI, an RPUSH per queued entry, EXEC; 0 when every reply came and none
+ * was an error. */
+static int redis_commit(const qitem *batch)
+{
+    size_t n = 0;
+    redisAppendCommand(g_redis, "MULTI");
+    for (const qitem *it = batch; it; it = it->next, n++)
+        redisAppendCommand(g_redis, "RPUSH tm:floor:ledger %s", it->entry);
+    redisAppendCommand(g_redis, "EXEC");
+    int ok = 1;
+    for (size_t i = 0; i < n + 2; i++) {
+        redisReply *x = NULL;
+        if (redisGetReply(g_redis, (void **)&x) != REDIS_OK)
+            return -1;
+        ok = ok && x->type != REDIS_REPLY_ERROR;
+        freeReplyObject(x);
+    }
+    return ok ? 0 : -1;
+}
+
+/* Whatever was queued while the last EXEC ran goes in the next one; its
+ * answers leave once EXEC returned. A connection its peer closed meanwhile
+ * is closed here, after its last answer. */
+static void *redis_writer(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&g_q_mu);
+        while (!g_qhead)
+            pthread_cond_wait(&g_q_cv, &g_q_mu);
+        qitem *batch = g_qhead;
+        g_qhead = NULL;
+        g_qtail = &g_qhead;
+        pthread_mutex_unlock(&g_q_mu);
+        if (redis_commit(batch) != 0) {
+            fprintf(stderr, "tidemark-floor: redis: %s\n", g_redis->err ? g_redis->errstr : "EXEC failed");
+            exit(1);
+        }
+        while (batch) {
+            qitem *it = batch;
+            batch = it->next;
+            fconn *c = it->c;
+            bench_send_all(c->fd, it->out, it->n); /* c lives while it has answers queued */
+            pthread_mutex_lock(&g_q_mu);
+            int gone = --c->pending == 0 && c->dead;
+            pthread_mutex_unlock(&g_q_mu);
+            if (gone)
+                conn_free(c);
+            free(it->out);
+            free(it);
+        }
+    }
+    return NULL;
+}
+
+static int redis_open(const char *hostport)
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || (size_t)(colon - hostport) >= sizeof host)
+        return -1;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
+    g_redis = redisConnect(host, atoi(colon + 1));
+    if (!g_redis || g_redis->err) {
+        fprintf(stderr, "tidemark-floor: redis %s: %s\n", hostport, g_redis ? g_redis->errstr : "no memory");
+        return -1;
+    }
+    pthread_t t;
+    return pthread_create(&t, NULL, redis_writer, NULL) == 0 ? 0 : -1;
 }
 
 static void accept_one(int ep)
@@ -162,11 +290,12 @@ static void accept_one(int ep)
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
+    c->pending = c->dead = 0;
     c->have = 0;
     c->buf[0] = 0;
 }
 
-static void readable(fconn *c)
+static void readable(int ep, fconn *c)
 {
     ssize_t r = recv(c->fd, c->buf + c->have, BUF - 1 - c->have, 0);
     if (r > 0) {
@@ -177,8 +306,14 @@ static void readable(fconn *c)
     } else if (r < 0 && errno == EAGAIN) {
         return;
     }
-    close(c->fd);
-    free(c);
+    pthread_mutex_lock(&g_q_mu);
+    int later = c->pending > 0; /* the writer closes it after its last answer */
+    c->dead = later;
+    if (later) /* before the writer may free it */
+        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+    pthread_mutex_unlock(&g_q_mu);
+    if (!later)
+        conn_free(c);
 }
 
 static void *loop(void *arg)
@@ -192,7 +327,7 @@ static void *loop(void *arg)
         int n = epoll_wait(ep, evs, 64, -1);
         for (int i = 0; i < n; i++) {
             if (evs[i].data.ptr)
-                readable(evs[i].data.ptr);
+                readable(ep, evs[i].data.ptr);
             else
                 accept_one(ep);
         }
@@ -219,7 +354,7 @@ static int listen_on(int port)
 int main(int argc, char **argv)
 {
     int port = 0, threads = 0;
-    const char *commit = NULL;
+    const char *commit = NULL, *redis = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--port") == 0)
             port = atoi(argv[i + 1]);
@@ -227,8 +362,10 @@ int main(int argc, char **argv)
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--commit") == 0)
             commit = argv[i + 1];
+        else if (strcmp(argv[i], "--redis") == 0)
+            redis = argv[i + 1];
     }
-    if (commit && commit_open(commit) != 0)
+    if ((commit && commit_open(commit) != 0) || (redis && redis_open(redis) != 0))
         return 1;
     if (threads <= 0)
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -142,6 +142,7 @@ start sqlpower "${tm[@]}" --store "sqlite:$scratch/power.db"
 targets+=(memory sqlproc sqlpower)
 if start_redis; then
     start redis "${tm[@]}" --store "redis://127.0.0.1:$rport"
+    start floorr "$bin/tidemark-floor" --redis "127.0.0.1:$rport"
     targets+=(redis)
 else
     skipped[redis]="no redis-server"
@@ -175,11 +176,16 @@ for r in $(seq "$reps"); do
     "$bin/tidemark-sqlite-floor" "$scratch/raw.db" "$secs" >>"$scratch/raw"
     "$bin/tidemark-rps" --url "${url[floorc]}" --era legacy --tool ledger_append --conns 1 \
         --seconds "$secs" --warmup "$warm" >>"$scratch/floorc" || { log "tidemark-rps against floor --commit failed"; exit 1; }
+    if [ -z "${skipped[redis]:-}" ]; then
+        "$bin/tidemark-rps" --url "${url[floorr]}" --era legacy --tool ledger_append --conns 16 \
+            --seconds "$secs" --warmup "$warm" >>"$scratch/floorr" || { log "tidemark-rps against floor --redis failed"; exit 1; }
+    fi
     "$bin/tidemark-sqlite-floor" "$scratch/raw10.db" "$secs" 10 >>"$scratch/raw10"
 done
 for t in "${targets[@]}"; do [ "$t" = floor ] || [ "$t" = redis3 ] || stop "$t"; done
 stop floor
 stop floorc
+if [ -z "${skipped[redis]:-}" ]; then stop floorr; fi
 [ -n "${url[redis3]:-}" ] && exec 4>&- # the cluster stops its processes
 
 cell() { # target tool conns -> "rps p50/p99 ratio"
@@ -237,6 +243,10 @@ printf '%-52s %6.2f (no target: the ceiling of the 0.80 above)\n' "1 conn ledger
 if [ -z "${skipped[redis]:-}" ]; then
     verdict "16 conns echo: Redis power (1 node) / floor" "$(floor_ratio redis echo 16)" 0.15
     verdict "16 conns ledger_append: Redis power (1 node) / floor" "$(floor_ratio redis ledger_append 16)" 0.10
+    floorr="$(field rps <"$scratch/floorr" | median)"
+    printf '%-52s %6.2f (no target: the ceiling of the 0.10 above; %s calls/s)\n' \
+        "16 conns ledger_append: floor + Redis group commit / floor" \
+        "$(ratio "$floorr" "$(rps_of floor ledger_append 16)")" "$floorr"
     if [ -z "${skipped[sdk]:-}" ]; then
         verdict "16 conns echo: Redis power (1 node) / TS SDK" \
             "$(ratio "$(rps_of redis echo 16)" "$(rps_of sdk echo 16)")" 5
