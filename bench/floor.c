@@ -28,13 +28,13 @@
  *
  * Prints "listening on http://127.0.0.1:PORT/mcp"; runs until killed.
  */
+#include "ledger_db.h"
 #include "net.h"
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,24 +75,10 @@ static long g_rows;
 
 static int commit_open(const char *path)
 {
-    char p[4096];
-    unlink(path);
-    snprintf(p, sizeof p, "%s-wal", path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", path);
-    unlink(p);
-    if (sqlite3_open(path, &g_db) != SQLITE_OK ||
-        sqlite3_exec(g_db,
-                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                     "CREATE TABLE ledger(id INTEGER PRIMARY KEY, entry TEXT NOT NULL,"
-                     " created_ms INTEGER NOT NULL)",
-                     NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(g_db, "INSERT INTO ledger(entry, created_ms) VALUES(?, ?)", -1, &g_ins,
-                           NULL) != SQLITE_OK) {
-        fprintf(stderr, "tidemark-floor: %s: %s\n", path, g_db ? sqlite3_errmsg(g_db) : "cannot open");
-        return -1;
-    }
-    return 0;
+    if (bench_ledger_open(path, &g_db, &g_ins) == SQLITE_OK)
+        return 0;
+    fprintf(stderr, "tidemark-floor: %s: %s\n", path, g_db ? sqlite3_errmsg(g_db) : "cannot open");
+    return -1;
 }
 
 /* One row, committed (fsync'd) before the caller answers; 0 when it was. */
@@ -101,10 +87,7 @@ static int commit_row(const char *entry)
     pthread_mutex_lock(&g_db_mu);
     int ok = sqlite3_exec(g_db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
     if (ok) {
-        sqlite3_bind_text(g_ins, 1, entry, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(g_ins, 2, ++g_rows);
-        ok = sqlite3_step(g_ins) == SQLITE_DONE;
-        sqlite3_reset(g_ins);
+        ok = bench_ledger_put(g_ins, entry, ++g_rows) == SQLITE_DONE;
         ok = sqlite3_exec(g_db, ok ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK && ok;
     }
     if (!ok) /* the connection is cut: the load generator counts an error */

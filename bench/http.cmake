@@ -1,9 +1,9 @@
 # bench/http.sh's programs (included from the top-level CMakeLists.txt, next
 # to tidemark-rps): the floor server, the raw SQLite commit loop and the
 # many-streams client. Its smoke test is registered by bench/http_test.cmake.
-add_executable(tidemark-floor bench/floor.c bench/net.c)
+add_executable(tidemark-floor bench/floor.c bench/net.c bench/ledger_db.c)
 target_link_libraries(tidemark-floor PRIVATE Threads::Threads PkgConfig::SQLITE PkgConfig::HIREDIS)
-add_executable(tidemark-sqlite-floor bench/sqlite_floor.c)
+add_executable(tidemark-sqlite-floor bench/sqlite_floor.c bench/ledger_db.c)
 target_link_libraries(tidemark-sqlite-floor PRIVATE PkgConfig::SQLITE)
 add_executable(tidemark-streams bench/streams.c bench/net.c)
 target_link_libraries(tidemark-streams PRIVATE Threads::Threads)

@@ -13,12 +13,11 @@
  * Prints one line: commits=N seconds=S tables=T commits_per_s=R p50_us=.. p99_us=..
  * PATH (and its -wal/-shm) is removed first and at the end.
  */
-#include <sqlite3.h>
+#include "ledger_db.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define MAX_LAT (1u << 20)
 
@@ -27,16 +26,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void remove_db(const char *path)
-{
-    char p[4096];
-    unlink(path);
-    snprintf(p, sizeof p, "%s-wal", path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", path);
-    unlink(p);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -64,16 +53,6 @@ static int spread_tables(sqlite3 *db, int tables)
     return rc == SQLITE_OK ? sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) : rc;
 }
 
-static int setup(sqlite3 *db, int tables)
-{
-    int rc = sqlite3_exec(db,
-                          "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                          "CREATE TABLE ledger(id INTEGER PRIMARY KEY, entry TEXT NOT NULL,"
-                          " created_ms INTEGER NOT NULL)",
-                          NULL, NULL, NULL);
-    return rc == SQLITE_OK ? spread_tables(db, tables) : rc;
-}
-
 /* One row into each other table, each on a random leaf. */
 static int spread_rows(sqlite3_stmt *const *put, int tables, long i)
 {
@@ -94,10 +73,7 @@ static int commit_one(sqlite3 *db, sqlite3_stmt *ins, sqlite3_stmt *const *put, 
     snprintf(entry, sizeof entry, "floor-%ld", i);
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
         return -1;
-    sqlite3_bind_text(ins, 1, entry, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(ins, 2, (sqlite3_int64)(now_s() * 1e3));
-    int rc = sqlite3_step(ins);
-    sqlite3_reset(ins);
+    int rc = bench_ledger_put(ins, entry, (sqlite3_int64)(now_s() * 1e3));
     if (rc == SQLITE_DONE)
         rc = spread_rows(put, tables, i);
     if (rc != SQLITE_DONE) {
@@ -107,11 +83,11 @@ static int commit_one(sqlite3 *db, sqlite3_stmt *ins, sqlite3_stmt *const *put, 
     return sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
-static int run(sqlite3 *db, double secs, int tables, double *lat, size_t *nlat, long *commits)
+static int run(sqlite3 *db, sqlite3_stmt *ins, double secs, int tables, double *lat, size_t *nlat,
+               long *commits)
 {
-    sqlite3_stmt *ins = NULL, *put[MAX_TABLES] = {NULL};
-    int rc = setup(db, tables) != SQLITE_OK ||
-             sqlite3_prepare_v2(db, "INSERT INTO ledger(entry, created_ms) VALUES(?, ?)", -1, &ins, NULL);
+    sqlite3_stmt *put[MAX_TABLES] = {NULL};
+    int rc = spread_tables(db, tables) != SQLITE_OK;
     for (int t = 1; rc == 0 && t < tables; t++) {
         char sql[80];
         snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO s%d VALUES(?, zeroblob(100))", t);
@@ -128,7 +104,6 @@ static int run(sqlite3 *db, double secs, int tables, double *lat, size_t *nlat, 
     }
     for (int t = 1; t < tables; t++)
         sqlite3_finalize(put[t]);
-    sqlite3_finalize(ins);
     return rc ? -1 : 0;
 }
 
@@ -146,16 +121,17 @@ int main(int argc, char **argv)
     }
     double *lat = malloc(MAX_LAT * sizeof *lat);
     sqlite3 *db = NULL;
+    sqlite3_stmt *ins = NULL;
     size_t n = 0;
     long commits = 0;
-    remove_db(argv[1]);
-    int rc = !lat || secs <= 0 || sqlite3_open(argv[1], &db) != SQLITE_OK;
+    int rc = !lat || secs <= 0 || bench_ledger_open(argv[1], &db, &ins) != SQLITE_OK;
     if (!rc)
-        rc = run(db, secs, tables, lat, &n, &commits) != 0;
+        rc = run(db, ins, secs, tables, lat, &n, &commits) != 0;
     if (rc)
         fprintf(stderr, "tidemark-sqlite-floor: %s\n", db ? sqlite3_errmsg(db) : "cannot start");
+    sqlite3_finalize(ins);
     sqlite3_close(db);
-    remove_db(argv[1]);
+    bench_ledger_remove(argv[1]);
     if (!rc) {
         qsort(lat, n, sizeof *lat, cmp_d);
         printf("commits=%ld seconds=%g tables=%d commits_per_s=%.0f p50_us=%.0f p99_us=%.0f\n", commits, secs,
