@@ -24,6 +24,10 @@
 #              (tidemark-streams), MB, once per side
 #   instructions per streamed event, callgrind, one 2,000-event stream on
 #              SQLite power, when valgrind is here (once per side; exact)
+#   TS SDK     the same stream from the TypeScript SDK server
+#              (bench/sdk_echo_server.mjs, when node and the pinned SDK are
+#              here), in the same rounds: one figure, printed after the table
+#              with the new SQLite power stream's multiple of it
 # Wall-clock figures move with the shared machine's load: read the ratios,
 # and the instruction counts when they disagree.
 set -euo pipefail
@@ -123,6 +127,13 @@ for side in base new; do
         start "$side.$s" "${srvbin[$side]}" --listen 127.0.0.1:0 --log-level warn $(store_args "$side" "$s")
     done
 done
+node="${NODE:-node}"
+sdk=""
+if command -v "$node" >/dev/null && (cd "$root" && "$node" -e "import('./tests/integration/sdk_resolve.mjs').then(m => m.sdkRoot())") \
+    >/dev/null 2>&1; then
+    start sdk "$node" "$root/bench/sdk_echo_server.mjs"
+    sdk=1
+fi
 
 H=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
 # session URL -> prints the new 2025 session's id
@@ -169,6 +180,7 @@ rps() { # URL TOOL CONNS -> calls/s
 }
 
 declare -A vals # "figure|side" -> values, one a line
+sdk_eps="" # the TS SDK's stream events/s, one a line
 figures=()
 add() { # FIGURE SIDE VALUE
     [[ " ${figures[*]} " == *" $1 "* ]] || figures+=("$1")
@@ -195,8 +207,10 @@ for r in $(seq "$rounds"); do
         done
     fi
     for side in "${order[@]}"; do add "resume_1000_ms_sqlpower" "$side" "$(resume_ms "${url[$side.sqlpower]}")"; done
+    [ -n "$sdk" ] && sdk_eps+="$(stream_eps "${url[sdk]}")"$'\n'
 done
 for side in base new; do for s in "${stores[@]}"; do stop "$side.$s"; done; done
+[ -n "$sdk" ] && stop sdk
 
 # RSS of STREAMS open GET streams, once per side, each on a fresh memory server
 for side in base new; do
@@ -246,5 +260,13 @@ for f in "${figures[@]}"; do
     ratio="$(awk -v b="$b" -v n="$n" 'BEGIN {if (b > 0) printf "%.2f", n / b; else print "-"}')"
     printf '%-34s %14s %14s %8s\n' "$f" "${b:--}" "${n:--}" "$ratio"
 done
+if [ -n "$sdk" ]; then
+    se="$(printf '%s' "$sdk_eps" | median)"
+    ne="$(printf '%s' "${vals[stream_events/s_sqlpower|new]}" | median)"
+    printf '%-34s %14s %14s %8s\n' "stream_events/s_ts_sdk" "" "$se" "" # (one server, no side)
+    echo "new stream on SQLite power / TS SDK 1.32.2 (its stream tool, in-memory event store): $(awk -v n="$ne" -v s="$se" 'BEGIN {printf "%.1f", n / s}') x"
+else
+    echo "(TS SDK: skipped, no node or no pinned SDK)"
+fi
 [ -n "$rport" ] || echo "(Redis: skipped, no redis-server)"
 echo "(stream, echo, ledger_append: higher is better; resume, RSS, instructions: lower is better)"
