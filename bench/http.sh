@@ -10,6 +10,10 @@
 #   memory, SQLite process, SQLite power, Redis power
 #                   tidemark-server on --store memory, sqlite (process /
 #                   power durability), redis-server (appendfsync always)
+#   Redis ceilings  tidemark-floor --redis (the floor, each answer after a
+#                   grouped RPUSH) and tidemark-redis-call (bench/redis_call.c:
+#                   the Redis store's own scripts for one ledger_append fused
+#                   into one script call, no server), on the same redis-server
 #   Redis, 3 nodes  three tidemark-server nodes on one redis-server behind
 #                   HAProxy round-robin (bench/cluster.mjs), when node and
 #                   haproxy are here
@@ -36,7 +40,8 @@ nscale="${4:-10000}"
 build="$(cd "$build" && pwd)"
 bin="$build/bin"
 node="${NODE:-node}"
-for b in tidemark-server tidemark-everything tidemark-rps tidemark-floor tidemark-sqlite-floor tidemark-streams; do
+for b in tidemark-server tidemark-everything tidemark-rps tidemark-floor tidemark-sqlite-floor tidemark-streams \
+    tidemark-redis-call; do
     [ -x "$bin/$b" ] || { echo "bench/http.sh: $bin/$b not built" >&2; exit 1; }
 done
 warm=0.5
@@ -179,6 +184,9 @@ for r in $(seq "$reps"); do
     if [ -z "${skipped[redis]:-}" ]; then
         "$bin/tidemark-rps" --url "${url[floorr]}" --era legacy --tool ledger_append --conns 16 \
             --seconds "$secs" --warmup "$warm" >>"$scratch/floorr" || { log "tidemark-rps against floor --redis failed"; exit 1; }
+        "$bin/tidemark-redis-call" --redis "127.0.0.1:$rport" --db 15 --conns 16 --seconds "$secs" \
+            --warmup "$warm" >>"$scratch/rcall" || { log "tidemark-redis-call failed"; exit 1; }
+        redis-cli -h 127.0.0.1 -p "$rport" -n 15 FLUSHDB >/dev/null # its calls' keys
     fi
     "$bin/tidemark-sqlite-floor" "$scratch/raw10.db" "$secs" 10 >>"$scratch/raw10"
 done
@@ -247,6 +255,14 @@ if [ -z "${skipped[redis]:-}" ]; then
     printf '%-52s %6.2f (no target: the ceiling of the 0.10 above; %s calls/s)\n' \
         "16 conns ledger_append: floor + Redis group commit / floor" \
         "$(ratio "$floorr" "$(rps_of floor ledger_append 16)")" "$floorr"
+    rcall="$(sed -n 's/^calls\/s \([0-9]*\).*/\1/p' "$scratch/rcall" | median)"
+    aof="$(sed -n 's/.*aof_bytes\/call \([0-9][0-9]*\)$/\1/p' "$scratch/rcall")"
+    [ -n "$aof" ] && aof="$(printf '%s\n' "$aof" | median)" # (-1: each try met a rewrite)
+    printf '%-52s %6.2f (no target: what the store'"'"'s own writes allow; %s calls/s, %s AOF bytes a call)\n' \
+        "16 conns ledger_append: the store's scripts, one a call / floor" \
+        "$(ratio "$rcall" "$(rps_of floor ledger_append 16)")" "$rcall" "${aof:-?}"
+    printf '%-52s %6.2f (no target)\n' "16 conns ledger_append: Redis power / the store's scripts" \
+        "$(ratio "$(rps_of redis ledger_append 16)" "$rcall")"
     if [ -z "${skipped[sdk]:-}" ]; then
         verdict "16 conns echo: Redis power (1 node) / TS SDK" \
             "$(ratio "$(rps_of redis echo 16)" "$(rps_of sdk echo 16)")" 5
