@@ -197,10 +197,13 @@ async function main() {
       /* with its first bytes: a chunk size line is seen with them */
       st.sent += first ? MIB : 0;
       s.write(first ? Buffer.concat([Buffer.from(head(framing) + first), piece]) : head(framing));
+      // Between two writes the event loop polls (setImmediate), so an
+      // answer is read as soon as it comes: a write the kernel takes at once
+      // drains on the next tick, and a chain of those would never read.
       const more = () => {
         while (!st.stop && st.raw.length === 0 && st.sent < 64 * MIB) {
           st.sent += MIB;
-          if (!s.write(chunks ? frame : piece)) return s.once("drain", more);
+          if (!s.write(chunks ? frame : piece)) return s.once("drain", () => setImmediate(more));
         }
       };
       more();
