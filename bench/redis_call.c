@@ -24,9 +24,10 @@
  * committed during the S seconds after the warm-up, and what one call adds
  * to the append-only file (200 more calls from one connection afterwards,
  * between two sizes with no rewrite of the file in between; -1 when each
- * of three tries met one). Exits 1 on any script error or refused call.
- * Its session ids are shorter than the server's, so if anything a call
- * writes a little less here than through tidemark-server.
+ * of three tries met one, or when the AOF is off). Exits 1 on any script
+ * error or refused call. Its session ids, writer id, ledger row and
+ * response are shorter than the server's, so if anything a call writes a
+ * little less here than through tidemark-server.
  */
 #include "tm_redis_scripts.h"
 #include <hiredis/hiredis.h>
@@ -42,8 +43,10 @@
 #define CONNS_MAX 256
 
 /* One ledger_append: ARGV 1 session, 2 request key, 3 stream number,
- * 4 epoch, 5 node, 6 ms, 7 message, 8 response, 9 rows, 10 token prefix.
- * The arguments of each script are those of store_redis.c's build(). */
+ * 4 epoch, 5 node, 6 ms, 7 message, 8 response, 9 rows, 10 token prefix,
+ * 11 the commit channel (the store's for that database: nobody listens to
+ * it here, so a PUBLISH costs less than it does among nodes). The
+ * arguments of each script are those of store_redis.c's build(). */
 static const char call_tail[] =
     "local s, key, name = ARGV[1], ARGV[2], 'r' .. ARGV[3]\n"
     "local p = 'tm:{' .. s .. '}:'\n"
@@ -56,7 +59,7 @@ static const char call_tail[] =
     "  {w, t .. '2', '0', member, key, ARGV[6], 'node', ARGV[5], 'tool', 'ledger_append',\n"
     "   'stream', name, 'message', ARGV[7]})\n"
     "if r[1] ~= 0 then return {r[1], 'begin'} end\n"
-    "local m, sk, ch = p .. 'm:' .. name, p .. 's:' .. name, 'tm:0:commits'\n"
+    "local m, sk, ch = p .. 'm:' .. name, p .. 's:' .. name, ARGV[11]\n"
     "r = sc_append({m, sk, 'tm:started'}, {w, t .. '3', '0', ARGV[4], '', '0', '0', '0', '0',\n"
     "  '', '', ch, ARGV[5], name, s, '', '0'})\n"
     "if r[1] ~= 0 then return {r[1], 'priming'} end\n"
@@ -155,19 +158,20 @@ static int caller_open(caller *k, int id)
 /* One ledger_append's writes, a new request each time. 0 or -1. */
 static int caller_call(caller *k)
 {
-    char key[32], num[24], tok[32];
+    char key[32], num[24], tok[32], chan[32];
     uint64_t n = ++k->n;
     snprintf(key, sizeof key, "i:%" PRIu64, n);
     snprintf(num, sizeof num, "%" PRIu64, n);
     snprintf(tok, sizeof tok, "%" PRIu64 ".", n);
-    redisReply *x = redisCommand(k->c, "EVALSHA %s 0 %s %s %s %s %s %s %s %s %s %s", g_sha, k->sess,
-                                 key, num, "AAAAAAAAAAAAAAAA", k->node, k->ms, call_msg, call_resp,
-                                 k->rows, tok);
+    snprintf(chan, sizeof chan, "tm:%d:commits", g_db);
+    redisReply *x = redisCommand(k->c, "EVALSHA %s 0 %s %s %s %s %s %s %s %s %s %s %s", g_sha,
+                                 k->sess, key, num, "AAAAAAAAAAAAAAAA", k->node, k->ms, call_msg,
+                                 call_resp, k->rows, tok, chan);
     int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements >= 1 &&
              x->element[0]->type == REDIS_REPLY_INTEGER && x->element[0]->integer == 0;
     if (!ok) {
         if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-            x->element[1]->type == REDIS_REPLY_STRING)
+            x->element[0]->type == REDIS_REPLY_INTEGER && x->element[1]->type == REDIS_REPLY_STRING)
             fprintf(stderr, "tidemark-redis-call: %s refused: %lld\n", x->element[1]->str,
                     x->element[0]->integer);
         fail("call", x);
@@ -303,8 +307,12 @@ int main(int argc, char **argv)
     atomic_store(&g_stop, 1);
     for (int i = 0; i < conns; i++)
         pthread_join(th[i], NULL);
-    if (atomic_load(&g_failed) || c1 == c0)
+    if (atomic_load(&g_failed))
         return 1;
+    if (c1 == c0) {
+        fprintf(stderr, "tidemark-redis-call: no call committed in %.1f s\n", secs);
+        return 1;
+    }
     long long bytes = aof_per_call(c, conns);
     redisFree(c);
     if (bytes == -2)
