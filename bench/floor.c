@@ -245,12 +245,10 @@ static void *redis_writer(void *arg)
 
 static int redis_open(const char *hostport)
 {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof host)
+    bench_url u;
+    if (bench_parse_hostport(hostport, strlen(hostport), &u) != 0)
         return -1;
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    g_redis = redisConnect(host, atoi(colon + 1));
+    g_redis = redisConnect(u.host, atoi(u.port));
     if (!g_redis || g_redis->err) {
         fprintf(stderr, "tidemark-floor: redis %s: %s\n", hostport, g_redis ? g_redis->errstr : "no memory");
         return -1;

@@ -16,17 +16,28 @@ double bench_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int bench_parse_hostport(const char *s, size_t len, bench_url *u)
+{
+    const char *colon = NULL;
+    for (const char *q = s; q < s + len; q++)
+        if (*q == ':')
+            colon = q; /* the last one */
+    if (!colon || colon == s || colon + 1 == s + len)
+        return -1;
+    snprintf(u->host, sizeof u->host, "%.*s", (int)(colon - s), s);
+    snprintf(u->port, sizeof u->port, "%.*s", (int)(s + len - colon - 1), colon + 1);
+    return 0;
+}
+
 int bench_parse_url(const char *url, bench_url *u)
 {
     if (strncmp(url, "http://", 7) != 0)
         return -1;
-    const char *h = url + 7, *slash = strchr(h, '/'), *colon = strchr(h, ':');
+    const char *h = url + 7, *slash = strchr(h, '/');
     if (!slash)
         slash = h + strlen(h);
-    if (!colon || colon > slash)
+    if (bench_parse_hostport(h, (size_t)(slash - h), u) != 0)
         return -1;
-    snprintf(u->host, sizeof u->host, "%.*s", (int)(colon - h), h);
-    snprintf(u->port, sizeof u->port, "%.*s", (int)(slash - colon - 1), colon + 1);
     snprintf(u->path, sizeof u->path, "%s", *slash ? slash : "/");
     return 0;
 }

@@ -29,6 +29,7 @@
  * response are shorter than the server's, so if anything a call writes a
  * little less here than through tidemark-server.
  */
+#include "net.h"
 #include "tm_redis_scripts.h"
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -52,7 +53,7 @@ static const char call_tail[] =
     "local p = 'tm:{' .. s .. '}:'\n"
     "local member = string.len(s) .. ':' .. s .. key\n"
     "local w, t = 'tm:w:' .. ARGV[5], ARGV[10]\n"
-    "redis.call('DEL', w)\n"
+    "redis.call('DEL', w)\n" /* the writer's DEL of its tokens, once a batch there */
     "local r = sc_open({p .. 'sess', p .. 'streams'}, {w, t .. '1', '0', p, name, '1', '1'})\n"
     "if r[1] ~= 0 then return {r[1], 'open'} end\n"
     "r = sc_begin({p .. 'sess', p .. 'q:' .. key, 'tm:started', p .. 'reqs'},\n"
@@ -68,7 +69,7 @@ static const char call_tail[] =
     "if r[1] ~= 0 then return {r[1], 'response'} end\n"
     "return r\n";
 
-static const char *g_host = "127.0.0.1";
+static bench_url g_addr; /* --redis: host and port */
 static int g_port, g_db;
 static char g_sha[41];
 static atomic_uint_fast64_t g_calls;
@@ -96,9 +97,9 @@ static char *fused_script(void)
 
 static redisContext *connect_redis(void)
 {
-    redisContext *c = redisConnect(g_host, g_port);
+    redisContext *c = redisConnect(g_addr.host, g_port);
     if (!c || c->err) {
-        fprintf(stderr, "tidemark-redis-call: %s:%d: %s\n", g_host, g_port,
+        fprintf(stderr, "tidemark-redis-call: %s:%d: %s\n", g_addr.host, g_port,
                 c ? c->errstr : "out of memory");
         redisFree(c);
         return NULL;
@@ -114,9 +115,10 @@ static redisContext *connect_redis(void)
     return c;
 }
 
+/* The run has failed (what, when given, printed with x's error first). */
 static void fail(const char *what, const redisReply *x)
 {
-    if (atomic_exchange(&g_failed, 1) == 0)
+    if (atomic_exchange(&g_failed, 1) == 0 && what)
         fprintf(stderr, "tidemark-redis-call: %s: %s\n", what,
                 !x ? "no reply" : x->type == REDIS_REPLY_ERROR ? x->str : "unexpected reply");
     atomic_store(&g_stop, 1);
@@ -139,8 +141,10 @@ static const char call_resp[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"con
 static int caller_open(caller *k, int id)
 {
     *k = (caller){.c = connect_redis()};
-    if (!k->c)
+    if (!k->c) { /* said by connect_redis */
+        fail(NULL, NULL);
         return -1;
+    }
     snprintf(k->sess, sizeof k->sess, "bench-%d-%ld", id, (long)time(NULL));
     snprintf(k->node, sizeof k->node, "bench%d", id);
     snprintf(k->ms, sizeof k->ms, "%" PRId64, (int64_t)time(NULL) * 1000);
@@ -184,11 +188,9 @@ static int caller_call(caller *k)
 static void *conn_run(void *arg)
 {
     caller k;
-    if (caller_open(&k, (int)(intptr_t)arg) == 0)
+    if (caller_open(&k, (int)(intptr_t)arg) == 0) /* else failed and said */
         while (!atomic_load(&g_stop) && caller_call(&k) == 0)
             atomic_fetch_add(&g_calls, 1);
-    else
-        fail("connect", NULL);
     redisFree(k.c);
     return NULL;
 }
@@ -258,17 +260,14 @@ int main(int argc, char **argv)
 {
     int conns = 16;
     double secs = 3, warm = 0.5;
-    static char host[256];
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             return usage();
         if (strcmp(argv[i], "--redis") == 0) {
-            const char *v = argv[++i], *colon = strrchr(v, ':');
-            if (!colon || (size_t)(colon - v) >= sizeof host)
+            i++;
+            if (bench_parse_hostport(argv[i], strlen(argv[i]), &g_addr) != 0)
                 return usage();
-            memcpy(host, v, (size_t)(colon - v));
-            g_host = host;
-            g_port = atoi(colon + 1);
+            g_port = atoi(g_addr.port);
         } else if (strcmp(argv[i], "--db") == 0) {
             g_db = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--conns") == 0) {
